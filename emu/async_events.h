@@ -1,0 +1,43 @@
+// The per-context queue of asynchronous events (SRQ_LIMIT_REACHED, QP_FATAL, CQ_ERR ...),
+// readable through a file descriptor as ibv_get_async_event requires.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <deque>
+#include <mutex>
+
+#include "emu/event_fd.h"
+
+namespace emu {
+
+class Cq;
+class Qp;
+class Srq;
+
+struct AsyncEvent {
+  ibv_event_type type{};
+  Cq* cq = nullptr;
+  Qp* qp = nullptr;
+  Srq* srq = nullptr;
+  int port_num = 0;
+};
+
+class AsyncEventQueue {
+ public:
+  void push(const AsyncEvent& event);
+  // Returns the oldest event. Blocks while there is none, unless the program made fd()
+  // non-blocking: then returns false at once.
+  bool get(AsyncEvent* out);
+  // Waits up to timeout_ms for an event, without removing it.
+  bool wait(int timeout_ms) { return fd_.wait_readable(timeout_ms); }
+  int fd() const { return fd_.fd(); }
+  size_t pending() const;
+
+ private:
+  mutable std::mutex mutex_;  // async events are rare; never taken on a hot path
+  std::deque<AsyncEvent> events_;
+  EventFd fd_{true};
+};
+
+}  // namespace emu

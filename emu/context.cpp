@@ -1,0 +1,331 @@
+#include "emu/context.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "emu/comp_channel.h"
+#include "emu/cq.h"
+#include "emu/limits.h"
+#include "emu/node.h"
+#include "emu/qp.h"
+#include "emu/srq.h"
+
+namespace emu {
+
+namespace {
+
+constexpr int kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+
+ibv_device_attr make_device_attr() {
+  ibv_device_attr a{};
+  std::strncpy(a.fw_ver, "emurdma-0.1", sizeof(a.fw_ver) - 1);
+  a.node_guid = htobe64(0x02e0'0dff'fe00'0001ULL);
+  a.sys_image_guid = a.node_guid;
+  a.max_mr_size = kMaxMrSize;
+  a.page_size_cap = 0xfffff000;  // 4 KiB and up
+  a.vendor_id = 0;               // no IEEE OUI: this device is software
+  a.vendor_part_id = 0;
+  a.hw_ver = 1;
+  a.max_qp = kMaxQp - 2;  // QPN 0 and 1 are reserved
+  a.max_qp_wr = kMaxQpWr;
+  a.device_cap_flags = IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_RC_RNR_NAK_GEN |
+                       IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_PORT_ACTIVE_EVENT |
+                       IBV_DEVICE_SHUTDOWN_PORT;
+  a.max_sge = kMaxSge;
+  a.max_sge_rd = kMaxSge;
+  a.max_cq = kMaxCq;
+  a.max_cqe = kMaxCqe;
+  a.max_mr = kMaxMr - 1;
+  a.max_pd = kMaxPd;
+  a.max_qp_rd_atom = kMaxQpRdAtomic;
+  a.max_ee_rd_atom = 0;
+  a.max_res_rd_atom = kMaxQpRdAtomic * (kMaxQp - 2);
+  a.max_qp_init_rd_atom = kMaxQpRdAtomic;
+  a.max_ee_init_rd_atom = 0;
+  a.atomic_cap = IBV_ATOMIC_HCA;
+  a.max_ee = 0;
+  a.max_rdd = 0;
+  a.max_mw = 0;
+  a.max_raw_ipv6_qp = 0;
+  a.max_raw_ethy_qp = 0;
+  a.max_mcast_grp = 0;
+  a.max_mcast_qp_attach = 0;
+  a.max_total_mcast_qp_attach = 0;
+  a.max_ah = kMaxAh;
+  a.max_fmr = 0;
+  a.max_map_per_fmr = 0;
+  a.max_srq = kMaxSrq;
+  a.max_srq_wr = kMaxSrqWr;
+  a.max_srq_sge = kMaxSge;
+  a.max_pkeys = 1;
+  a.local_ca_ack_delay = 15;
+  a.phys_port_cnt = 1;
+  return a;
+}
+
+// The memory must be mapped to be registered, as the kernel's pinning would demand.
+bool range_is_mapped(const void* addr, size_t length) {
+  if (length == 0) return true;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  uintptr_t begin = reinterpret_cast<uintptr_t>(addr) & ~(page - 1);
+  uintptr_t end = reinterpret_cast<uintptr_t>(addr) + length;
+  unsigned char vec[64];
+  for (uintptr_t p = begin; p < end;) {
+    size_t chunk = std::min<uintptr_t>(end - p, 64 * page);
+    if (::mincore(reinterpret_cast<void*>(p), chunk, vec) != 0) return false;
+    p += (chunk + page - 1) & ~(page - 1);
+  }
+  return true;
+}
+
+}  // namespace
+
+Context::Context(Node& node) : node_(node) {}
+
+Context::~Context() = default;
+
+const ibv_device_attr& Context::device_attr() {
+  static const ibv_device_attr attr = make_device_attr();
+  return attr;
+}
+
+int Context::query_port(uint8_t port_num, ibv_port_attr* out) const {
+  if (port_num != 1 || out == nullptr) return EINVAL;
+  *out = ibv_port_attr{};
+  out->state = IBV_PORT_ACTIVE;
+  out->max_mtu = IBV_MTU_4096;
+  out->active_mtu = IBV_MTU_4096;
+  out->gid_tbl_len = 1;
+  out->port_cap_flags = 0;
+  out->max_msg_sz = kMaxMsgSize;
+  out->bad_pkey_cntr = 0;
+  out->qkey_viol_cntr = 0;
+  out->pkey_tbl_len = 1;
+  out->lid = 0;  // RoCE: no LIDs
+  out->sm_lid = 0;
+  out->lmc = 0;
+  out->max_vl_num = 1;
+  out->sm_sl = 0;
+  out->subnet_timeout = 0;
+  out->init_type_reply = 0;
+  out->active_width = 2;   // 4x
+  out->active_speed = 32;  // EDR (25 Gb/s per lane)
+  out->phys_state = 5;     // LinkUp
+  out->link_layer = IBV_LINK_LAYER_ETHERNET;
+  return 0;
+}
+
+int Context::query_gid(uint8_t port_num, int index, ibv_gid* out) const {
+  if (port_num != 1 || index != 0 || out == nullptr) return EINVAL;
+  Gid gid = node_.gid();
+  std::memcpy(out->raw, gid.raw.data(), sizeof(out->raw));
+  return 0;
+}
+
+int Context::query_pkey(uint8_t port_num, int index, uint16_t* out) const {
+  if (port_num != 1 || index != 0 || out == nullptr) return EINVAL;
+  *out = 0xffff;  // the default full-membership partition
+  return 0;
+}
+
+int Context::alloc_pd(Pd** out) {
+  if (out == nullptr) return EINVAL;
+  std::lock_guard lock(objects_mutex_);
+  if (pd_count_ >= static_cast<int>(kMaxPd)) return ENOMEM;
+  *out = new Pd(*this);
+  ++pd_count_;
+  return 0;
+}
+
+int Context::dealloc_pd(Pd* pd) {
+  if (pd == nullptr || &pd->context != this) return EINVAL;
+  std::lock_guard lock(objects_mutex_);
+  if (pd->use_count.load() != 0) return EBUSY;
+  delete pd;
+  --pd_count_;
+  return 0;
+}
+
+int Context::reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out) {
+  if (pd == nullptr || out == nullptr || &pd->context != this) return EINVAL;
+  // Optional access bits (IBV_ACCESS_OPTIONAL_RANGE) may be ignored by a device, as rdma-core
+  // documents; any other unknown bit is refused.
+  int required = access & ~IBV_ACCESS_OPTIONAL_RANGE;
+  if ((required & ~kSupportedAccess) != 0) return EINVAL;
+  if ((required & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(required & IBV_ACCESS_LOCAL_WRITE)) {
+    return EINVAL;  // ibv_reg_mr(3): remote write or atomic requires local write
+  }
+  uint64_t begin = reinterpret_cast<uint64_t>(addr);
+  if (length > kMaxMrSize || begin + length < begin) return EINVAL;
+  if (addr == nullptr && length != 0) return EFAULT;
+  if (!range_is_mapped(addr, length)) return EFAULT;
+
+  auto mr = std::make_unique<Mr>();
+  mr->pd = pd;
+  mr->addr = begin;
+  mr->length = length;
+  mr->access = required;
+  uint32_t key = node_.mrs().insert(*mr);
+  if (key == 0) return ENOMEM;
+  mr->lkey = key;
+  mr->rkey = key;
+  pd->use_count.fetch_add(1);
+  {
+    std::lock_guard lock(objects_mutex_);
+    ++mr_count_;
+  }
+  *out = mr.release();
+  return 0;
+}
+
+int Context::dereg_mr(Mr* mr) {
+  if (mr == nullptr || mr->pd == nullptr || &mr->pd->context != this) return EINVAL;
+  node_.mrs().remove(mr->lkey);
+  mr->pd->use_count.fetch_sub(1);
+  delete mr;
+  std::lock_guard lock(objects_mutex_);
+  --mr_count_;
+  return 0;
+}
+
+int Context::create_comp_channel(CompChannel** out) {
+  if (out == nullptr) return EINVAL;
+  *out = new CompChannel();
+  return 0;
+}
+
+int Context::destroy_comp_channel(CompChannel* channel) {
+  if (channel == nullptr) return EINVAL;
+  if (channel->use_count.load() != 0) return EBUSY;
+  delete channel;
+  return 0;
+}
+
+int Context::create_cq(int cqe, void* cq_context, CompChannel* channel, int comp_vector,
+                       Cq** out) {
+  if (out == nullptr || cqe < 1 || cqe > static_cast<int>(kMaxCqe)) return EINVAL;
+  if (comp_vector != 0) return EINVAL;  // one completion vector
+  std::lock_guard lock(objects_mutex_);
+  if (cq_count_ >= static_cast<int>(kMaxCq)) return ENOMEM;
+  *out = new Cq(*this, static_cast<uint32_t>(cqe), channel, cq_context);
+  if (channel != nullptr) channel->use_count.fetch_add(1);
+  ++cq_count_;
+  return 0;
+}
+
+int Context::destroy_cq(Cq* cq) {
+  if (cq == nullptr || &cq->context() != this) return EINVAL;
+  std::lock_guard lock(objects_mutex_);
+  if (cq->use_count.load() != 0) return EBUSY;
+  cq->drain_for_destroy();
+  if (cq->channel() != nullptr) cq->channel()->use_count.fetch_sub(1);
+  delete cq;
+  --cq_count_;
+  return 0;
+}
+
+int Context::create_srq(Pd* pd, const ibv_srq_init_attr& init, Srq** out) {
+  if (pd == nullptr || out == nullptr || &pd->context != this) return EINVAL;
+  const ibv_srq_attr& a = init.attr;
+  if (a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge == 0 || a.max_sge > kMaxSge) {
+    return EINVAL;
+  }
+  if (a.srq_limit > a.max_wr) return EINVAL;
+  std::lock_guard lock(objects_mutex_);
+  if (srq_count_ >= static_cast<int>(kMaxSrq)) return ENOMEM;
+  auto* srq = new Srq(*this, pd, a.max_wr, a.max_sge, init.srq_context);
+  if (a.srq_limit != 0) {
+    ibv_srq_attr arm{};
+    arm.srq_limit = a.srq_limit;
+    srq->modify(arm, IBV_SRQ_LIMIT);
+  }
+  pd->use_count.fetch_add(1);
+  ++srq_count_;
+  *out = srq;
+  return 0;
+}
+
+int Context::destroy_srq(Srq* srq) {
+  if (srq == nullptr || &srq->context() != this) return EINVAL;
+  std::lock_guard lock(objects_mutex_);
+  if (srq->use_count.load() != 0) return EBUSY;
+  // Completions still in CQs keep a pointer to the SRQ for its accounting; they are
+  // reaped or dropped with the CQ, so the SRQ must outlive them: it is retired, not freed,
+  // and the memory goes when the context closes.
+  srq->pd()->use_count.fetch_sub(1);
+  retired_srqs_.emplace_back(srq);
+  --srq_count_;
+  return 0;
+}
+
+int Context::create_qp(Pd* pd, const QpInitAttr& init, Qp** out) {
+  if (pd == nullptr || out == nullptr || &pd->context != this) return EINVAL;
+  if (int err = Qp::check_init_attr(init)) return err;
+  if (&init.send_cq->context() != this || &init.recv_cq->context() != this) return EINVAL;
+  if (init.srq != nullptr && &init.srq->context() != this) return EINVAL;
+  std::lock_guard lock(objects_mutex_);
+  if (qp_count_ >= static_cast<int>(kMaxQp - 2)) return ENOMEM;
+  auto qp = std::make_unique<Qp>(*this, pd, init);
+  uint32_t qpn = node_.register_qp(qp.get());
+  if (qpn == 0) return ENOMEM;
+  qp->set_qpn(qpn);
+  pd->use_count.fetch_add(1);
+  init.send_cq->use_count.fetch_add(1);
+  init.recv_cq->use_count.fetch_add(1);
+  if (init.srq != nullptr) init.srq->use_count.fetch_add(1);
+  ++qp_count_;
+  *out = qp.release();
+  return 0;
+}
+
+int Context::destroy_qp(Qp* qp) {
+  if (qp == nullptr || &qp->context() != this) return EINVAL;
+  node_.unregister_qp(qp->qpn());
+  std::lock_guard lock(objects_mutex_);
+  qp->pd()->use_count.fetch_sub(1);
+  qp->send_cq()->use_count.fetch_sub(1);
+  qp->recv_cq()->use_count.fetch_sub(1);
+  if (qp->srq() != nullptr) qp->srq()->use_count.fetch_sub(1);
+  delete qp;
+  --qp_count_;
+  return 0;
+}
+
+int Context::create_ah(Pd* pd, const ibv_ah_attr& attr, Ah** out) {
+  if (pd == nullptr || out == nullptr || &pd->context != this) return EINVAL;
+  if (attr.port_num != 1) return EINVAL;
+  // RoCE needs a GRH: the destination GID is the only address there is.
+  if (!attr.is_global || attr.grh.sgid_index != 0) return EINVAL;
+  Gid gid;
+  std::memcpy(gid.raw.data(), attr.grh.dgid.raw, gid.raw.size());
+  auto link = node_.transport().connect(gid);
+  if (!link) return EHOSTUNREACH;
+  std::lock_guard lock(objects_mutex_);
+  if (ah_count_ >= static_cast<int>(kMaxAh)) return ENOMEM;
+  auto* ah = new Ah();
+  ah->pd = pd;
+  ah->attr = attr;
+  ah->link = std::move(link);
+  pd->use_count.fetch_add(1);
+  ++ah_count_;
+  *out = ah;
+  return 0;
+}
+
+int Context::destroy_ah(Ah* ah) {
+  if (ah == nullptr || ah->pd == nullptr || &ah->pd->context != this) return EINVAL;
+  std::lock_guard lock(objects_mutex_);
+  ah->pd->use_count.fetch_sub(1);
+  delete ah;
+  --ah_count_;
+  return 0;
+}
+
+}  // namespace emu

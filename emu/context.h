@@ -1,0 +1,70 @@
+// An open device context: the factory and owner of PDs, MRs, CQs, SRQs, QPs and AHs, and the
+// queue of its asynchronous events. Every call validates its arguments and returns 0 or the
+// errno value rdma-core documents for the failure.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "emu/async_events.h"
+#include "emu/objects.h"
+
+namespace emu {
+
+class Node;
+class Cq;
+class CompChannel;
+class Srq;
+class Qp;
+
+class Context {
+ public:
+  explicit Context(Node& node);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  Node& node() { return node_; }
+
+  static const ibv_device_attr& device_attr();
+  int query_port(uint8_t port_num, ibv_port_attr* out) const;
+  int query_gid(uint8_t port_num, int index, ibv_gid* out) const;
+  int query_pkey(uint8_t port_num, int index, uint16_t* out) const;
+
+  int alloc_pd(Pd** out);
+  int dealloc_pd(Pd* pd);
+
+  int reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out);
+  int dereg_mr(Mr* mr);
+
+  int create_comp_channel(CompChannel** out);
+  int destroy_comp_channel(CompChannel* channel);
+
+  int create_cq(int cqe, void* cq_context, CompChannel* channel, int comp_vector, Cq** out);
+  int destroy_cq(Cq* cq);
+
+  int create_srq(Pd* pd, const ibv_srq_init_attr& init, Srq** out);
+  int destroy_srq(Srq* srq);
+
+  int create_qp(Pd* pd, const QpInitAttr& init, Qp** out);
+  int destroy_qp(Qp* qp);
+
+  int create_ah(Pd* pd, const ibv_ah_attr& attr, Ah** out);
+  int destroy_ah(Ah* ah);
+
+  AsyncEventQueue& async_events() { return async_events_; }
+  void raise(const AsyncEvent& event) { async_events_.push(event); }
+
+ private:
+  Node& node_;
+  AsyncEventQueue async_events_;
+  std::mutex objects_mutex_;  // creation and destruction only
+  std::vector<std::unique_ptr<Srq>> retired_srqs_;
+  int pd_count_ = 0, mr_count_ = 0, cq_count_ = 0, srq_count_ = 0, qp_count_ = 0, ah_count_ = 0;
+};
+
+}  // namespace emu

@@ -1,0 +1,75 @@
+#include "emu/cq.h"
+
+#include <spdlog/spdlog.h>
+
+#include "emu/comp_channel.h"
+#include "emu/context.h"
+#include "emu/node.h"
+#include "emu/srq.h"
+
+namespace emu {
+
+Cq::Cq(Context& context, uint32_t capacity, CompChannel* channel, void* cq_context)
+    : context_(context), channel_(channel), cq_context_(cq_context), ring_(capacity) {}
+
+Cq::~Cq() = default;
+
+int Cq::poll_locked(int n, ibv_wc* out) {
+  int got = 0;
+  CompletionEntry entry;
+  while (got < n && ring_.try_pop(entry)) {
+    out[got++] = entry.wc;
+    // The buffer stops being outstanding on its SRQ only now that the program has it.
+    if (entry.srq != nullptr) entry.srq->on_reaped();
+  }
+  return got;
+}
+
+int Cq::poll(int n, ibv_wc* out) {
+  if (n < 0 || (n > 0 && out == nullptr)) return -EINVAL;
+  std::lock_guard lock(poll_lock_);
+  int got = poll_locked(n, out);
+  if (got == 0 && n > 0) {
+    // Nothing yet: move the network along ourselves rather than wait for a thread hand-off.
+    context_.node().progress();
+    got = poll_locked(n, out);
+  }
+  return got;
+}
+
+int Cq::req_notify(bool solicited_only) {
+  int want = solicited_only ? 2 : 1;
+  // A request for any completion overrides a solicited-only one, never the reverse.
+  int current = armed_.load(std::memory_order_relaxed);
+  while (current != 1 && !armed_.compare_exchange_weak(current, want)) {
+  }
+  return 0;
+}
+
+bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
+  if (overflowed_.load(std::memory_order_relaxed) || !ring_.try_push(CompletionEntry{wc, srq})) {
+    if (!overflowed_.exchange(true)) {
+      spdlog::error("CQ {} overflowed (capacity {}): completion of wr_id {} lost",
+                    static_cast<void*>(this), capacity(), wc.wr_id);
+      context_.raise(AsyncEvent{IBV_EVENT_CQ_ERR, this, nullptr, nullptr, 0});
+    }
+    if (srq != nullptr) srq->on_dropped();
+    return false;
+  }
+  int armed = armed_.load(std::memory_order_acquire);
+  if (armed != 0 && channel_ != nullptr) {
+    bool fire = armed == 1 || solicited || wc.status != IBV_WC_SUCCESS;
+    if (fire && armed_.compare_exchange_strong(armed, 0)) channel_->notify(this);
+  }
+  return true;
+}
+
+void Cq::drain_for_destroy() {
+  std::lock_guard lock(poll_lock_);
+  CompletionEntry entry;
+  while (ring_.try_pop(entry)) {
+    if (entry.srq != nullptr) entry.srq->on_dropped();
+  }
+}
+
+}  // namespace emu

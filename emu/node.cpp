@@ -1,0 +1,192 @@
+#include "emu/node.h"
+
+#include <cstdlib>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "emu/limits.h"
+#include "emu/log.h"
+#include "emu/qp.h"
+#include "transports/loopback/loopback_transport.h"
+
+namespace emu {
+
+namespace {
+
+constexpr uint32_t kSlotBits = 14;  // kMaxQp == 1 << kSlotBits
+static_assert((1u << kSlotBits) == kMaxQp);
+
+}  // namespace
+
+Node::Node(std::unique_ptr<Transport> transport)
+    : transport_(std::move(transport)),
+      gid_(transport_->local_gid()),
+      mrs_(kMaxMr),
+      qps_(new std::atomic<Qp*>[kMaxQp]),
+      qp_generation_(kMaxQp, 0) {
+  init_logging();
+  for (uint32_t i = 0; i < kMaxQp; ++i) qps_[i].store(nullptr, std::memory_order_relaxed);
+  free_qp_slots_.reserve(kMaxQp);
+  // QPN 0 and 1 are the special QPs of IB: slots 0 and 1 are never handed out.
+  for (uint32_t i = kMaxQp; i-- > 2;) free_qp_slots_.push_back(i);
+  deferred_.reserve(kMaxQp);
+  transport_->set_sink(this);
+  progress_thread_ = std::thread([this] { progress_thread_main(); });
+}
+
+Node::~Node() {
+  {
+    std::lock_guard lock(timer_mutex_);
+    stopping_.store(true);
+  }
+  timer_cv_.notify_all();
+  progress_thread_.join();
+  transport_->set_sink(nullptr);
+}
+
+Node& Node::process_default() {
+  static Node node(make_loopback_transport());
+  return node;
+}
+
+uint32_t Node::register_qp(Qp* qp) {
+  std::lock_guard lock(qp_alloc_mutex_);
+  if (free_qp_slots_.empty()) return 0;
+  uint32_t slot = free_qp_slots_.back();
+  free_qp_slots_.pop_back();
+  uint32_t gen = ++qp_generation_[slot] & ((1u << (24 - kSlotBits)) - 1);
+  if (gen == 0) gen = ++qp_generation_[slot] & ((1u << (24 - kSlotBits)) - 1);
+  qps_[slot].store(qp, std::memory_order_release);
+  return (gen << kSlotBits) | slot;
+}
+
+void Node::unregister_qp(uint32_t qpn) {
+  uint32_t slot = qpn & (kMaxQp - 1);
+  qps_[slot].store(nullptr, std::memory_order_seq_cst);
+  // Wait for the threads that may have found the QP before it was unpublished.
+  while (readers_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  std::lock_guard lock(qp_alloc_mutex_);
+  free_qp_slots_.push_back(slot);
+}
+
+Qp* Node::acquire(uint32_t qpn) {
+  readers_.fetch_add(1, std::memory_order_seq_cst);
+  Qp* qp = qps_[qpn & (kMaxQp - 1)].load(std::memory_order_seq_cst);
+  if (qp == nullptr || qp->qpn() != qpn) {
+    release();
+    return nullptr;
+  }
+  return qp;
+}
+
+void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payload) {
+  bool found = with_qp(header.dst_qpn, [&](Qp& qp) { qp.on_frame(from, header, payload); });
+  if (found) return;
+  // No such QP: a request is answered as silence would be (the requester's timeout), so
+  // that it cannot wait for ever; answers to a vanished QP are dropped.
+  const bool request = header.op == FrameOp::kSend || header.op == FrameOp::kWrite ||
+                       header.op == FrameOp::kReadRequest ||
+                       header.op == FrameOp::kAtomicRequest;
+  if (!request) return;
+  FrameHeader r{};
+  const bool datagram = (header.flags & kFrameDatagram) != 0;
+  r.op = datagram ? FrameOp::kAck : FrameOp::kNak;
+  r.nak = datagram ? NakCode::kNone : NakCode::kUnavailable;
+  r.flags = header.flags & kFrameDatagram;
+  r.src_qpn = header.dst_qpn;
+  r.dst_qpn = header.src_qpn;
+  r.psn = header.psn;
+  from.send(r, nullptr, 0);
+}
+
+void Node::on_link_down(Link& link) {
+  spdlog::warn("link to peer down: QPs using it move to the error state");
+  for (uint32_t slot = 2; slot < kMaxQp; ++slot) {
+    Qp* maybe = qps_[slot].load(std::memory_order_acquire);
+    if (maybe == nullptr) continue;
+    with_qp(maybe->qpn(), [&](Qp& qp) { qp.on_link_down(link); });
+  }
+}
+
+void Node::schedule(Clock::time_point deadline, uint32_t qpn, uint64_t token) {
+  {
+    std::lock_guard lock(timer_mutex_);
+    timers_.push(Timer{deadline, qpn, token});
+    next_deadline_ns_.store(timers_.top().deadline.time_since_epoch().count(),
+                            std::memory_order_release);
+  }
+  timer_cv_.notify_one();
+}
+
+void Node::defer_send(uint32_t qpn) {
+  std::lock_guard lock(deferred_lock_);
+  for (uint32_t q : deferred_) {
+    if (q == qpn) return;
+  }
+  deferred_.push_back(qpn);
+  has_deferred_.store(true, std::memory_order_release);
+}
+
+void Node::run_due_timers() {
+  const int64_t now = Clock::now().time_since_epoch().count();
+  if (now < next_deadline_ns_.load(std::memory_order_acquire)) return;
+  for (;;) {
+    Timer t;
+    {
+      std::lock_guard lock(timer_mutex_);
+      if (timers_.empty() || timers_.top().deadline.time_since_epoch().count() > now) {
+        next_deadline_ns_.store(
+            timers_.empty() ? INT64_MAX : timers_.top().deadline.time_since_epoch().count(),
+            std::memory_order_release);
+        return;
+      }
+      t = timers_.top();
+      timers_.pop();
+    }
+    with_qp(t.qpn, [&](Qp& qp) { qp.on_timer(t.token); });
+  }
+}
+
+void Node::run_deferred_sends() {
+  if (!has_deferred_.load(std::memory_order_acquire)) return;
+  uint32_t batch[64];
+  size_t n = 0;
+  {
+    std::lock_guard lock(deferred_lock_);
+    while (n < 64 && !deferred_.empty()) {
+      batch[n++] = deferred_.back();
+      deferred_.pop_back();
+    }
+    has_deferred_.store(!deferred_.empty(), std::memory_order_release);
+  }
+  for (size_t i = 0; i < n; ++i) with_qp(batch[i], [](Qp& qp) { qp.resume_send(); });
+}
+
+void Node::progress() {
+  // Each step may produce work for the others (an ACK lets a QP transmit, a timer
+  // retransmits): loop until the transport has nothing more to deliver.
+  for (int round = 0; round < 64; ++round) {
+    run_due_timers();
+    run_deferred_sends();
+    if (transport_->progress() == 0 && !has_deferred_.load(std::memory_order_acquire)) break;
+  }
+}
+
+void Node::progress_thread_main() {
+  // Sleeps until the next timer, or briefly when the transport may have work, so that a
+  // program blocked in a completion channel still sees retransmissions and timeouts.
+  std::unique_lock lock(timer_mutex_);
+  while (!stopping_.load()) {
+    auto wake = timers_.empty() ? Clock::now() + std::chrono::milliseconds(10)
+                                : std::min(timers_.top().deadline,
+                                           Clock::now() + std::chrono::milliseconds(10));
+    timer_cv_.wait_until(lock, wake);
+    if (stopping_.load()) break;
+    lock.unlock();
+    progress();
+    lock.lock();
+  }
+}
+
+}  // namespace emu

@@ -1,0 +1,119 @@
+// A node is what the network sees of one process: one transport endpoint (one GID), the table
+// of its QPs by number and of its memory regions by key, the timers of the reliable protocol
+// (RNR and retransmission delays) and the progress thread that runs them.
+//
+// Every context opened in the process shares the process's node, so QPNs and keys are unique
+// per node as they are per HCA. Tests build extra nodes on a loopback fabric to have several
+// "hosts" in one process.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <queue>
+#include <thread>
+#include <vector>
+
+#include "emu/mr_table.h"
+#include "emu/spin_lock.h"
+#include "emu/transport.h"
+
+namespace emu {
+
+class Qp;
+
+class Node : public FrameSink {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit Node(std::unique_ptr<Transport> transport);
+  ~Node() override;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // The process's node, created on first use with the transport EMURDMA_TRANSPORT selects
+  // (only "loopback" exists until the shm and tcp transports land).
+  static Node& process_default();
+
+  Transport& transport() { return *transport_; }
+  Gid gid() const { return gid_; }
+  MrTable& mrs() { return mrs_; }
+
+  // QP numbers: 24 bits, the table slot in the low bits and a generation above it, so that a
+  // frame for a destroyed QP never reaches the QP that reuses its slot.
+  uint32_t register_qp(Qp* qp);
+  void unregister_qp(uint32_t qpn);  // returns once no thread still uses the QP
+
+  // Runs fn(qp) with the QP of qpn kept alive; returns false if there is no such QP.
+  template <typename Fn>
+  bool with_qp(uint32_t qpn, Fn&& fn);
+
+  // Schedules qp->on_timer(token) at deadline (slow path: RNR and retransmission delays).
+  void schedule(Clock::time_point deadline, uint32_t qpn, uint64_t token);
+  // Asks for qp->resume_send() from the next progress (the transport refused a frame).
+  void defer_send(uint32_t qpn);
+
+  // Delivers pending frames and runs due timers. Cheap when there is nothing to do; every
+  // entry point that may wait on the network (post, poll) calls it.
+  void progress();
+
+  // FrameSink
+  void on_frame(Link& from, const FrameHeader& header, PayloadSource& payload) override;
+  void on_link_down(Link& link) override;
+
+ private:
+  struct Timer {
+    Clock::time_point deadline;
+    uint32_t qpn;
+    uint64_t token;
+    bool operator>(const Timer& o) const { return deadline > o.deadline; }
+  };
+
+  Qp* acquire(uint32_t qpn);
+  void release() { readers_.fetch_sub(1, std::memory_order_release); }
+  void run_due_timers();
+  void run_deferred_sends();
+  void progress_thread_main();
+
+  std::unique_ptr<Transport> transport_;
+  Gid gid_;
+  MrTable mrs_;
+
+  std::unique_ptr<std::atomic<Qp*>[]> qps_;
+  std::mutex qp_alloc_mutex_;
+  std::vector<uint32_t> free_qp_slots_;
+  std::vector<uint16_t> qp_generation_;
+  std::atomic<int> readers_{0};  // threads inside acquire()/release()
+
+  std::mutex timer_mutex_;
+  std::condition_variable timer_cv_;
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
+  std::atomic<int64_t> next_deadline_ns_{INT64_MAX};
+
+  SpinLock deferred_lock_;
+  std::vector<uint32_t> deferred_;
+  std::atomic<bool> has_deferred_{false};
+
+  std::atomic<bool> stopping_{false};
+  std::thread progress_thread_;
+};
+
+}  // namespace emu
+
+#include "emu/qp.h"
+
+namespace emu {
+
+template <typename Fn>
+bool Node::with_qp(uint32_t qpn, Fn&& fn) {
+  Qp* qp = acquire(qpn);
+  if (qp == nullptr) return false;
+  fn(*qp);
+  release();
+  return true;
+}
+
+}  // namespace emu

@@ -1,0 +1,360 @@
+#include "emu/names.h"
+#include "emu/qp.h"
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include <spdlog/spdlog.h>
+
+#include "emu/context.h"
+#include "emu/cq.h"
+#include "emu/limits.h"
+#include "emu/node.h"
+#include "emu/srq.h"
+
+namespace emu {
+
+namespace {
+
+uint32_t round_up_pow2(uint32_t n) { return n <= 1 ? 1 : std::bit_ceil(n); }
+
+bool is_rd_atomic(ibv_wr_opcode op) {
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+bool opcode_allowed(ibv_qp_type type, ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+      return true;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return type != IBV_QPT_UD;
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return type == IBV_QPT_RC;
+    default:
+      return false;  // memory windows, TSO, local invalidate: not offered by emu0
+  }
+}
+
+ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+}  // namespace
+
+int Qp::check_init_attr(const QpInitAttr& init) {
+  if (init.send_cq == nullptr || init.recv_cq == nullptr) return EINVAL;
+  if (init.qp_type != IBV_QPT_RC && init.qp_type != IBV_QPT_UC && init.qp_type != IBV_QPT_UD) {
+    return EOPNOTSUPP;
+  }
+  const ibv_qp_cap& c = init.cap;
+  if (c.max_send_wr > kMaxQpWr || c.max_send_sge > kMaxSge || c.max_inline_data > kMaxInline) {
+    return EINVAL;
+  }
+  if (init.srq == nullptr && (c.max_recv_wr > kMaxQpWr || c.max_recv_sge > kMaxSge)) {
+    return EINVAL;
+  }
+  return 0;
+}
+
+Qp::Qp(Context& context, Pd* pd, const QpInitAttr& init)
+    : context_(context),
+      pd_(pd),
+      type_(init.qp_type),
+      send_cq_(init.send_cq),
+      recv_cq_(init.recv_cq),
+      srq_(init.srq),
+      qp_context_(init.qp_context),
+      sq_sig_all_(init.sq_sig_all) {
+  uint32_t sq_slots = round_up_pow2(init.cap.max_send_wr);
+  sq_.reset(new SendWqe[sq_slots]);
+  sq_mask_ = sq_slots - 1;
+  cap_.max_send_wr = init.cap.max_send_wr == 0 ? 0 : sq_slots;
+  cap_.max_send_sge = std::max<uint32_t>(init.cap.max_send_sge, 1);
+  cap_.max_inline_data = kMaxInline;
+  if (srq_ == nullptr) {
+    rq_ = std::make_unique<MpscRing<RecvWqe>>(std::max<uint32_t>(init.cap.max_recv_wr, 2));
+    cap_.max_recv_wr = init.cap.max_recv_wr == 0 ? 0 : static_cast<uint32_t>(rq_->capacity());
+    cap_.max_recv_sge = std::max<uint32_t>(init.cap.max_recv_sge, 1);
+  }
+  attr_.qp_state = IBV_QPS_RESET;
+  attr_.cap = cap_;
+  attr_.port_num = 1;
+}
+
+Qp::~Qp() = default;
+
+Node& Qp::node() { return context_.node(); }
+
+int Qp::post_send(const ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  auto refuse = [&](const ibv_send_wr* w, int err) {
+    if (bad_wr) *bad_wr = const_cast<ibv_send_wr*>(w);
+    return err;
+  };
+  int err = 0;
+  {
+    std::lock_guard lock(lock_);
+    ibv_qp_state st = state();
+    if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR) return refuse(wr, EINVAL);
+    for (; wr != nullptr; wr = wr->next) {
+      if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > cap_.max_send_sge) {
+        err = refuse(wr, EINVAL);
+        break;
+      }
+      if (!opcode_allowed(type_, wr->opcode)) {
+        err = refuse(wr, EINVAL);
+        break;
+      }
+      if (type_ == IBV_QPT_UD && wr->wr.ud.ah == nullptr) {
+        err = refuse(wr, EINVAL);
+        break;
+      }
+      if (sq_tail_ - sq_head_ >= cap_.max_send_wr) {
+        err = refuse(wr, ENOMEM);
+        break;
+      }
+      SendWqe& w = sq_[sq_tail_ & sq_mask_];
+      uint64_t length = 0;
+      for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
+      w.is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 && !is_rd_atomic(wr->opcode);
+      if (w.is_inline) {
+        if (length > cap_.max_inline_data) {
+          err = refuse(wr, EINVAL);
+          break;
+        }
+        // Inline data is copied now: the program may reuse its buffer when post returns.
+        uint32_t off = 0;
+        for (int i = 0; i < wr->num_sge; ++i) {
+          std::memcpy(w.inline_data + off,
+                      reinterpret_cast<const void*>(wr->sg_list[i].addr),
+                      wr->sg_list[i].length);
+          off += wr->sg_list[i].length;
+        }
+        w.num_sge = 0;
+      } else {
+        w.num_sge = static_cast<uint32_t>(wr->num_sge);
+        for (int i = 0; i < wr->num_sge; ++i) w.sge[i] = wr->sg_list[i];
+      }
+      w.wr_id = wr->wr_id;
+      w.opcode = wr->opcode;
+      w.send_flags = wr->send_flags;
+      w.answered_locally = false;
+      w.local_status = IBV_WC_SUCCESS;
+      w.signaled = sq_sig_all_ || (wr->send_flags & IBV_SEND_SIGNALED) != 0;
+      w.imm = wr->imm_data;
+      // Lengths beyond the message limit are reported as a completion error, as hardware does.
+      w.length = length > kMaxMsgSize ? kMaxMsgSize + 1u : static_cast<uint32_t>(length);
+      w.psn = next_psn_;
+      next_psn_ = (next_psn_ + 1) & kPsnMask;
+      w.ah = nullptr;
+      if (type_ == IBV_QPT_UD) {
+        w.ah = Ah::from_ibv(wr->wr.ud.ah);
+        w.remote_qpn = wr->wr.ud.remote_qpn;
+        w.remote_qkey = wr->wr.ud.remote_qkey;
+      } else if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                 wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        w.remote_addr = wr->wr.atomic.remote_addr;
+        w.rkey = wr->wr.atomic.rkey;
+        w.compare_add = wr->wr.atomic.compare_add;
+        w.swap = wr->wr.atomic.swap;
+      } else {
+        w.remote_addr = wr->wr.rdma.remote_addr;
+        w.rkey = wr->wr.rdma.rkey;
+      }
+      ++sq_tail_;
+    }
+    st = state();
+    if (st == IBV_QPS_ERR || st == IBV_QPS_SQE) {
+      flush_locked();  // posting in the error state completes with WR_FLUSH_ERR
+    } else {
+      transmit_locked();
+    }
+  }
+  node().progress();
+  return err;
+}
+
+int Qp::post_recv(const ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  if (srq_ != nullptr) {
+    if (bad_wr) *bad_wr = const_cast<ibv_recv_wr*>(wr);
+    return EINVAL;  // a QP attached to an SRQ has no receive queue of its own
+  }
+  if (state() == IBV_QPS_RESET) {
+    if (bad_wr) *bad_wr = const_cast<ibv_recv_wr*>(wr);
+    return EINVAL;
+  }
+  for (; wr != nullptr; wr = wr->next) {
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > cap_.max_recv_sge ||
+        cap_.max_recv_wr == 0) {
+      if (bad_wr) *bad_wr = const_cast<ibv_recv_wr*>(wr);
+      return EINVAL;
+    }
+    RecvWqe w;
+    w.wr_id = wr->wr_id;
+    w.num_sge = static_cast<uint32_t>(wr->num_sge);
+    for (int i = 0; i < wr->num_sge; ++i) w.sge[i] = wr->sg_list[i];
+    if (!rq_->try_push(w)) {
+      if (bad_wr) *bad_wr = const_cast<ibv_recv_wr*>(wr);
+      return ENOMEM;
+    }
+  }
+  if (state() == IBV_QPS_ERR) {
+    std::lock_guard lock(lock_);
+    flush_locked();
+  }
+  return 0;
+}
+
+void Qp::complete_send(const SendWqe& w, ibv_wc_status status, uint32_t byte_len) {
+  if (status == IBV_WC_SUCCESS && !w.signaled) return;
+  ibv_wc wc{};
+  wc.wr_id = w.wr_id;
+  wc.status = status;
+  wc.opcode = wc_opcode_of(w.opcode);
+  wc.byte_len = byte_len;
+  wc.qp_num = qpn_;
+  send_cq_->push(wc, nullptr, false);
+}
+
+void Qp::complete_recv(const RecvWqe& w, ibv_wc_status status, ibv_wc_opcode opcode,
+                       uint32_t byte_len, const FrameHeader* h, bool from_srq) {
+  ibv_wc wc{};
+  wc.wr_id = w.wr_id;
+  wc.status = status;
+  wc.opcode = opcode;
+  wc.byte_len = byte_len;
+  wc.qp_num = qpn_;
+  bool solicited = false;
+  if (h != nullptr) {
+    wc.src_qp = h->src_qpn;
+    if (h->flags & kFrameImm) {
+      wc.wc_flags |= IBV_WC_WITH_IMM;
+      wc.imm_data = h->imm;
+    }
+    if (type_ == IBV_QPT_UD) wc.wc_flags |= IBV_WC_GRH;
+    solicited = (h->flags & kFrameSolicited) != 0;
+  }
+  recv_cq_->push(wc, from_srq ? srq_ : nullptr, solicited);
+}
+
+void Qp::flush_locked() {
+  for (; sq_head_ != sq_tail_; ++sq_head_) {
+    complete_send(sq_[sq_head_ & sq_mask_], IBV_WC_WR_FLUSH_ERR, 0);
+  }
+  sq_next_ = sq_head_;
+  rd_atomic_in_flight_ = 0;
+  if (rq_) {
+    RecvWqe w;
+    while (rq_->try_pop(w)) complete_recv(w, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr, false);
+  }
+}
+
+void Qp::to_error_locked() {
+  if (state() == IBV_QPS_ERR) return;
+  state_.store(IBV_QPS_ERR, std::memory_order_release);
+  attr_.qp_state = IBV_QPS_ERR;
+  ++timer_token_;
+  waiting_retry_ = false;
+  flush_locked();
+  // The QP will take no more buffers from its SRQ: the program may now detach it safely.
+  if (srq_ != nullptr) {
+    context_.raise(AsyncEvent{IBV_EVENT_QP_LAST_WQE_REACHED, nullptr, this, nullptr, 0});
+  }
+}
+
+void Qp::reset_locked() {
+  // Moving to RESET discards every work request without a completion (ibv_modify_qp).
+  sq_head_ = sq_next_ = sq_tail_ = 0;
+  if (rq_) {
+    RecvWqe w;
+    while (rq_->try_pop(w)) {
+    }
+  }
+  rd_atomic_in_flight_ = 0;
+  waiting_retry_ = false;
+  sq_drained_pending_ = false;
+  ++timer_token_;
+  link_.reset();
+  next_psn_ = 0;
+  expected_psn_ = 0;
+  ibv_qp_attr fresh{};
+  fresh.cap = cap_;
+  fresh.port_num = 1;
+  attr_ = fresh;
+}
+
+void Qp::maybe_sq_drained_locked() {
+  if (sq_drained_pending_ && state() == IBV_QPS_SQD && sq_head_ == sq_next_) {
+    sq_drained_pending_ = false;
+    context_.raise(AsyncEvent{IBV_EVENT_SQ_DRAINED, nullptr, this, nullptr, 0});
+  }
+}
+
+void Qp::fatal(ibv_event_type event) {
+  std::lock_guard lock(lock_);
+  if (state() == IBV_QPS_ERR || state() == IBV_QPS_RESET) return;
+  spdlog::warn("QP {:#x}: fatal error ({}), moving to error state", qpn_,
+               event_name(event));
+  context_.raise(AsyncEvent{event, nullptr, this, nullptr, 0});
+  to_error_locked();
+}
+
+void Qp::on_link_down(const Link& link) {
+  if (link_.get() == &link) fatal(IBV_EVENT_QP_FATAL);
+}
+
+void Qp::on_frame(Link& from, const FrameHeader& h, PayloadSource& payload) {
+  std::lock_guard lock(lock_);
+  switch (h.op) {
+    case FrameOp::kSend:
+    case FrameOp::kWrite:
+    case FrameOp::kReadRequest:
+    case FrameOp::kAtomicRequest:
+      respond_locked(from, h, payload);
+      break;
+    case FrameOp::kReadResponse:
+    case FrameOp::kAtomicResponse:
+    case FrameOp::kAck:
+    case FrameOp::kNak:
+      complete_locked(from, h, payload);
+      break;
+    default:
+      spdlog::warn("QP {:#x}: frame with unknown operation {} dropped", qpn_,
+                   static_cast<int>(h.op));
+      break;
+  }
+}
+
+void Qp::on_timer(uint64_t token) {
+  {
+    std::lock_guard lock(lock_);
+    if (token != timer_token_ || !waiting_retry_) return;
+    waiting_retry_ = false;
+    transmit_locked();
+  }
+}
+
+void Qp::resume_send() {
+  std::lock_guard lock(lock_);
+  transmit_locked();
+}
+
+}  // namespace emu

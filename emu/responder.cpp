@@ -1,0 +1,254 @@
+// Responder: executes incoming requests against receive buffers and registered memory, and
+// answers every one of them (ACK, NAK, READ or atomic response).
+#include <atomic>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "emu/names.h"
+#include "emu/context.h"
+#include "emu/limits.h"
+#include "emu/node.h"
+#include "emu/qp.h"
+#include "emu/sge.h"
+#include "emu/srq.h"
+
+namespace emu {
+
+namespace {
+
+class BytesSource : public PayloadSource {
+ public:
+  BytesSource(const void* p, size_t n) : p_(static_cast<const uint8_t*>(p)), n_(n) {}
+  size_t size() const override { return n_; }
+  void read(void* dst, size_t len) override {
+    std::memcpy(dst, p_, len);
+    p_ += len;
+    n_ -= len;
+  }
+  void skip(size_t len) override {
+    p_ += len;
+    n_ -= len;
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t n_;
+};
+
+// The 40-byte IPv6-format GRH that UD receive buffers start with (RoCE v1 layout).
+void build_grh(uint8_t* grh, uint32_t payload_len, const Gid& sgid, const Gid& dgid) {
+  std::memset(grh, 0, kGrhBytes);
+  grh[0] = 0x60;  // IP version 6
+  grh[4] = static_cast<uint8_t>(payload_len >> 8);
+  grh[5] = static_cast<uint8_t>(payload_len);
+  grh[6] = 0x1b;  // next header: IBA transport
+  grh[7] = 64;    // hop limit
+  std::memcpy(grh + 8, sgid.raw.data(), 16);
+  std::memcpy(grh + 24, dgid.raw.data(), 16);
+}
+
+}  // namespace
+
+void Qp::reply_locked(Link& to, const FrameHeader& request, FrameOp op, NakCode nak,
+                      const iovec* iov, size_t iovcnt, uint64_t value) {
+  FrameHeader r{};
+  r.op = op;
+  r.nak = nak;
+  r.flags = request.flags & kFrameDatagram;
+  r.rnr_timer = attr_.min_rnr_timer;
+  r.src_qpn = qpn_;
+  r.dst_qpn = request.src_qpn;
+  r.psn = request.psn;
+  r.compare_add = value;
+  for (size_t i = 0; i < iovcnt; ++i) r.length += static_cast<uint32_t>(iov[i].iov_len);
+  // Answers are never refused by a transport (transport.h), so this cannot be lost.
+  to.send(r, iov, iovcnt);
+}
+
+bool Qp::take_recv_locked(RecvWqe* out) {
+  if (srq_ != nullptr) return srq_->take(out);
+  return rq_->try_pop(*out);
+}
+
+void Qp::responder_error_locked(ibv_event_type event) {
+  spdlog::debug("QP {:#x}: responder error, {}", qpn_, event_name(event));
+  context_.raise(AsyncEvent{event, nullptr, this, nullptr, 0});
+  to_error_locked();
+}
+
+void Qp::respond_locked(Link& from, const FrameHeader& h, PayloadSource& payload) {
+  const bool datagram = (h.flags & kFrameDatagram) != 0;
+  const ibv_qp_state st = state();
+  const bool can_receive =
+      st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
+  const bool type_ok = datagram == (type_ != IBV_QPT_RC) &&
+                       (type_ == IBV_QPT_UD || h.src_qpn == attr_.dest_qp_num);
+  if (!can_receive || !type_ok) {
+    // Not for us, or not now: an RC requester hears nothing and retransmits after its
+    // timeout (kUnavailable models that silence); an unreliable message is just lost.
+    reply_locked(from, h, datagram ? FrameOp::kAck : FrameOp::kNak,
+                 datagram ? NakCode::kNone : NakCode::kUnavailable);
+    return;
+  }
+  if (type_ == IBV_QPT_UD) {
+    if (h.op != FrameOp::kSend || h.qkey != attr_.qkey) {
+      reply_locked(from, h, FrameOp::kAck, NakCode::kNone);  // Q_Key violation: dropped
+      return;
+    }
+    respond_send_locked(from, h, payload);
+    return;
+  }
+  if (type_ == IBV_QPT_RC) {
+    int32_t d = psn_diff(h.psn, expected_psn_);
+    if (d > 0) return;  // behind a refused message: dropped, the requester goes back to it
+    if (d < 0) {
+      // Duplicate of a message already executed: acknowledge again, execute nothing.
+      if (h.op == FrameOp::kSend || h.op == FrameOp::kWrite) {
+        reply_locked(from, h, FrameOp::kAck, NakCode::kNone);
+      } else if (h.op == FrameOp::kReadRequest) {
+        respond_read_locked(from, h);
+      }
+      return;
+    }
+  }
+  switch (h.op) {
+    case FrameOp::kSend:
+      respond_send_locked(from, h, payload);
+      break;
+    case FrameOp::kWrite:
+      respond_write_locked(from, h, payload);
+      break;
+    case FrameOp::kReadRequest:
+      if (type_ == IBV_QPT_RC) respond_read_locked(from, h);
+      break;
+    case FrameOp::kAtomicRequest:
+      if (type_ == IBV_QPT_RC) respond_atomic_locked(from, h);
+      break;
+    default:
+      break;
+  }
+}
+
+void Qp::respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& payload) {
+  const bool datagram = (h.flags & kFrameDatagram) != 0;
+  const bool from_srq = srq_ != nullptr;
+  RecvWqe wqe;
+  if (!take_recv_locked(&wqe)) {
+    if (datagram) {
+      reply_locked(from, h, FrameOp::kAck, NakCode::kNone);  // UD/UC: dropped
+    } else {
+      reply_locked(from, h, FrameOp::kNak, NakCode::kReceiverNotReady);
+    }
+    return;
+  }
+  Pd* buffer_pd = from_srq ? srq_->pd() : pd_;
+  const uint32_t grh = type_ == IBV_QPT_UD ? kGrhBytes : 0;
+  const uint32_t len = static_cast<uint32_t>(payload.size());
+  ScatterResult r = scatter(node().mrs(), buffer_pd, wqe.sge, wqe.num_sge, grh, payload, len);
+  if (r == ScatterResult::kOk && grh != 0) {
+    uint8_t header[kGrhBytes];
+    build_grh(header, len, from.peer(), node().gid());
+    BytesSource src(header, sizeof(header));
+    r = scatter(node().mrs(), buffer_pd, wqe.sge, wqe.num_sge, 0, src, sizeof(header));
+  }
+  if (r != ScatterResult::kOk) {
+    ibv_wc_status status =
+        r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR;
+    spdlog::debug("QP {:#x}: receive wr_id {} fails with {}", qpn_, wqe.wr_id,
+                  wc_status_name(status));
+    complete_recv(wqe, status, IBV_WC_RECV, 0, &h, from_srq);
+    if (datagram) {
+      reply_locked(from, h, FrameOp::kAck, NakCode::kNone);
+      return;
+    }
+    // The requester learns why; this QP cannot go on receiving (IBA 9.9.3).
+    reply_locked(from, h, FrameOp::kNak,
+                 r == ScatterResult::kTooLong ? NakCode::kInvalidRequest
+                                              : NakCode::kRemoteOperation);
+    expected_psn_ = (h.psn + 1) & kPsnMask;
+    to_error_locked();
+    return;
+  }
+  complete_recv(wqe, IBV_WC_SUCCESS, IBV_WC_RECV, grh + len, &h, from_srq);
+  expected_psn_ = (h.psn + 1) & kPsnMask;
+  reply_locked(from, h, FrameOp::kAck, NakCode::kNone);
+}
+
+void Qp::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& payload) {
+  const bool datagram = (h.flags & kFrameDatagram) != 0;
+  const bool from_srq = srq_ != nullptr;
+  const uint32_t len = static_cast<uint32_t>(payload.size());
+  // A zero-length WRITE touches no memory, so its rkey is not checked (IBA 9.4.4).
+  bool allowed = (attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) != 0 &&
+                 (len == 0 || node().mrs().check(h.rkey, pd_, h.remote_addr, len,
+                                                 IBV_ACCESS_REMOTE_WRITE));
+  if (!allowed) {
+    if (datagram) {
+      reply_locked(from, h, FrameOp::kAck, NakCode::kNone);  // UC: silently dropped
+      return;
+    }
+    reply_locked(from, h, FrameOp::kNak, NakCode::kRemoteAccess);
+    expected_psn_ = (h.psn + 1) & kPsnMask;
+    responder_error_locked(IBV_EVENT_QP_ACCESS_ERR);
+    return;
+  }
+  const bool with_imm = (h.flags & kFrameImm) != 0;
+  RecvWqe wqe;
+  if (with_imm && !take_recv_locked(&wqe)) {
+    if (datagram) {
+      reply_locked(from, h, FrameOp::kAck, NakCode::kNone);
+    } else {
+      reply_locked(from, h, FrameOp::kNak, NakCode::kReceiverNotReady);
+    }
+    return;
+  }
+  if (len != 0) payload.read(reinterpret_cast<void*>(h.remote_addr), len);
+  if (with_imm) complete_recv(wqe, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, len, &h, from_srq);
+  expected_psn_ = (h.psn + 1) & kPsnMask;
+  reply_locked(from, h, FrameOp::kAck, NakCode::kNone);
+}
+
+void Qp::respond_read_locked(Link& from, const FrameHeader& h) {
+  bool allowed = (attr_.qp_access_flags & IBV_ACCESS_REMOTE_READ) != 0 &&
+                 (h.length == 0 || node().mrs().check(h.rkey, pd_, h.remote_addr, h.length,
+                                                      IBV_ACCESS_REMOTE_READ));
+  if (!allowed) {
+    reply_locked(from, h, FrameOp::kNak, NakCode::kRemoteAccess);
+    expected_psn_ = (h.psn + 1) & kPsnMask;
+    responder_error_locked(IBV_EVENT_QP_ACCESS_ERR);
+    return;
+  }
+  iovec iov{reinterpret_cast<void*>(h.remote_addr), h.length};
+  if (psn_diff(h.psn, expected_psn_) == 0) expected_psn_ = (h.psn + 1) & kPsnMask;
+  reply_locked(from, h, FrameOp::kReadResponse, NakCode::kNone, &iov, h.length ? 1 : 0);
+}
+
+void Qp::respond_atomic_locked(Link& from, const FrameHeader& h) {
+  bool allowed = (attr_.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) != 0 &&
+                 node().mrs().check(h.rkey, pd_, h.remote_addr, sizeof(uint64_t),
+                                    IBV_ACCESS_REMOTE_ATOMIC);
+  expected_psn_ = (h.psn + 1) & kPsnMask;
+  if (!allowed) {
+    reply_locked(from, h, FrameOp::kNak, NakCode::kRemoteAccess);
+    responder_error_locked(IBV_EVENT_QP_ACCESS_ERR);
+    return;
+  }
+  if (h.remote_addr % sizeof(uint64_t) != 0) {
+    reply_locked(from, h, FrameOp::kNak, NakCode::kInvalidRequest);  // misaligned atomic
+    responder_error_locked(IBV_EVENT_QP_REQ_ERR);
+    return;
+  }
+  // Atomic with respect to every other atomic on this node, whichever thread runs it.
+  std::atomic_ref<uint64_t> target(*reinterpret_cast<uint64_t*>(h.remote_addr));
+  uint64_t original;
+  if (h.flags & kFrameFetchAdd) {
+    original = target.fetch_add(h.compare_add);
+  } else {
+    original = h.compare_add;
+    target.compare_exchange_strong(original, h.swap);
+  }
+  reply_locked(from, h, FrameOp::kAtomicResponse, NakCode::kNone, nullptr, 0, original);
+}
+
+}  // namespace emu

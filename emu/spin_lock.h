@@ -1,0 +1,36 @@
+// A test-and-test-and-set spin lock for the short critical sections of the hot paths
+// (QP, SRQ and CQ state). It never sleeps and never enters the kernel, which is what the
+// post and poll paths require; critical sections under it are a few dozen instructions.
+#pragma once
+
+#include <atomic>
+
+namespace emu {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+class SpinLock {
+ public:
+  void lock() {
+    for (;;) {
+      if (!locked_.exchange(true, std::memory_order_acquire)) return;
+      while (locked_.load(std::memory_order_relaxed)) cpu_relax();
+    }
+  }
+  bool try_lock() {
+    return !locked_.load(std::memory_order_relaxed) &&
+           !locked_.exchange(true, std::memory_order_acquire);
+  }
+  void unlock() { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
+};
+
+}  // namespace emu

@@ -1,0 +1,114 @@
+// The interface between the engine and the transports (loopback, shm, tcp).
+//
+// The engine speaks in frames: one frame per RC/UC/UD message or response, never split by MTU
+// (the transports are reliable and ordered, so the engine needs no segmentation). A transport
+// moves a FrameHeader plus an optional payload from one node to another and hands it to that
+// node's FrameSink. It knows nothing about QPs, keys or verbs structures.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace emu {
+
+// A node's address: 16 bytes, the GID of port 1. Its encoding belongs to the transport.
+struct Gid {
+  std::array<uint8_t, 16> raw{};
+  bool operator==(const Gid&) const = default;
+};
+
+enum class FrameOp : uint8_t {
+  kSend = 1,          // SEND / SEND_WITH_IMM (RC, UC, UD)
+  kWrite,             // RDMA WRITE / WRITE_WITH_IMM
+  kReadRequest,       // RDMA READ request: remote_addr, rkey, length
+  kReadResponse,      // payload = the bytes read
+  kAtomicRequest,     // compare_add, swap at remote_addr
+  kAtomicResponse,    // compare_add = original value
+  kAck,               // positive acknowledgement of psn (and all earlier)
+  kNak,               // negative acknowledgement, see NakCode
+};
+
+enum class NakCode : uint8_t {
+  kNone = 0,
+  kReceiverNotReady,   // no receive buffer; retry after rnr_timer
+  kRemoteAccess,       // rkey, bounds or access rights refused
+  kInvalidRequest,     // malformed request or message longer than the receive buffer
+  kRemoteOperation,    // responder could not complete (e.g. bad lkey in its receive WQE)
+  kUnavailable,        // no such QP, or QP not able to receive: behaves as a lost packet
+};
+
+enum FrameFlags : uint8_t {
+  kFrameImm = 1 << 0,         // imm is valid
+  kFrameSolicited = 1 << 1,   // solicited event requested
+  kFrameDatagram = 1 << 2,    // UD: no RNR, drop when no buffer, ack only for local completion
+  kFrameFetchAdd = 1 << 3,    // atomic request: fetch-and-add (else compare-and-swap)
+};
+
+struct FrameHeader {
+  FrameOp op{};
+  uint8_t flags = 0;
+  NakCode nak = NakCode::kNone;
+  uint8_t rnr_timer = 0;      // responder's min_rnr_timer code, in RNR NAKs
+  uint32_t src_qpn = 0;
+  uint32_t dst_qpn = 0;
+  uint32_t psn = 0;           // message sequence number (24 bits)
+  uint32_t imm = 0;           // immediate data, network byte order as the program gave it
+  uint32_t length = 0;        // payload bytes, or bytes requested for a READ
+  uint32_t rkey = 0;
+  uint32_t qkey = 0;
+  uint64_t remote_addr = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+};
+
+// The payload of an incoming frame, consumed in order. Implementations copy from wherever the
+// bytes are (sender memory in-process, a shared ring, a socket) straight into the destination.
+class PayloadSource {
+ public:
+  virtual ~PayloadSource() = default;
+  virtual size_t size() const = 0;
+  virtual void read(void* dst, size_t len) = 0;
+  virtual void skip(size_t len) = 0;
+};
+
+class Link;
+
+class FrameSink {
+ public:
+  virtual ~FrameSink() = default;
+  virtual void on_frame(Link& from, const FrameHeader& header, PayloadSource& payload) = 0;
+  // The link failed (peer died, connection reset). Every QP using it must go to error.
+  virtual void on_link_down(Link& link) = 0;
+};
+
+// One direction-agnostic connection to a peer node. Thread-safe.
+class Link {
+ public:
+  virtual ~Link() = default;
+  // Queues a frame. The payload memory must stay valid until the peer's response to this
+  // frame arrives or the link goes down. Returns false when the transport cannot take the
+  // frame now (back-pressure); the engine then retries from Transport::progress.
+  virtual bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) = 0;
+  virtual const Gid& peer() const = 0;
+  virtual bool up() const = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string name() const = 0;
+  virtual Gid local_gid() const = 0;
+  virtual void set_sink(FrameSink* sink) = 0;
+  // Returns the link to the node with this GID, creating it lazily; nullptr when unreachable.
+  virtual std::shared_ptr<Link> connect(const Gid& peer) = 0;
+  // Moves pending frames (called by polling calls and by the node's progress thread).
+  // Returns the number of frames delivered.
+  virtual size_t progress() = 0;
+};
+
+}  // namespace emu

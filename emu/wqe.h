@@ -1,0 +1,49 @@
+// Work queue entries as the engine stores them: fixed-size copies of the program's work
+// requests, so that posting copies into preallocated slots and never allocates.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+
+#include "emu/limits.h"
+
+namespace emu {
+
+struct RecvWqe {
+  uint64_t wr_id = 0;
+  uint32_t num_sge = 0;
+  ibv_sge sge[kMaxSge];
+};
+
+struct Ah;
+
+struct SendWqe {
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode{};
+  uint32_t send_flags = 0;
+  uint32_t imm = 0;
+  uint32_t num_sge = 0;      // SGEs, or 0 when the data is inline
+  uint32_t length = 0;       // total message length
+  uint32_t psn = 0;          // assigned when first transmitted
+  bool is_inline = false;
+  bool signaled = false;
+  // Settled without an answer from the peer (a local error, or an unreliable message with no
+  // route): completes with local_status once every earlier WQE has completed.
+  bool answered_locally = false;
+  ibv_wc_status local_status = IBV_WC_SUCCESS;
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  // UD destination
+  Ah* ah = nullptr;
+  uint32_t remote_qpn = 0;
+  uint32_t remote_qkey = 0;
+  union {
+    ibv_sge sge[kMaxSge];
+    uint8_t inline_data[kMaxInline];
+  };
+};
+
+}  // namespace emu

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Builds emurdma and runs one of its benchmarks, printing the figures. The last line printed
+# by each subcommand is a one-line summary that other tools parse:
+#   bench <metric> <unit> <higher|lower> <label>=<value> ...
+# where "higher"/"lower" says which direction is better.
+#
+# Usage: scripts/bench.sh rings
+#   rings  two-thread SPSC throughput of emu::SpscRing against boost::lockfree::spsc_queue
+#          (uint64_t elements, same capacity, medians of repetitions). The summary uses the
+#          capacity in RING_BENCH_CAPACITY (default 1024; the benchmark has 1024 and 4096).
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+usage() {
+  echo "usage: $0 <subcommand>" >&2
+  echo "  rings   SPSC ring throughput: ours vs boost::lockfree::spsc_queue" >&2
+}
+
+# Configures and builds into build/. Its output goes to stderr so that stdout carries only
+# the figures.
+build() {
+  if [[ -f scripts/build.sh ]]; then
+    bash scripts/build.sh >&2
+  else
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >&2
+    cmake --build build -j2 >&2
+  fi
+}
+
+have_python() { command -v python3 >/dev/null 2>&1 && python3 -c '' >/dev/null 2>&1; }
+
+# Reads Google Benchmark JSON on stdin and prints "<run name> <median items/s>" for every
+# median aggregate that has an items_per_second counter.
+medians() {
+  if have_python; then
+    python3 -c '
+import json, sys
+for b in json.load(sys.stdin)["benchmarks"]:
+    if b.get("aggregate_name") == "median" and "items_per_second" in b:
+        print(b["run_name"], b["items_per_second"])
+'
+  else
+    # The library writes one "key": value per line, "name" before the counters.
+    awk -F': ' '
+      /"run_name":/ { gsub(/[",]/, "", $2); run = $2 }
+      /"aggregate_name":/ { gsub(/[",]/, "", $2); agg = $2 }
+      /"items_per_second":/ { gsub(/,/, "", $2); if (agg == "median") print run, $2 }
+      /^ *}/ { run = ""; agg = "" }
+    '
+  fi
+}
+
+bench_rings() {
+  build
+  local bin=build/tests/bench/ring_bench
+  if [[ ! -x $bin ]]; then
+    echo "bench: $bin was not built (is EMURDMA_BENCH on?)" >&2
+    exit 1
+  fi
+  local json
+  json="$(mktemp)"
+  # shellcheck disable=SC2064  # expand now: json is local
+  trap "rm -f '$json'" EXIT
+  # Random interleaving spreads the repetitions of both queues over the run, so a change in
+  # the machine's load (two noisy cores) hits both alike; the medians discard outliers.
+  echo "bench: running $bin (a minute or so)" >&2
+  "$bin" --benchmark_filter='^ring_spsc/' --benchmark_repetitions=7 \
+    --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
+    --benchmark_format=json >"$json"
+
+  # run name ring_spsc/<impl>/<capacity>/real_time -> Mops per (impl, capacity).
+  declare -A mops=()
+  local name ips key
+  while read -r name ips; do
+    key="$(cut -d/ -f2,3 <<<"$name")"
+    mops[$key]="$(awk -v v="$ips" 'BEGIN { printf "%.1f", v / 1e6 }')"
+  done < <(medians <"$json")
+
+  printf '%-10s %12s %12s %8s\n' capacity "ours Mops" "boost Mops" ratio
+  local cap
+  for cap in 1024 4096; do
+    local o="${mops[ours/$cap]:-}" b="${mops[boost/$cap]:-}"
+    [[ -n $o && -n $b ]] || continue
+    printf '%-10s %12s %12s %8s\n' "$cap" "$o" "$b" \
+      "$(awk -v o="$o" -v b="$b" 'BEGIN { printf "%.2f", b > 0 ? o / b : 0 }')"
+  done
+
+  cap="${RING_BENCH_CAPACITY:-1024}"
+  if [[ -z ${mops[ours/$cap]:-} || -z ${mops[boost/$cap]:-} ]]; then
+    echo "bench: no median figures for capacity $cap in the benchmark output" >&2
+    exit 1
+  fi
+  echo "bench ring_spsc_Mops Mops higher ours=${mops[ours/$cap]} boost_spsc=${mops[boost/$cap]}"
+}
+
+case "${1:-}" in
+  rings) bench_rings ;;
+  # transports) bench_transports ;;   (to come)
+  # verbs) bench_verbs ;;             (to come)
+  *)
+    usage
+    exit 2
+    ;;
+esac

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs, non-interactively, every Debian package emurdma builds with or tests against.
+# Idempotent: when everything is present it only runs dpkg-query and returns.
+set -euo pipefail
+
+packages=(
+  cmake g++ make ninja-build pkg-config
+  libboost-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libibverbs-dev libdapl-dev libdapl2
+  ibverbs-utils perftest dapl2-utils libfabric-bin ucx-utils qperf iproute2
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+if [[ $(id -u) -ne 0 ]]; then
+  echo "setup: root is needed to install packages (missing: ${missing[*]})" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
