@@ -45,8 +45,24 @@ Node::~Node() {
   transport_->set_sink(nullptr);
 }
 
+namespace {
+
+std::unique_ptr<Transport> transport_from_environment() {
+  init_logging();
+  const char* env = std::getenv("EMURDMA_TRANSPORT");
+  std::string want = env ? env : "";
+  if (!want.empty() && want != "loopback") {
+    spdlog::error("EMURDMA_TRANSPORT={} is not available (this build has: loopback); using "
+                  "loopback",
+                  want);
+  }
+  return make_loopback_transport();
+}
+
+}  // namespace
+
 Node& Node::process_default() {
-  static Node node(make_loopback_transport());
+  static Node node(transport_from_environment());
   return node;
 }
 
