@@ -1,9 +1,9 @@
 #include "emu/context.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
@@ -69,19 +69,32 @@ ibv_device_attr make_device_attr() {
   return a;
 }
 
-// The memory must be mapped to be registered, as the kernel's pinning would demand.
-bool range_is_mapped(const void* addr, size_t length) {
+// Registration pins memory in the kernel (ib_umem_get), which fails with EFAULT unless every
+// page is mapped readable, and writable when the region grants any write access. The
+// mappings and their permissions are read from /proc/self/maps (a slow path, as in the kernel).
+bool range_is_accessible(const void* addr, size_t length, bool need_write) {
   if (length == 0) return true;
-  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  uintptr_t begin = reinterpret_cast<uintptr_t>(addr) & ~(page - 1);
-  uintptr_t end = reinterpret_cast<uintptr_t>(addr) + length;
-  unsigned char vec[64];
-  for (uintptr_t p = begin; p < end;) {
-    size_t chunk = std::min<uintptr_t>(end - p, 64 * page);
-    if (::mincore(reinterpret_cast<void*>(p), chunk, vec) != 0) return false;
-    p += (chunk + page - 1) & ~(page - 1);
+  uint64_t want = reinterpret_cast<uint64_t>(addr);
+  const uint64_t end = want + length;
+  std::FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return true;  // cannot tell: let the access itself decide
+  char line[512];
+  bool ok = false;
+  while (std::fgets(line, sizeof(line), maps) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    char perms[8] = {};
+    if (std::sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3) continue;
+    if (hi <= want) continue;
+    if (lo > want) break;  // a hole before the rest of the range
+    if (perms[0] != 'r' || (need_write && perms[1] != 'w')) break;
+    want = hi;
+    if (want >= end) {
+      ok = true;
+      break;
+    }
   }
-  return true;
+  std::fclose(maps);
+  return ok;
 }
 
 }  // namespace
@@ -165,7 +178,9 @@ int Context::reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out) {
   uint64_t begin = reinterpret_cast<uint64_t>(addr);
   if (length > kMaxMrSize || begin + length < begin) return EINVAL;
   if (addr == nullptr && length != 0) return EFAULT;
-  if (!range_is_mapped(addr, length)) return EFAULT;
+  const bool writable = (required & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                     IBV_ACCESS_REMOTE_ATOMIC)) != 0;
+  if (!range_is_accessible(addr, length, writable)) return EFAULT;
 
   auto mr = std::make_unique<Mr>();
   mr->pd = pd;

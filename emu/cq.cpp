@@ -27,14 +27,16 @@ int Cq::poll_locked(int n, ibv_wc* out) {
 
 int Cq::poll(int n, ibv_wc* out) {
   if (n < 0 || (n > 0 && out == nullptr)) return -EINVAL;
-  std::lock_guard lock(poll_lock_);
-  int got = poll_locked(n, out);
-  if (got == 0 && n > 0) {
-    // Nothing yet: move the network along ourselves rather than wait for a thread hand-off.
-    context_.node().progress();
-    got = poll_locked(n, out);
+  {
+    std::lock_guard lock(poll_lock_);
+    int got = poll_locked(n, out);
+    if (got != 0 || n == 0) return got;
   }
-  return got;
+  // Nothing yet: move the network along ourselves rather than wait for a thread hand-off
+  // (outside the poll lock, so that other pollers are not held up meanwhile).
+  context_.node().progress();
+  std::lock_guard lock(poll_lock_);
+  return poll_locked(n, out);
 }
 
 int Cq::req_notify(bool solicited_only) {

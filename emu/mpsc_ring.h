@@ -58,7 +58,7 @@ class MpscRing {
       }
     }
     for (size_t i = 0; i <= mask_; ++i) cells_[i].~Cell();
-    ::operator delete(cells_, std::align_val_t{kAlign});
+    ::operator delete (cells_, std::align_val_t{kAlign});
   }
 
   MpscRing(const MpscRing&) = delete;
@@ -129,8 +129,9 @@ class MpscRing {
   size_t capacity() const { return mask_ + 1; }
 
  private:
-  // See SpscRing: a constant rather than std::hardware_destructive_interference_size.
-  static constexpr size_t kCacheLine = 64;
+  // Separation between data written by different sides: 128 bytes, a pair of lines, as the
+  // x86 spatial prefetchers move lines in pairs (see SpscRing::kInterferenceSize).
+  static constexpr size_t kInterferenceSize = 128;
 
   // Cells are not padded to a line each: with small elements that would multiply the
   // memory several times, and producers on neighbouring positions rarely write them at
@@ -142,8 +143,9 @@ class MpscRing {
     T* value() { return std::launder(reinterpret_cast<T*>(storage)); }
   };
 
-  // Alignment of the cell array: a whole line, or more for an over-aligned T.
-  static constexpr size_t kAlign = alignof(Cell) > kCacheLine ? alignof(Cell) : kCacheLine;
+  // Alignment of the cell array: a whole unit, or more for an over-aligned T.
+  static constexpr size_t kAlign = alignof(Cell) > kInterferenceSize ? alignof(Cell)
+                                                                     : kInterferenceSize;
 
   static size_t round_up_capacity(size_t min_capacity) {
     // Bounded so that neither the rounding nor the byte count can overflow, and so that
@@ -156,10 +158,11 @@ class MpscRing {
     return std::bit_ceil(min_capacity < 2 ? size_t{2} : min_capacity);
   }
 
-  // Aligned to, and sized in, whole cache lines so no other object shares the end lines.
+  // Aligned to, and sized in, whole 128-byte units so no other object shares the end lines.
   static Cell* allocate_cells(size_t capacity) {
-    const size_t bytes = (capacity * sizeof(Cell) + kCacheLine - 1) / kCacheLine * kCacheLine;
-    Cell* cells = static_cast<Cell*>(::operator new(bytes, std::align_val_t{kAlign}));
+    const size_t bytes =
+        (capacity * sizeof(Cell) + kInterferenceSize - 1) / kInterferenceSize * kInterferenceSize;
+    Cell* cells = static_cast<Cell*>(::operator new (bytes, std::align_val_t{kAlign}));
     for (size_t i = 0; i < capacity; ++i) {
       ::new (static_cast<void*>(&cells[i])) Cell{};
       // Slot i is free for position i.
@@ -172,9 +175,9 @@ class MpscRing {
   Cell* const cells_;
 
   // Shared by all producers.
-  alignas(kCacheLine) std::atomic<size_t> tail_{0};
+  alignas(kInterferenceSize) std::atomic<size_t> tail_{0};
   // Written by the consumer only (atomic so that size() may read it from anywhere).
-  alignas(kCacheLine) std::atomic<size_t> head_{0};
+  alignas(kInterferenceSize) std::atomic<size_t> head_{0};
 };
 
 }  // namespace emu

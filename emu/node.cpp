@@ -82,6 +82,8 @@ void Node::unregister_qp(uint32_t qpn) {
   qps_[slot].store(nullptr, std::memory_order_seq_cst);
   // Wait for the threads that may have found the QP before it was unpublished.
   while (readers_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  // Frames it sent may still point into its send queue (inline data).
+  transport_->quiesce();
   std::lock_guard lock(qp_alloc_mutex_);
   free_qp_slots_.push_back(slot);
 }
@@ -142,6 +144,9 @@ void Node::defer_send(uint32_t qpn) {
   }
   deferred_.push_back(qpn);
   has_deferred_.store(true, std::memory_order_release);
+  // Back-pressure is rare: wake the progress thread so a program blocked in a wait still
+  // sees the send go out.
+  timer_cv_.notify_one();
 }
 
 void Node::run_due_timers() {
@@ -190,13 +195,14 @@ void Node::progress() {
 }
 
 void Node::progress_thread_main() {
-  // Sleeps until the next timer, or briefly when the transport may have work, so that a
-  // program blocked in a completion channel still sees retransmissions and timeouts.
+  // Sleeps until the next timer (or a deferred send), so that a program blocked in a
+  // completion channel still sees retransmissions and timeouts. The periodic wake-up is a
+  // safety net only: every frame handed to a transport is followed by a progress call.
+  constexpr auto kIdle = std::chrono::milliseconds(100);
   std::unique_lock lock(timer_mutex_);
   while (!stopping_.load()) {
-    auto wake = timers_.empty() ? Clock::now() + std::chrono::milliseconds(10)
-                                : std::min(timers_.top().deadline,
-                                           Clock::now() + std::chrono::milliseconds(10));
+    auto wake = timers_.empty() ? Clock::now() + kIdle
+                                : std::min(timers_.top().deadline, Clock::now() + kIdle);
     timer_cv_.wait_until(lock, wake);
     if (stopping_.load()) break;
     lock.unlock();

@@ -182,8 +182,10 @@ int Qp::post_send(const ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       ++sq_tail_;
     }
     st = state();
-    if (st == IBV_QPS_ERR || st == IBV_QPS_SQE) {
+    if (st == IBV_QPS_ERR) {
       flush_locked();  // posting in the error state completes with WR_FLUSH_ERR
+    } else if (st == IBV_QPS_SQE) {
+      flush_send_locked();
     } else {
       transmit_locked();
     }
@@ -256,15 +258,29 @@ void Qp::complete_recv(const RecvWqe& w, ibv_wc_status status, ibv_wc_opcode opc
 }
 
 void Qp::flush_locked() {
-  for (; sq_head_ != sq_tail_; ++sq_head_) {
-    complete_send(sq_[sq_head_ & sq_mask_], IBV_WC_WR_FLUSH_ERR, 0);
-  }
-  sq_next_ = sq_head_;
-  rd_atomic_in_flight_ = 0;
+  flush_send_locked();
   if (rq_) {
     RecvWqe w;
     while (rq_->try_pop(w)) complete_recv(w, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr, false);
   }
+}
+
+void Qp::flush_send_locked() {
+  for (; sq_head_ != sq_tail_; ++sq_head_) {
+    complete_send(sq_[sq_head_ & sq_mask_], IBV_WC_WR_FLUSH_ERR, 0);
+  }
+  sq_next_ = sq_head_;
+  sq_sent_high_ = sq_head_;
+  rd_atomic_in_flight_ = 0;
+}
+
+void Qp::to_sq_error_locked() {
+  // UD and UC: a send error stops the send queue only; receives go on (IBA 10.3.1.9).
+  state_.store(IBV_QPS_SQE, std::memory_order_release);
+  attr_.qp_state = IBV_QPS_SQE;
+  ++timer_token_;
+  waiting_retry_ = false;
+  flush_send_locked();
 }
 
 void Qp::to_error_locked() {
@@ -282,7 +298,7 @@ void Qp::to_error_locked() {
 
 void Qp::reset_locked() {
   // Moving to RESET discards every work request without a completion (ibv_modify_qp).
-  sq_head_ = sq_next_ = sq_tail_ = 0;
+  sq_head_ = sq_next_ = sq_tail_ = sq_sent_high_ = 0;
   if (rq_) {
     RecvWqe w;
     while (rq_->try_pop(w)) {
@@ -302,7 +318,7 @@ void Qp::reset_locked() {
 }
 
 void Qp::maybe_sq_drained_locked() {
-  if (sq_drained_pending_ && state() == IBV_QPS_SQD && sq_head_ == sq_next_) {
+  if (sq_drained_pending_ && state() == IBV_QPS_SQD && sq_head_ >= sqd_limit_) {
     sq_drained_pending_ = false;
     context_.raise(AsyncEvent{IBV_EVENT_SQ_DRAINED, nullptr, this, nullptr, 0});
   }

@@ -72,6 +72,9 @@ class Qp : public ApiHandle {
   // requester.cpp
   void transmit_locked();
   void retire_local_answers_locked();
+  void advance_next_locked() {
+    if (++sq_next_ > sq_sent_high_) sq_sent_high_ = sq_next_;
+  }
   bool transmit_one_locked(SendWqe& wqe);
   bool gather_locked(const SendWqe& wqe, iovec* iov, size_t* iovcnt, ibv_wc_status* status);
   // responder.cpp
@@ -95,6 +98,8 @@ class Qp : public ApiHandle {
   // qp.cpp
   void to_error_locked();
   void flush_locked();
+  void flush_send_locked();
+  void to_sq_error_locked();
   void reset_locked();
   void complete_send(const SendWqe& wqe, ibv_wc_status status, uint32_t byte_len);
   void complete_recv(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opcode opcode,
@@ -136,7 +141,8 @@ class Qp : public ApiHandle {
   bool waiting_retry_ = false;         // an RNR or retransmission delay is running
   uint64_t timer_token_ = 0;           // invalidates stale timers
   bool sq_drained_pending_ = false;    // SQD requested an SQ_DRAINED event
-  uint64_t sqd_limit_ = 0;             // sq_next_ when the QP entered SQD
+  uint64_t sq_sent_high_ = 0;          // furthest sq_next_ ever reached (rewinds keep it)
+  uint64_t sqd_limit_ = 0;             // WQEs before it had been transmitted when SQD began
 
   // Receive queue: posted lock-free by any thread, taken by the responder under lock_.
   std::unique_ptr<MpscRing<RecvWqe>> rq_;

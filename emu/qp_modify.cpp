@@ -1,5 +1,6 @@
 // ibv_modify_qp / ibv_query_qp: the state machine of qp_state_table.cpp applied, with every
 // attribute value checked before anything changes.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -121,7 +122,7 @@ void Qp::apply_modify_locked(const ibv_qp_attr& a, int mask, ibv_qp_state next,
     retries_left_ = attr_.retry_cnt;
   }
   if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD) {
-    sqd_limit_ = sq_next_;
+    sqd_limit_ = std::max(sq_next_, sq_sent_high_);
     sq_drained_pending_ = attr_.en_sqd_async_notify != 0;
     maybe_sq_drained_locked();
   }
@@ -159,7 +160,7 @@ int Qp::query(ibv_qp_attr* attr, int /*mask*/, QpInitAttr* init) {
   attr->qp_state = state();
   attr->cur_qp_state = attr->qp_state;
   attr->cap = cap_;
-  attr->sq_draining = state() == IBV_QPS_SQD && sq_head_ != sq_next_;
+  attr->sq_draining = state() == IBV_QPS_SQD && sq_head_ < sqd_limit_;
   if (init != nullptr) {
     init->send_cq = send_cq_;
     init->recv_cq = recv_cq_;

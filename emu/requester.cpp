@@ -48,7 +48,11 @@ void Qp::fail_send_locked(SendWqe& w, ibv_wc_status status) {
   ++sq_head_;
   if (sq_next_ < sq_head_) sq_next_ = sq_head_;
   if (is_rd_atomic(w.opcode) && rd_atomic_in_flight_ > 0) --rd_atomic_in_flight_;
-  to_error_locked();
+  if (type_ == IBV_QPT_RC) {
+    to_error_locked();
+  } else {
+    to_sq_error_locked();
+  }
 }
 
 bool Qp::transmit_one_locked(SendWqe& w) {
@@ -68,7 +72,7 @@ bool Qp::transmit_one_locked(SendWqe& w) {
     // Completions stay in order: the error is reported once earlier WQEs have completed.
     w.answered_locally = true;
     w.local_status = status;
-    ++sq_next_;
+    advance_next_locked();
     retire_local_answers_locked();
     return false;
   }
@@ -137,7 +141,7 @@ bool Qp::transmit_one_locked(SendWqe& w) {
       // An unreliable message to nowhere is simply lost; locally it completes.
       w.answered_locally = true;
       w.local_status = IBV_WC_SUCCESS;
-      ++sq_next_;
+      advance_next_locked();
       retire_local_answers_locked();
       return true;
     }
@@ -145,7 +149,7 @@ bool Qp::transmit_one_locked(SendWqe& w) {
     FrameHeader nak = h;
     nak.op = FrameOp::kNak;
     nak.nak = NakCode::kUnavailable;
-    ++sq_next_;
+    advance_next_locked();
     if (is_rd_atomic(w.opcode)) ++rd_atomic_in_flight_;
     handle_nak_locked(nak);
     return false;
@@ -154,7 +158,7 @@ bool Qp::transmit_one_locked(SendWqe& w) {
     node().defer_send(qpn_);
     return false;
   }
-  ++sq_next_;
+  advance_next_locked();
   if (is_rd_atomic(w.opcode)) ++rd_atomic_in_flight_;
   return true;
 }

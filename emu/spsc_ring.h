@@ -7,7 +7,7 @@
 //  - the capacity is the requested one rounded up to a power of two, so that an index maps
 //    to its slot with a mask, and every slot is usable (the indices run freely and the ring
 //    is full when they are exactly `capacity` apart, so no slot is sacrificed);
-//  - the producer's index and the consumer's index live on different cache lines, and each
+//  - the producer's index and the consumer's index live 128 bytes apart, and each
 //    side keeps a private copy of the other side's index next to its own. A side reads the
 //    other's (contended) line only when its copy says the ring is full (producer) or empty
 //    (consumer), so in steady streaming the two cores mostly exchange the slot lines only.
@@ -47,7 +47,7 @@ class SpscRing {
       const size_t tail = tail_.load(std::memory_order_relaxed);
       for (size_t i = head_.load(std::memory_order_relaxed); i != tail; ++i) slot(i)->~T();
     }
-    ::operator delete(slots_, std::align_val_t{kAlign});
+    ::operator delete (slots_, std::align_val_t{kAlign});
   }
 
   SpscRing(const SpscRing&) = delete;
@@ -104,8 +104,8 @@ class SpscRing {
     head_.store(head + 1, std::memory_order_release);
   }
 
-  // Number of elements. Exact when called by either side with the other one idle; under
-  // concurrency a value that was true at some instant during the call.
+  // Number of elements. Exact when neither side is running concurrently; otherwise an
+  // estimate between 0 and capacity() that may already be stale.
   size_t size() const {
     // Reading head first guarantees tail >= head (tail only ever moves past head), so the
     // difference cannot underflow; it is clamped because head may have moved meanwhile
@@ -121,45 +121,50 @@ class SpscRing {
   size_t capacity() const { return mask_ + 1; }
 
  private:
-  // 64 is the line size of every x86-64 and most Arm cores; a constant rather than
+  // The separation between data written by different sides: two 64-byte lines, not one,
+  // because x86 spatial prefetchers fetch lines in aligned 128-byte pairs (documented for
+  // Intel; measured on the AMD EPYC the project is benchmarked on, where 64 made this ring
+  // markedly slower in ring_bench): data merely adjacent to a line the other core writes
+  // would keep being pulled across. A constant rather than
   // std::hardware_destructive_interference_size, whose value GCC warns may change between
-  // compiler versions (and so between translation units).
-  static constexpr size_t kCacheLine = 64;
-  // Alignment of the slot array: a whole line, or more for an over-aligned T.
-  static constexpr size_t kAlign = alignof(T) > kCacheLine ? alignof(T) : kCacheLine;
+  // compiler versions (it is also 64 there).
+  static constexpr size_t kInterferenceSize = 128;
+  // Alignment of the slot array: a whole unit, or more for an over-aligned T.
+  static constexpr size_t kAlign = alignof(T) > kInterferenceSize ? alignof(T) : kInterferenceSize;
 
   static size_t round_up_capacity(size_t min_capacity) {
     // Bounded so that neither the rounding nor the byte count can overflow.
-    constexpr size_t kMaxCapacity = (size_t{1} << (std::numeric_limits<size_t>::digits - 2)) /
-                                    sizeof(T);
+    constexpr size_t kMaxCapacity =
+        (size_t{1} << (std::numeric_limits<size_t>::digits - 2)) / sizeof(T);
     if (min_capacity > kMaxCapacity) {
       throw std::length_error("emu::SpscRing: capacity too large");
     }
     return std::bit_ceil(min_capacity == 0 ? size_t{1} : min_capacity);
   }
 
-  // The slot array is aligned to, and its size rounded up to, whole cache lines, so no
-  // other object shares a line with the first or last slots.
+  // The slot array is aligned to, and its size rounded up to, whole (128-byte) units, so no
+  // other object shares a line, or a prefetched pair of lines, with the first or last slots.
   static T* allocate_slots(size_t capacity) {
-    const size_t bytes = (capacity * sizeof(T) + kCacheLine - 1) / kCacheLine * kCacheLine;
-    return static_cast<T*>(::operator new(bytes, std::align_val_t{kAlign}));
+    const size_t bytes =
+        (capacity * sizeof(T) + kInterferenceSize - 1) / kInterferenceSize * kInterferenceSize;
+    return static_cast<T*>(::operator new (bytes, std::align_val_t{kAlign}));
   }
 
   T* slot(size_t index) const { return slots_ + (index & mask_); }
 
-  // Written once, then only read by both sides: this line stays shared in both caches.
+  // Written once, then only read by both sides: this unit stays shared in both caches.
   const size_t mask_;
   T* const slots_;
 
-  // Producer's line: its own index, and its copy of the consumer's index.
-  alignas(kCacheLine) std::atomic<size_t> tail_{0};
+  // Producer's unit: its own index, and its copy of the consumer's index.
+  alignas(kInterferenceSize) std::atomic<size_t> tail_{0};
   size_t head_cache_ = 0;
 
-  // Consumer's line: its own index, and its copy of the producer's index.
-  alignas(kCacheLine) std::atomic<size_t> head_{0};
+  // Consumer's unit: its own index, and its copy of the producer's index.
+  alignas(kInterferenceSize) std::atomic<size_t> head_{0};
   size_t tail_cache_ = 0;
   // No trailing padding needed: the alignas above make sizeof(SpscRing) a multiple of the
-  // line size, so nothing else is placed on the consumer's line.
+  // unit, so nothing else is placed next to the consumer's index.
 };
 
 }  // namespace emu

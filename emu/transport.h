@@ -109,6 +109,9 @@ class Transport {
   // Moves pending frames (called by polling calls and by the node's progress thread).
   // Returns the number of frames delivered.
   virtual size_t progress() = 0;
+  // Returns once no frame handed to send() before the call still references its payload:
+  // a QP being destroyed may have its memory freed right after.
+  virtual void quiesce() = 0;
 };
 
 }  // namespace emu

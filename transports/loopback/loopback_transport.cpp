@@ -141,6 +141,16 @@ class Fabric {
 
   size_t drain();
 
+  // Delivers everything queued, waiting for a concurrent drainer if need be.
+  void quiesce() {
+    drain_lock_.lock();
+    drain_lock_.unlock();
+    drain();
+    // A drainer that started after our drain gave way may still run: wait it out too.
+    drain_lock_.lock();
+    drain_lock_.unlock();
+  }
+
  private:
   std::atomic<LoopbackTransport*> nodes_[kMaxNodes] = {};
   std::mutex attach_mutex_;
@@ -227,6 +237,7 @@ class LoopbackTransport : public Transport {
   }
 
   size_t progress() override { return Fabric::instance().drain(); }
+  void quiesce() override { Fabric::instance().quiesce(); }
 
  private:
   uint32_t index_;
