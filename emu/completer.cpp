@@ -10,34 +10,6 @@
 
 namespace emu {
 
-namespace {
-
-bool is_rd_atomic(ibv_wr_opcode op) {
-  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
-class BytesSource : public PayloadSource {
- public:
-  BytesSource(const void* p, size_t n) : p_(static_cast<const uint8_t*>(p)), n_(n) {}
-  size_t size() const override { return n_; }
-  void read(void* dst, size_t len) override {
-    std::memcpy(dst, p_, len);
-    p_ += len;
-    n_ -= len;
-  }
-  void skip(size_t len) override {
-    p_ += len;
-    n_ -= len;
-  }
-
- private:
-  const uint8_t* p_;
-  size_t n_;
-};
-
-}  // namespace
-
 void Qp::retire_head_locked(ibv_wc_status status, uint32_t byte_len) {
   SendWqe& w = sq_[sq_head_ & sq_mask_];
   if (is_rd_atomic(w.opcode) && rd_atomic_in_flight_ > 0) --rd_atomic_in_flight_;

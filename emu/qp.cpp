@@ -20,11 +20,6 @@ namespace {
 
 uint32_t round_up_pow2(uint32_t n) { return n <= 1 ? 1 : std::bit_ceil(n); }
 
-bool is_rd_atomic(ibv_wr_opcode op) {
-  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
 bool opcode_allowed(ibv_qp_type type, ibv_wr_opcode op) {
   switch (op) {
     case IBV_WR_SEND:

@@ -9,15 +9,6 @@
 
 namespace emu {
 
-namespace {
-
-bool is_rd_atomic(ibv_wr_opcode op) {
-  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
-}  // namespace
-
 bool Qp::gather_locked(const SendWqe& w, iovec* iov, size_t* iovcnt, ibv_wc_status* status) {
   if (w.is_inline) {
     iov[0] = iovec{const_cast<uint8_t*>(w.inline_data), w.length};

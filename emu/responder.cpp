@@ -17,25 +17,6 @@ namespace emu {
 
 namespace {
 
-class BytesSource : public PayloadSource {
- public:
-  BytesSource(const void* p, size_t n) : p_(static_cast<const uint8_t*>(p)), n_(n) {}
-  size_t size() const override { return n_; }
-  void read(void* dst, size_t len) override {
-    std::memcpy(dst, p_, len);
-    p_ += len;
-    n_ -= len;
-  }
-  void skip(size_t len) override {
-    p_ += len;
-    n_ -= len;
-  }
-
- private:
-  const uint8_t* p_;
-  size_t n_;
-};
-
 // The 40-byte IPv6-format GRH that UD receive buffers start with (RoCE v1 layout).
 void build_grh(uint8_t* grh, uint32_t payload_len, const Gid& sgid, const Gid& dgid) {
   std::memset(grh, 0, kGrhBytes);

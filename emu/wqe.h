@@ -18,6 +18,12 @@ struct RecvWqe {
 
 struct Ah;
 
+// READ and atomics: answered with data, limited by the initiator depth, waited for by fences.
+inline bool is_rd_atomic(ibv_wr_opcode op) {
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
 struct SendWqe {
   uint64_t wr_id = 0;
   ibv_wr_opcode opcode{};
