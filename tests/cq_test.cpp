@@ -1,0 +1,420 @@
+// Completion queues and completion channels, as ibv_create_cq(3), ibv_req_notify_cq(3),
+// ibv_get_cq_event(3), ibv_create_comp_channel(3) and ibv_get_async_event(3) describe them.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <future>
+#include <string>
+#include <thread>
+
+#include "emu/async_events.h"
+#include "tests/engine_fixture.h"
+
+namespace emu_test {
+namespace {
+
+using emu::CompChannel;
+
+// True when fd becomes readable within timeout_ms (0: right now).
+bool readable(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  int n;
+  do {
+    n = ::poll(&p, 1, timeout_ms);
+  } while (n < 0 && errno == EINTR);
+  return n == 1 && (p.revents & POLLIN) != 0;
+}
+
+// Waits (bounded) until the thread tid sleeps in the kernel, i.e. is blocked in its read().
+bool wait_until_sleeping(pid_t tid) {
+  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream f(path);
+    std::string stat;
+    std::getline(f, stat);
+    // The state follows the parenthesised command name: "tid (comm) S ...".
+    size_t close = stat.rfind(')');
+    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'S') {
+      return true;
+    }
+    std::this_thread::yield();
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CompletionQueue
+
+class CompletionQueue : public EngineTest {
+ protected:
+  // A QP that the test destroys itself (the fixture would destroy it only at the end).
+  Qp* untracked_qp(Cq* send_cq, Cq* recv_cq) {
+    emu::QpInitAttr init;
+    init.send_cq = send_cq;
+    init.recv_cq = recv_cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap.max_send_wr = 8;
+    init.cap.max_recv_wr = 8;
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_sge = 1;
+    Qp* qp = nullptr;
+    EXPECT_EQ(ctx->create_qp(pd, init, &qp), 0);
+    return qp;
+  }
+};
+
+TEST_F(CompletionQueue, CreateWithZeroOrNegativeEntriesIsInvalid) {
+  Cq* c = nullptr;
+  EXPECT_EQ(ctx->create_cq(0, nullptr, nullptr, 0, &c), EINVAL);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_EQ(ctx->create_cq(-1, nullptr, nullptr, 0, &c), EINVAL);
+  EXPECT_EQ(c, nullptr);
+}
+
+TEST_F(CompletionQueue, CreateAboveDeviceMaxCqeIsInvalid) {
+  const int max_cqe = Context::device_attr().max_cqe;
+  ASSERT_GT(max_cqe, 0);
+  Cq* c = nullptr;
+  EXPECT_EQ(ctx->create_cq(max_cqe + 1, nullptr, nullptr, 0, &c), EINVAL);
+  EXPECT_EQ(c, nullptr);
+}
+
+TEST_F(CompletionQueue, CapacityIsAtLeastTheRequestedEntries) {
+  const int max_cqe = Context::device_attr().max_cqe;
+  for (int cqe : {1, 2, 3, 5, 64, 100, 1000, 4097, max_cqe}) {
+    Cq* c = create_cq(cqe);
+    ASSERT_NE(c, nullptr) << "cqe " << cqe;
+    EXPECT_GE(c->capacity(), static_cast<uint32_t>(cqe)) << "cqe " << cqe;
+  }
+}
+
+TEST_F(CompletionQueue, CqContextIsKept) {
+  int tag = 0;
+  Cq* c = nullptr;
+  ASSERT_EQ(ctx->create_cq(4, &tag, nullptr, 0, &c), 0);
+  EXPECT_EQ(c->cq_context(), &tag);
+  EXPECT_EQ(ctx->destroy_cq(c), 0);
+}
+
+TEST_F(CompletionQueue, OverrunRaisesExactlyOneCqErrEvent) {
+  Cq* small = create_cq(4);
+  ASSERT_NE(small, nullptr);
+  const uint32_t cap = small->capacity();
+  const uint32_t n = cap + 8;  // several completions more than the CQ holds, never polled
+  QpOptions oa;
+  oa.send_cq = small;
+  oa.max_send_wr = n;
+  auto [a, b] = connected_pair(oa);
+  std::vector<uint64_t> target(n, 0);
+  uint64_t src = 0x0123456789abcdefULL;
+  Mr* mt = reg(target.data(), target.size() * sizeof(uint64_t));
+  Mr* ms = reg(&src, sizeof(src));
+  for (uint32_t i = 0; i < n; ++i) {
+    ASSERT_EQ(post_send(a, i, IBV_WR_RDMA_WRITE, &src, sizeof(src), ms,
+                        reinterpret_cast<uint64_t>(&target[i]), mt->rkey),
+              0)
+        << "write " << i;
+  }
+  ASSERT_TRUE(ctx->async_events().wait(2000)) << "no async event after the CQ overran";
+  emu::AsyncEvent ev;
+  ASSERT_TRUE(ctx->async_events().get(&ev));
+  EXPECT_EQ(ev.type, IBV_EVENT_CQ_ERR);
+  EXPECT_EQ(ev.cq, small);
+  // Let every remaining write complete (each one overruns again); no second event may come.
+  drain(cq);
+  EXPECT_EQ(target[n - 1], src) << "the last write never executed";
+  drain(cq);
+  EXPECT_EQ(ctx->async_events().pending(), 0u);
+  EXPECT_FALSE(ctx->async_events().wait(0));
+}
+
+TEST_F(CompletionQueue, DestroyWhileAQpUsesItIsBusy) {
+  Cq* scq = nullptr;
+  Cq* rcq = nullptr;
+  ASSERT_EQ(ctx->create_cq(16, nullptr, nullptr, 0, &scq), 0);
+  ASSERT_EQ(ctx->create_cq(16, nullptr, nullptr, 0, &rcq), 0);
+  Qp* qp = untracked_qp(scq, rcq);
+  ASSERT_NE(qp, nullptr);
+  EXPECT_EQ(ctx->destroy_cq(scq), EBUSY);  // used as a send CQ
+  EXPECT_EQ(ctx->destroy_cq(rcq), EBUSY);  // used as a receive CQ
+  EXPECT_EQ(ctx->destroy_qp(qp), 0);
+  EXPECT_EQ(ctx->destroy_cq(scq), 0);
+  EXPECT_EQ(ctx->destroy_cq(rcq), 0);
+}
+
+TEST_F(CompletionQueue, DestroyIsBusyUntilTheLastQpIsGone) {
+  Cq* shared = nullptr;
+  ASSERT_EQ(ctx->create_cq(16, nullptr, nullptr, 0, &shared), 0);
+  Qp* q1 = untracked_qp(shared, shared);
+  Qp* q2 = untracked_qp(shared, cq);
+  ASSERT_NE(q1, nullptr);
+  ASSERT_NE(q2, nullptr);
+  EXPECT_EQ(ctx->destroy_cq(shared), EBUSY);
+  EXPECT_EQ(ctx->destroy_qp(q1), 0);
+  EXPECT_EQ(ctx->destroy_cq(shared), EBUSY);
+  EXPECT_EQ(ctx->destroy_qp(q2), 0);
+  EXPECT_EQ(ctx->destroy_cq(shared), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CompletionChannel
+
+class CompletionChannel : public EngineTest {
+ protected:
+  void TearDown() override {
+    // CQs go before the channels they are attached to; the fixture does the rest.
+    for (auto it = qps.rbegin(); it != qps.rend(); ++it) EXPECT_EQ(ctx->destroy_qp(*it), 0);
+    qps.clear();
+    for (Cq* c : extra_cqs) EXPECT_EQ(ctx->destroy_cq(c), 0);
+    extra_cqs.clear();
+    for (CompChannel* ch : channels) EXPECT_EQ(ctx->destroy_comp_channel(ch), 0);
+    EngineTest::TearDown();
+  }
+
+  CompChannel* channel() {
+    CompChannel* ch = nullptr;
+    EXPECT_EQ(ctx->create_comp_channel(&ch), 0);
+    if (ch) channels.push_back(ch);
+    return ch;
+  }
+
+  // A connected pair whose requester reports its send completions to send_cq, with a
+  // target region for RDMA writes.
+  struct Writer {
+    Qp* a;
+    Qp* b;
+    Mr* src_mr;
+    Mr* dst_mr;
+  };
+  Writer writer(Cq* send_cq) {
+    QpOptions oa;
+    oa.send_cq = send_cq;
+    auto [a, b] = connected_pair(oa);
+    return Writer{a, b, reg(src_, sizeof(src_)), reg(dst_, sizeof(dst_))};
+  }
+  int write(const Writer& w, uint64_t wr_id) {
+    return post_send(w.a, wr_id, IBV_WR_RDMA_WRITE, src_, 8, w.src_mr,
+                     reinterpret_cast<uint64_t>(dst_), w.dst_mr->rkey);
+  }
+
+  std::vector<CompChannel*> channels;
+  char src_[64] = "payload";
+  char dst_[64] = {};
+};
+
+TEST_F(CompletionChannel, UnarmedCqDoesNotSignal) {
+  CompChannel* ch = channel();
+  Cq* scq = create_cq(16, ch);
+  Writer w = writer(scq);
+  ASSERT_EQ(write(w, 1), 0);
+  EXPECT_EQ(poll_one(scq).status, IBV_WC_SUCCESS);
+  EXPECT_FALSE(readable(ch->fd(), 50));
+}
+
+TEST_F(CompletionChannel, ArmedCqSignalsOnceForTheNextCompletion) {
+  CompChannel* ch = channel();
+  Cq* scq = create_cq(16, ch);
+  Writer w = writer(scq);
+  ASSERT_EQ(scq->req_notify(false), 0);
+  EXPECT_FALSE(readable(ch->fd(), 0)) << "arming alone must not signal";
+
+  ASSERT_EQ(write(w, 1), 0);
+  ASSERT_TRUE(readable(ch->fd(), 2000)) << "no completion event";
+  EXPECT_EQ(ch->get_event(), scq);
+  ibv_wc wc = poll_one(scq);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_FALSE(readable(ch->fd(), 0)) << "one completion, one event";
+
+  // One shot: the next completions, without a new request, produce no event.
+  ASSERT_EQ(write(w, 2), 0);
+  ASSERT_EQ(write(w, 3), 0);
+  auto wcs = poll_n(scq, 2);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_FALSE(readable(ch->fd(), 50)) << "event without a new ibv_req_notify_cq";
+
+  // Re-armed, it fires again.
+  ASSERT_EQ(scq->req_notify(false), 0);
+  ASSERT_EQ(write(w, 4), 0);
+  ASSERT_TRUE(readable(ch->fd(), 2000)) << "no event after re-arming";
+  EXPECT_EQ(ch->get_event(), scq);
+  EXPECT_EQ(poll_one(scq).wr_id, 4u);
+}
+
+TEST_F(CompletionChannel, SeveralCompletionsAfterOneArmingGiveOneEvent) {
+  CompChannel* ch = channel();
+  Cq* scq = create_cq(16, ch);
+  Writer w = writer(scq);
+  ASSERT_EQ(scq->req_notify(false), 0);
+  for (uint64_t i = 0; i < 5; ++i) ASSERT_EQ(write(w, i), 0);
+  ASSERT_EQ(poll_n(scq, 5).size(), 5u);
+  ASSERT_TRUE(readable(ch->fd(), 2000));
+  EXPECT_EQ(ch->get_event(), scq);
+  EXPECT_FALSE(readable(ch->fd(), 50));
+}
+
+TEST_F(CompletionChannel, FdIsReadableUnderEpoll) {
+  CompChannel* ch = channel();
+  Cq* scq = create_cq(16, ch);
+  Writer w = writer(scq);
+  int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(ep, 0);
+  epoll_event want{};
+  want.events = EPOLLIN;
+  want.data.u64 = 42;
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, ch->fd(), &want), 0);
+  epoll_event got{};
+  EXPECT_EQ(::epoll_wait(ep, &got, 1, 0), 0) << "readable before any completion";
+
+  ASSERT_EQ(scq->req_notify(false), 0);
+  ASSERT_EQ(write(w, 7), 0);
+  ASSERT_EQ(::epoll_wait(ep, &got, 1, 2000), 1);
+  EXPECT_EQ(got.data.u64, 42u);
+  EXPECT_TRUE(got.events & EPOLLIN);
+  EXPECT_EQ(ch->get_event(), scq);
+  EXPECT_EQ(::epoll_wait(ep, &got, 1, 0), 0) << "still readable after the event was read";
+  EXPECT_EQ(poll_one(scq).wr_id, 7u);
+  ::close(ep);
+}
+
+TEST_F(CompletionChannel, SolicitedOnlyFiresForSolicitedReceiveAndForErrors) {
+  CompChannel* rch = channel();
+  CompChannel* sch = channel();
+  Cq* rcq = create_cq(16, rch);
+  Cq* scq = create_cq(16, sch);
+  QpOptions oa;
+  oa.send_cq = scq;
+  QpOptions ob;
+  ob.recv_cq = rcq;
+  auto [a, b] = connected_pair(oa, ob);
+  char src[32] = "message";
+  char dst[4][32] = {};
+  Mr* ms = reg(src, sizeof(src));
+  Mr* md = reg(dst, sizeof(dst));
+
+  ASSERT_EQ(rcq->req_notify(true), 0);
+  ASSERT_EQ(scq->req_notify(true), 0);
+
+  // An unsolicited successful receive, and a successful send: neither is solicited.
+  ASSERT_EQ(post_recv(b, 10, dst[0], 32, md), 0);
+  ASSERT_EQ(post_send(a, 20, IBV_WR_SEND, src, 8, ms), 0);
+  ibv_wc r = poll_one(rcq);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r.wr_id, 10u);
+  EXPECT_EQ(poll_one(scq).status, IBV_WC_SUCCESS);
+  EXPECT_FALSE(readable(rch->fd(), 50)) << "event for an unsolicited receive";
+  EXPECT_FALSE(readable(sch->fd(), 0)) << "event for a successful send completion";
+
+  // A receive of a message sent with IBV_SEND_SOLICITED is solicited; its send side is not.
+  ASSERT_EQ(post_recv(b, 11, dst[1], 32, md), 0);
+  ASSERT_EQ(post_send(a, 21, IBV_WR_SEND, src, 8, ms, 0, 0, IBV_SEND_SIGNALED | IBV_SEND_SOLICITED),
+            0);
+  ASSERT_TRUE(readable(rch->fd(), 2000)) << "no event for a solicited receive";
+  EXPECT_EQ(rch->get_event(), rcq);
+  r = poll_one(rcq);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r.wr_id, 11u);
+  EXPECT_EQ(poll_one(scq).status, IBV_WC_SUCCESS);
+  EXPECT_FALSE(readable(sch->fd(), 50)) << "event for a successful (solicited) send";
+
+  // An unsuccessful completion is solicited: a receive flushed when the QP enters ERR.
+  ASSERT_EQ(rcq->req_notify(true), 0);
+  ASSERT_EQ(post_recv(b, 12, dst[2], 32, md), 0);
+  EXPECT_FALSE(readable(rch->fd(), 0));
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(b->modify(err, IBV_QP_STATE), 0);
+  ASSERT_TRUE(readable(rch->fd(), 2000)) << "no event for an error completion";
+  EXPECT_EQ(rch->get_event(), rcq);
+  r = poll_one(rcq);
+  EXPECT_EQ(r.wr_id, 12u);
+  EXPECT_EQ(r.status, IBV_WC_WR_FLUSH_ERR);
+}
+
+TEST_F(CompletionChannel, SolicitedOnlyFiresForAnErrorSendCompletion) {
+  CompChannel* ch = channel();
+  Cq* scq = create_cq(16, ch);
+  Writer w = writer(scq);
+  ASSERT_EQ(scq->req_notify(true), 0);
+  ASSERT_EQ(write(w, 1), 0);
+  EXPECT_EQ(poll_one(scq).status, IBV_WC_SUCCESS);
+  EXPECT_FALSE(readable(ch->fd(), 50));
+  // A write into a region that grants no remote write fails at the responder.
+  char closed[16] = {};
+  Mr* ro = reg(closed, sizeof(closed), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(post_send(w.a, 2, IBV_WR_RDMA_WRITE, src_, 8, w.src_mr,
+                      reinterpret_cast<uint64_t>(closed), ro->rkey),
+            0);
+  ASSERT_TRUE(readable(ch->fd(), 2000)) << "no event for an error completion";
+  EXPECT_EQ(ch->get_event(), scq);
+  ibv_wc wc = poll_one(scq);
+  EXPECT_EQ(wc.wr_id, 2u);
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_F(CompletionChannel, BlockedGetEventWakesWhenACompletionArrives) {
+  CompChannel* ch = channel();
+  Cq* scq = create_cq(16, ch);
+  Writer w = writer(scq);
+  ASSERT_EQ(scq->req_notify(false), 0);
+
+  std::atomic<pid_t> tid{0};
+  std::promise<Cq*> result;
+  std::future<Cq*> got = result.get_future();
+  std::thread waiter([&] {
+    tid.store(::gettid());
+    result.set_value(ch->get_event());
+  });
+  while (tid.load() == 0) std::this_thread::yield();
+  EXPECT_TRUE(wait_until_sleeping(tid.load())) << "the waiter never blocked";
+  EXPECT_NE(got.wait_for(std::chrono::milliseconds(0)), std::future_status::ready)
+      << "get_event returned without an event";
+
+  ASSERT_EQ(write(w, 1), 0);
+  bool woke = got.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
+  if (!woke) ch->notify(scq);  // unblock the waiter so that the test can end
+  waiter.join();
+  ASSERT_TRUE(woke) << "get_event did not wake on the completion";
+  EXPECT_EQ(got.get(), scq);
+  EXPECT_EQ(poll_one(scq).status, IBV_WC_SUCCESS);
+}
+
+TEST_F(CompletionChannel, NonBlockingGetEventReturnsNullWhenEmpty) {
+  CompChannel* ch = channel();
+  Cq* scq = create_cq(16, ch);
+  Writer w = writer(scq);
+  int flags = ::fcntl(ch->fd(), F_GETFL);
+  ASSERT_GE(flags, 0);
+  ASSERT_EQ(::fcntl(ch->fd(), F_SETFL, flags | O_NONBLOCK), 0);
+
+  EXPECT_EQ(ch->get_event(), nullptr);
+  ASSERT_EQ(scq->req_notify(false), 0);
+  EXPECT_EQ(ch->get_event(), nullptr);
+  ASSERT_EQ(write(w, 1), 0);
+  ASSERT_TRUE(readable(ch->fd(), 2000));
+  EXPECT_EQ(ch->get_event(), scq);
+  EXPECT_EQ(ch->get_event(), nullptr);
+  EXPECT_EQ(poll_one(scq).status, IBV_WC_SUCCESS);
+}
+
+TEST_F(CompletionChannel, DestroyWithACqAttachedIsBusy) {
+  CompChannel* ch = nullptr;
+  ASSERT_EQ(ctx->create_comp_channel(&ch), 0);
+  Cq* c1 = nullptr;
+  Cq* c2 = nullptr;
+  ASSERT_EQ(ctx->create_cq(8, nullptr, ch, 0, &c1), 0);
+  ASSERT_EQ(ctx->create_cq(8, nullptr, ch, 0, &c2), 0);
+  EXPECT_EQ(ctx->destroy_comp_channel(ch), EBUSY);
+  EXPECT_EQ(ctx->destroy_cq(c1), 0);
+  EXPECT_EQ(ctx->destroy_comp_channel(ch), EBUSY);
+  EXPECT_EQ(ctx->destroy_cq(c2), 0);
+  EXPECT_EQ(ctx->destroy_comp_channel(ch), 0);
+}
+
+}  // namespace
+}  // namespace emu_test

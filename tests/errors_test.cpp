@@ -1,0 +1,731 @@
+// The error behaviour of the engine, as IBA chapters 9-11 and the rdma-core pages define it:
+//   MrProtection   memory keys, bounds and access rights, on both sides of a transfer, and the
+//                  argument checks of ibv_reg_mr(3) / ibv_dealloc_pd(3);
+//   Rnr            receiver-not-ready retries (rnr_retry 0..6, and 7 = for ever);
+//   FlushOnError   every outstanding work request completes exactly once when a QP errs;
+//   RetryExceeded  a peer that never answers ends in IBV_WC_RETRY_EXC_ERR;
+//   AsyncEvents    affiliated events readable through a file descriptor poll(2) can watch.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "tests/engine_fixture.h"
+
+namespace emu_test {
+namespace {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint8_t kCanary = 0xab;
+constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+
+bool all_canary(const uint8_t* p, size_t n) {
+  return std::all_of(p, p + n, [](uint8_t c) { return c == kCanary; });
+}
+
+// The RNR timer of IBA table 45 for the codes these tests use, in microseconds.
+constexpr int64_t kRnrTimer12Us = 640;
+// The local ACK timeout of IBA 9.7.6.1.3: 4.096 us * 2^timeout.
+constexpr int64_t ack_timeout_us(int timeout) {
+  return (int64_t{4096} << timeout) / 1000;
+}
+
+class ErrorTest : public EngineTest {
+ protected:
+  ibv_qp_state state_of(Qp* qp) {
+    ibv_qp_attr a{};
+    emu::QpInitAttr init;
+    EXPECT_EQ(qp->query(&a, IBV_QP_STATE, &init), 0);
+    return a.qp_state;
+  }
+
+  // Bounded wait for an asynchronous state change (the peer's side of an error).
+  bool wait_state(Qp* qp, ibv_qp_state s, milliseconds limit = milliseconds(1000)) {
+    auto deadline = Clock::now() + limit;
+    while (state_of(qp) != s) {
+      if (Clock::now() > deadline) return false;
+      ctx->node().progress();
+      std::this_thread::sleep_for(microseconds(50));
+    }
+    return true;
+  }
+
+  // The next async event, if one arrives within the limit.
+  bool next_event(emu::AsyncEvent* ev, milliseconds limit) {
+    pollfd p{ctx->async_events().fd(), POLLIN, 0};
+    int n = ::poll(&p, 1, static_cast<int>(limit.count()));
+    if (n != 1 || (p.revents & POLLIN) == 0) return false;
+    return ctx->async_events().get(ev);
+  }
+
+  // Reads events until one of `type` about `qp` arrives or the time is up.
+  bool wait_event(ibv_event_type type, Qp* qp, milliseconds limit = milliseconds(1000)) {
+    auto deadline = Clock::now() + limit;
+    for (;;) {
+      auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return false;
+      emu::AsyncEvent ev;
+      if (next_event(&ev, left) && ev.type == type && ev.qp == qp) return true;
+    }
+  }
+
+  // a -> b, each with its own access flags; a's completions on cq, b's receives on rcq.
+  struct Pair {
+    Qp* a;
+    Qp* b;
+    Cq* rcq;
+  };
+  Pair make_pair(const ConnectOptions& ca = {}, const ConnectOptions& cb = {},
+                 ibv_qp_type type = IBV_QPT_RC) {
+    Cq* rcq = create_cq(64);
+    QpOptions oa;
+    oa.type = type;
+    QpOptions ob;
+    ob.type = type;
+    ob.recv_cq = rcq;
+    Qp* a = create_qp(oa);
+    Qp* b = create_qp(ob);
+    EXPECT_EQ(bring_up(a, b->qpn(), ca), 0);
+    EXPECT_EQ(bring_up(b, a->qpn(), cb), 0);
+    return {a, b, rcq};
+  }
+
+  // A memory key that names nothing: the key of a region already deregistered. Call it
+  // after the test's other registrations, so that no later region can take the key over.
+  uint32_t dead_key() {
+    static char scratch[64];
+    Mr* mr = nullptr;
+    EXPECT_EQ(ctx->reg_mr(pd, scratch, sizeof(scratch), kAllAccess, &mr), 0);
+    uint32_t key = mr->rkey;
+    EXPECT_EQ(ctx->dereg_mr(mr), 0);
+    return key;
+  }
+
+  // IBA 9.7.5.2.? / 10.8.3: a remote access violation completes the request with
+  // REM_ACCESS_ERR, and the responder QP enters ERR with an affiliated access error event.
+  void expect_remote_access_error(const Pair& p, uint64_t wr_id) {
+    auto s = poll_n(cq, 2);
+    ASSERT_GE(s.size(), 1u);
+    EXPECT_EQ(s[0].wr_id, wr_id);
+    EXPECT_EQ(s[0].status, IBV_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(s[0].qp_num, p.a->qpn());
+    // The work request behind it is flushed: the requester is in ERR.
+    ASSERT_EQ(s.size(), 2u);
+    EXPECT_EQ(s[1].wr_id, wr_id + 1);
+    EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
+    EXPECT_TRUE(wait_state(p.b, IBV_QPS_ERR)) << "the responder QP enters the error state";
+    EXPECT_TRUE(wait_event(IBV_EVENT_QP_ACCESS_ERR, p.b));
+    EXPECT_TRUE(drain(p.rcq, milliseconds(5)).empty());
+  }
+
+  // Posts a WRITE of len bytes to (addr, rkey), then a SEND that must be flushed.
+  void write_then_send(Qp* a, uint64_t addr, uint32_t rkey, uint32_t len) {
+    static uint8_t src[256];
+    std::memset(src, 0x11, sizeof(src));
+    Mr* ms = reg(src, sizeof(src));
+    ASSERT_EQ(post_send(a, 1, IBV_WR_RDMA_WRITE, src, len, ms, addr, rkey), 0);
+    ASSERT_EQ(post_send(a, 2, IBV_WR_SEND, src, 4, ms), 0);
+  }
+};
+
+// --------------------------------------------------------------------------------------------
+
+using MrProtection = ErrorTest;
+
+TEST_F(MrProtection, WriteWithInvalidRkeyIsRemoteAccessError) {
+  Pair p = make_pair();
+  std::vector<uint8_t> target(256, kCanary);
+  reg(target.data(), target.size());
+  uint8_t src[32];
+  std::memset(src, 0x11, sizeof(src));
+  Mr* ms = reg(src, sizeof(src));
+  uint32_t bad = dead_key();
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_RDMA_WRITE, src, 32, ms,
+                      reinterpret_cast<uint64_t>(target.data()), bad),
+            0);
+  ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, src, 4, ms), 0);
+  expect_remote_access_error(p, 1);
+  EXPECT_TRUE(all_canary(target.data(), target.size()));
+}
+
+TEST_F(MrProtection, WriteBeyondTheRegionEndIsRemoteAccessError) {
+  Pair p = make_pair();
+  std::vector<uint8_t> buf(256, kCanary);
+  Mr* mt = reg(buf.data() + 64, 64);  // the region is bytes [64, 128) of buf
+  write_then_send(p.a, reinterpret_cast<uint64_t>(buf.data()) + 112, mt->rkey, 32);
+  expect_remote_access_error(p, 1);
+  EXPECT_TRUE(all_canary(buf.data(), buf.size())) << "not even the part inside the region";
+}
+
+TEST_F(MrProtection, WriteBeforeTheRegionStartIsRemoteAccessError) {
+  Pair p = make_pair();
+  std::vector<uint8_t> buf(256, kCanary);
+  Mr* mt = reg(buf.data() + 64, 64);
+  write_then_send(p.a, reinterpret_cast<uint64_t>(buf.data()) + 56, mt->rkey, 16);
+  expect_remote_access_error(p, 1);
+  EXPECT_TRUE(all_canary(buf.data(), buf.size()));
+}
+
+TEST_F(MrProtection, WriteToRegionWithoutRemoteWriteIsRemoteAccessError) {
+  Pair p = make_pair();
+  std::vector<uint8_t> target(128, kCanary);
+  Mr* mt = reg(target.data(), target.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  write_then_send(p.a, reinterpret_cast<uint64_t>(target.data()), mt->rkey, 32);
+  expect_remote_access_error(p, 1);
+  EXPECT_TRUE(all_canary(target.data(), target.size()));
+}
+
+TEST_F(MrProtection, WriteToQpWithoutRemoteWriteAccessIsRemoteAccessError) {
+  ConnectOptions no_write;
+  no_write.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+  Pair p = make_pair({}, no_write);
+  std::vector<uint8_t> target(128, kCanary);
+  Mr* mt = reg(target.data(), target.size());  // the region itself allows remote writes
+  write_then_send(p.a, reinterpret_cast<uint64_t>(target.data()), mt->rkey, 32);
+  expect_remote_access_error(p, 1);
+  EXPECT_TRUE(all_canary(target.data(), target.size()));
+}
+
+TEST_F(MrProtection, ReadFromRegionWithoutRemoteReadIsRemoteAccessError) {
+  Pair p = make_pair();
+  std::vector<uint8_t> remote(64, 0x42);
+  Mr* mr = reg(remote.data(), remote.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  std::vector<uint8_t> local(64, kCanary);
+  Mr* ml = reg(local.data(), local.size());
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_RDMA_READ, local.data(), 64, ml,
+                      reinterpret_cast<uint64_t>(remote.data()), mr->rkey),
+            0);
+  ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, local.data(), 4, ml), 0);
+  expect_remote_access_error(p, 1);
+  EXPECT_TRUE(all_canary(local.data(), local.size())) << "nothing was read";
+}
+
+TEST_F(MrProtection, AtomicOnRegionWithoutRemoteAtomicIsRemoteAccessError) {
+  Pair p = make_pair();
+  alignas(8) uint64_t remote = 7;
+  Mr* mr = reg(&remote, sizeof(remote), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  alignas(8) uint64_t result = 0;
+  Mr* ml = reg(&result, sizeof(result));
+  ibv_sge sge{reinterpret_cast<uint64_t>(&result), 8, ml->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.atomic.remote_addr = reinterpret_cast<uint64_t>(&remote);
+  wr.wr.atomic.rkey = mr->rkey;
+  wr.wr.atomic.compare_add = 1;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(p.a->post_send(&wr, &bad), 0);
+  ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, &result, 4, ml), 0);
+  expect_remote_access_error(p, 1);
+  EXPECT_EQ(remote, 7u);
+}
+
+TEST_F(MrProtection, InvalidLkeyAtSenderIsLocalProtectionError) {
+  // Three ways for a gather entry to be unusable: a dead key, a key of another PD, and an
+  // address outside the key's region. Each is a local protection error; nothing is sent.
+  Pd* other_pd = nullptr;
+  ASSERT_EQ(ctx->alloc_pd(&other_pd), 0);
+  char src[64] = "must not arrive";
+  Mr* ms = reg(src, 32);
+  Mr* foreign = nullptr;
+  ASSERT_EQ(ctx->reg_mr(other_pd, src, sizeof(src), kAllAccess, &foreign), 0);
+  const uint32_t dead = dead_key();
+  struct Case {
+    const char* what;
+    uint64_t addr;
+    uint32_t lkey;
+  };
+  const Case cases[] = {
+      {"deregistered lkey", reinterpret_cast<uint64_t>(src), dead},
+      {"lkey of another PD", reinterpret_cast<uint64_t>(src), foreign->lkey},
+      {"address past the region", reinterpret_cast<uint64_t>(src) + 16, ms->lkey},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Pair p = make_pair();
+    char dst[64];
+    std::memset(dst, kCanary, sizeof(dst));
+    Mr* md = reg(dst, sizeof(dst));
+    ASSERT_EQ(post_recv(p.b, 9, dst, sizeof(dst), md), 0);
+    ibv_sge sge{c.addr, 32, c.lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(p.a->post_send(&wr, &bad), 0);
+    ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, src, 4, ms), 0);
+    auto s = poll_n(cq, 2);
+    ASSERT_EQ(s.size(), 2u);
+    EXPECT_EQ(s[0].wr_id, 1u);
+    EXPECT_EQ(s[0].status, IBV_WC_LOC_PROT_ERR);
+    EXPECT_EQ(s[1].wr_id, 2u);
+    EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
+    EXPECT_TRUE(drain(p.rcq, milliseconds(10)).empty());
+    EXPECT_TRUE(all_canary(reinterpret_cast<uint8_t*>(dst), sizeof(dst)));
+    EXPECT_EQ(state_of(p.b), IBV_QPS_RTS) << "the peer saw nothing";
+  }
+  EXPECT_EQ(ctx->dereg_mr(foreign), 0);
+  EXPECT_EQ(ctx->dealloc_pd(other_pd), 0);
+}
+
+TEST_F(MrProtection, ReceiveBufferWithInvalidLkeyFailsBothSides) {
+  Pair p = make_pair();
+  char src[32] = "to a bad buffer";
+  Mr* ms = reg(src, sizeof(src));
+  std::vector<uint8_t> dst(64, kCanary);
+  reg(dst.data(), dst.size());
+  uint32_t bad = dead_key();
+  ibv_sge sge{reinterpret_cast<uint64_t>(dst.data()), 64, bad};
+  ibv_recv_wr rwr{};
+  rwr.wr_id = 5;
+  rwr.sg_list = &sge;
+  rwr.num_sge = 1;
+  ibv_recv_wr* rbad = nullptr;
+  ASSERT_EQ(p.b->post_recv(&rwr, &rbad), 0);
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 16, ms), 0);
+  ibv_wc r = poll_one(p.rcq);
+  EXPECT_EQ(r.wr_id, 5u);
+  EXPECT_EQ(r.status, IBV_WC_LOC_PROT_ERR);
+  ibv_wc s = poll_one(cq);
+  EXPECT_EQ(s.wr_id, 1u);
+  EXPECT_EQ(s.status, IBV_WC_REM_OP_ERR);
+  EXPECT_TRUE(all_canary(dst.data(), dst.size()));
+  EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
+  EXPECT_TRUE(wait_state(p.b, IBV_QPS_ERR));
+}
+
+TEST_F(MrProtection, ReceiveBufferTooSmallFailsBothSides) {
+  Pair p = make_pair();
+  char src[64];
+  std::memset(src, 0x11, sizeof(src));
+  Mr* ms = reg(src, sizeof(src));
+  std::vector<uint8_t> dst(64, kCanary);
+  Mr* md = reg(dst.data(), dst.size());
+  ASSERT_EQ(post_recv(p.b, 5, dst.data(), 16, md), 0);
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 64, ms), 0);
+  ibv_wc r = poll_one(p.rcq);
+  EXPECT_EQ(r.wr_id, 5u);
+  EXPECT_EQ(r.status, IBV_WC_LOC_LEN_ERR);
+  ibv_wc s = poll_one(cq);
+  EXPECT_EQ(s.wr_id, 1u);
+  EXPECT_EQ(s.status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_TRUE(all_canary(dst.data() + 16, 48)) << "nothing past the posted buffer";
+  EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
+  EXPECT_TRUE(wait_state(p.b, IBV_QPS_ERR));
+}
+
+TEST_F(MrProtection, RegMrAccessFlagRules) {
+  static char buf[64];
+  auto try_reg = [&](int access) {
+    Mr* mr = nullptr;
+    int err = ctx->reg_mr(pd, buf, sizeof(buf), access, &mr);
+    if (err == 0) {
+      EXPECT_EQ(ctx->dereg_mr(mr), 0);
+    } else {
+      EXPECT_EQ(mr, nullptr);
+    }
+    return err;
+  };
+  // ibv_reg_mr(3): remote write or remote atomic requires local write.
+  EXPECT_EQ(try_reg(IBV_ACCESS_REMOTE_WRITE), EINVAL);
+  EXPECT_EQ(try_reg(IBV_ACCESS_REMOTE_ATOMIC), EINVAL);
+  EXPECT_EQ(try_reg(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ), EINVAL);
+  EXPECT_EQ(try_reg(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE), 0);
+  EXPECT_EQ(try_reg(IBV_ACCESS_REMOTE_READ), 0) << "remote read alone is allowed";
+  EXPECT_EQ(try_reg(0), 0) << "local read only";
+  // Bits no version of the API defines.
+  EXPECT_EQ(try_reg(IBV_ACCESS_LOCAL_WRITE | (1 << 15)), EINVAL);
+  EXPECT_EQ(try_reg(IBV_ACCESS_LOCAL_WRITE | (1 << 12)), EINVAL);
+}
+
+TEST_F(MrProtection, RegMrOfUnmappedMemoryIsEfault) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  void* base = ::mmap(nullptr, 3 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(base, MAP_FAILED);
+  auto* p = static_cast<uint8_t*>(base);
+  ASSERT_EQ(::mprotect(p, page, PROT_READ | PROT_WRITE), 0);
+  ASSERT_EQ(::mprotect(p + 2 * page, page, PROT_READ | PROT_WRITE), 0);
+  ASSERT_EQ(::munmap(p + page, page), 0);  // a hole in the middle
+  Mr* mr = nullptr;
+  EXPECT_EQ(ctx->reg_mr(pd, p, 3 * page, IBV_ACCESS_LOCAL_WRITE, &mr), EFAULT);
+  EXPECT_EQ(mr, nullptr);
+  EXPECT_EQ(ctx->reg_mr(pd, p + page + 8, 16, IBV_ACCESS_LOCAL_WRITE, &mr), EFAULT);
+  EXPECT_EQ(mr, nullptr);
+  // The mapped pages on either side can be registered.
+  ASSERT_EQ(ctx->reg_mr(pd, p, page, IBV_ACCESS_LOCAL_WRITE, &mr), 0);
+  EXPECT_EQ(ctx->dereg_mr(mr), 0);
+  ::munmap(p, page);
+  ::munmap(p + 2 * page, page);
+}
+
+TEST_F(MrProtection, RegMrOfInaccessibleMemoryIsEfault) {
+  // Registration pins the pages (ib_umem_get): a PROT_NONE mapping cannot be pinned, so the
+  // kernel answers EFAULT. Accepting it would let a peer's WRITE fault inside the engine.
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  void* base = ::mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(base, MAP_FAILED);
+  Mr* mr = nullptr;
+  EXPECT_EQ(ctx->reg_mr(pd, base, page, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &mr),
+            EFAULT);
+  if (mr != nullptr) {
+    EXPECT_EQ(ctx->dereg_mr(mr), 0);
+  }
+  ::munmap(base, page);
+}
+
+TEST_F(MrProtection, DeallocPdWithRegisteredMemoryIsBusy) {
+  Pd* p2 = nullptr;
+  ASSERT_EQ(ctx->alloc_pd(&p2), 0);
+  static char buf[64];
+  Mr* mr = nullptr;
+  ASSERT_EQ(ctx->reg_mr(p2, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE, &mr), 0);
+  EXPECT_EQ(ctx->dealloc_pd(p2), EBUSY);
+  // The MR still works: the refused call changed nothing.
+  EXPECT_EQ(mr->pd, p2);
+  ASSERT_EQ(ctx->dereg_mr(mr), 0);
+  EXPECT_EQ(ctx->dealloc_pd(p2), 0);
+}
+
+// --------------------------------------------------------------------------------------------
+
+using Rnr = ErrorTest;
+
+TEST_F(Rnr, RetriesZeroToSixEndInRnrRetryExceeded) {
+  for (uint8_t retries = 0; retries <= 6; ++retries) {
+    SCOPED_TRACE(testing::Message() << "rnr_retry " << int{retries});
+    ConnectOptions c;
+    c.rnr_retry = retries;
+    c.min_rnr_timer = 12;  // 0.64 ms, announced by the responder in its RNR NAK
+    Pair p = make_pair(c, c);
+    Cq* scq = cq;
+    char src[16] = "nobody listens";
+    Mr* ms = reg(src, sizeof(src));
+    auto start = Clock::now();
+    ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 15, ms), 0);
+    ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, src, 15, ms), 0);
+    auto s = poll_n(scq, 2);
+    auto elapsed = std::chrono::duration_cast<microseconds>(Clock::now() - start).count();
+    ASSERT_EQ(s.size(), 2u);
+    EXPECT_EQ(s[0].wr_id, 1u);
+    EXPECT_EQ(s[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
+    EXPECT_EQ(s[1].wr_id, 2u);
+    EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+    // Each retry waits at least the RNR timer: the retries really happened.
+    EXPECT_GE(elapsed, retries * kRnrTimer12Us);
+    EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
+    // The responder is not at fault: it stays in RTS and never gets the message.
+    EXPECT_EQ(state_of(p.b), IBV_QPS_RTS);
+    char dst[16] = {};
+    Mr* md = reg(dst, sizeof(dst));
+    ASSERT_EQ(post_recv(p.b, 3, dst, sizeof(dst), md), 0);
+    EXPECT_TRUE(drain(p.rcq, milliseconds(5)).empty());
+    EXPECT_TRUE(drain(scq, milliseconds(1)).empty());
+  }
+}
+
+TEST_F(Rnr, RetryForeverDeliversEachMessageExactlyOnceWhenBuffersArrive) {
+  ConnectOptions c;
+  c.rnr_retry = 7;
+  c.min_rnr_timer = 12;
+  Pair p = make_pair(c, c);
+  char a_msg[8] = "first";
+  char b_msg[8] = "second";
+  Mr* ma = reg(a_msg, sizeof(a_msg));
+  Mr* mb = reg(b_msg, sizeof(b_msg));
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, a_msg, 6, ma), 0);
+  ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, b_msg, 7, mb), 0);
+  // Well past rnr_retry 6's budget (6 * 0.64 ms): still waiting, no error.
+  EXPECT_TRUE(drain(cq, milliseconds(30)).empty());
+  EXPECT_EQ(state_of(p.a), IBV_QPS_RTS);
+
+  char dst[3][8];
+  std::memset(dst, 0, sizeof(dst));
+  Mr* md = reg(dst, sizeof(dst));
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(post_recv(p.b, 10 + i, dst[i], 8, md), 0);
+  auto s = poll_n(cq, 2);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].wr_id, 1u);
+  EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(s[1].wr_id, 2u);
+  EXPECT_EQ(s[1].status, IBV_WC_SUCCESS);
+  auto r = poll_n(p.rcq, 2);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].wr_id, 10u);
+  EXPECT_EQ(r[0].byte_len, 6u);
+  EXPECT_EQ(r[1].wr_id, 11u);
+  EXPECT_EQ(r[1].byte_len, 7u);
+  EXPECT_STREQ(dst[0], "first");
+  EXPECT_STREQ(dst[1], "second");
+  // Exactly once: the third buffer stays empty, no duplicate completion anywhere.
+  EXPECT_TRUE(drain(p.rcq, milliseconds(20)).empty());
+  EXPECT_TRUE(drain(cq, milliseconds(1)).empty());
+  EXPECT_EQ(dst[2][0], 0);
+}
+
+// --------------------------------------------------------------------------------------------
+
+using FlushOnError = ErrorTest;
+
+TEST_F(FlushOnError, ModifyToErrorFlushesEveryOutstandingWorkRequestOnce) {
+  // a's SENDs are stuck (b has no buffer, rnr_retry 7); a also holds receive buffers.
+  ConnectOptions c;
+  c.min_rnr_timer = 12;
+  Cq* a_rcq = create_cq(16);
+  Cq* b_rcq = create_cq(16);
+  QpOptions oa;
+  oa.recv_cq = a_rcq;
+  QpOptions ob;
+  ob.recv_cq = b_rcq;
+  auto [a, b] = connected_pair(oa, ob, c);
+  char buf[16] = "stuck";
+  Mr* mr = reg(buf, sizeof(buf));
+  ASSERT_EQ(post_send(a, 1, IBV_WR_SEND, buf, 6, mr), 0);
+  ASSERT_EQ(post_send(a, 2, IBV_WR_SEND, buf, 6, mr, 0, 0, 0), 0);  // unsignaled
+  ASSERT_EQ(
+      post_send(a, 3, IBV_WR_RDMA_WRITE, buf, 6, mr, reinterpret_cast<uint64_t>(buf), mr->rkey, 0),
+      0);  // unsignaled
+  ASSERT_EQ(post_send(a, 4, IBV_WR_SEND, buf, 6, mr), 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(post_recv(a, 10 + i, buf, sizeof(buf), mr), 0);
+  EXPECT_TRUE(drain(cq, milliseconds(5)).empty());
+
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(a->modify(attr, IBV_QP_STATE), 0);
+  EXPECT_EQ(state_of(a), IBV_QPS_ERR);
+  // Flushed work requests complete whether or not they asked to be signaled.
+  auto s = poll_n(cq, 4);
+  ASSERT_EQ(s.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(s[i].wr_id, static_cast<uint64_t>(i + 1));
+    EXPECT_EQ(s[i].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(s[i].qp_num, a->qpn());
+  }
+  auto r = poll_n(a_rcq, 3);
+  ASSERT_EQ(r.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r[i].wr_id, static_cast<uint64_t>(10 + i));
+    EXPECT_EQ(r[i].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(r[i].qp_num, a->qpn());
+  }
+  // Exactly once; and a stopped sending: a buffer posted at b now stays empty.
+  EXPECT_TRUE(drain(cq, milliseconds(10)).empty());
+  EXPECT_TRUE(drain(a_rcq, milliseconds(1)).empty());
+  char dst[16] = {};
+  Mr* md = reg(dst, sizeof(dst));
+  ASSERT_EQ(post_recv(b, 20, dst, sizeof(dst), md), 0);
+  EXPECT_TRUE(drain(b_rcq, milliseconds(10)).empty());
+}
+
+TEST_F(FlushOnError, PostingInErrorCompletesWithFlush) {
+  Cq* rcq = create_cq(16);
+  QpOptions o;
+  o.recv_cq = rcq;
+  Qp* qp = create_qp(o);
+  ASSERT_EQ(bring_up(qp, qp->qpn()), 0);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(qp->modify(attr, IBV_QP_STATE), 0);
+  char buf[16] = {};
+  Mr* mr = reg(buf, sizeof(buf));
+  EXPECT_EQ(post_send(qp, 1, IBV_WR_SEND, buf, 8, mr), 0);
+  EXPECT_EQ(
+      post_send(qp, 2, IBV_WR_RDMA_WRITE, buf, 8, mr, reinterpret_cast<uint64_t>(buf), mr->rkey),
+      0);
+  EXPECT_EQ(post_recv(qp, 3, buf, sizeof(buf), mr), 0);
+  auto s = poll_n(cq, 2);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].wr_id, 1u);
+  EXPECT_EQ(s[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(s[1].wr_id, 2u);
+  EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+  ibv_wc r = poll_one(rcq);
+  EXPECT_EQ(r.wr_id, 3u);
+  EXPECT_EQ(r.status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_TRUE(drain(cq, milliseconds(5)).empty());
+  EXPECT_TRUE(drain(rcq, milliseconds(1)).empty());
+}
+
+TEST_F(FlushOnError, SrqAttachedQpEnteringErrorRaisesLastWqeReached) {
+  Srq* srq = create_srq(16);
+  ASSERT_NE(srq, nullptr);
+  Cq* rcq = create_cq(16);
+  char buf[2][16];
+  Mr* mr = reg(buf, sizeof(buf));
+  ASSERT_EQ(post_srq_recv(srq, 1, buf[0], 16, mr), 0);
+  ASSERT_EQ(post_srq_recv(srq, 2, buf[1], 16, mr), 0);
+  QpOptions o;
+  o.srq = srq;
+  o.recv_cq = rcq;
+  Qp* qp = create_qp(o);
+  ASSERT_EQ(bring_up(qp, qp->qpn()), 0);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(qp->modify(attr, IBV_QP_STATE), 0);
+  EXPECT_TRUE(wait_event(IBV_EVENT_QP_LAST_WQE_REACHED, qp));
+  // The buffers belong to the SRQ, not to the QP: they are not flushed.
+  EXPECT_TRUE(drain(rcq, milliseconds(10)).empty());
+}
+
+// --------------------------------------------------------------------------------------------
+
+using RetryExceeded = ErrorTest;
+
+TEST_F(RetryExceeded, DestroyedPeerEndsInRetryExceeded) {
+  ConnectOptions c;
+  c.timeout = 8;  // 1.05 ms
+  c.retry_cnt = 3;
+  Pair p = make_pair(c, c);
+  ASSERT_EQ(ctx->destroy_qp(p.b), 0);
+  qps.erase(std::find(qps.begin(), qps.end(), p.b));
+  char src[8] = "gone";
+  Mr* ms = reg(src, sizeof(src));
+  auto start = Clock::now();
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 5, ms), 0);
+  ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, src, 5, ms), 0);
+  auto s = poll_n(cq, 2);
+  auto elapsed = std::chrono::duration_cast<microseconds>(Clock::now() - start).count();
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].wr_id, 1u);
+  EXPECT_EQ(s[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(s[1].wr_id, 2u);
+  EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_GE(elapsed, c.retry_cnt * ack_timeout_us(c.timeout)) << "retries wait for the timeout";
+  EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
+}
+
+TEST_F(RetryExceeded, PeerInErrorEndsInRetryExceeded) {
+  ConnectOptions c;
+  c.timeout = 8;
+  c.retry_cnt = 2;
+  Pair p = make_pair(c, c);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(p.b->modify(attr, IBV_QP_STATE), 0);
+  char src[8] = "ignored";
+  Mr* ms = reg(src, sizeof(src));
+  std::vector<uint8_t> target(64, kCanary);
+  Mr* mt = reg(target.data(), target.size());
+  auto start = Clock::now();
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_RDMA_WRITE, src, 8, ms,
+                      reinterpret_cast<uint64_t>(target.data()), mt->rkey),
+            0);
+  ibv_wc s = poll_one(cq);
+  auto elapsed = std::chrono::duration_cast<microseconds>(Clock::now() - start).count();
+  EXPECT_EQ(s.wr_id, 1u);
+  EXPECT_EQ(s.status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_GE(elapsed, c.retry_cnt * ack_timeout_us(c.timeout));
+  EXPECT_TRUE(all_canary(target.data(), target.size())) << "a QP in ERR executes nothing";
+  EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
+}
+
+// --------------------------------------------------------------------------------------------
+
+using AsyncEvents = ErrorTest;
+
+// Moves an SRQ-attached QP to ERR, which raises IBV_EVENT_QP_LAST_WQE_REACHED.
+void raise_last_wqe(Qp* qp) {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  EXPECT_EQ(qp->modify(attr, IBV_QP_STATE), 0);
+}
+
+TEST_F(AsyncEvents, FdIsReadableExactlyWhileEventsArePending) {
+  const int fd = ctx->async_events().fd();
+  pollfd p{fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "no event yet";
+  Srq* srq = create_srq(4);
+  QpOptions o;
+  o.srq = srq;
+  Qp* q1 = create_qp(o);
+  Qp* q2 = create_qp(o);
+  ASSERT_EQ(bring_up(q1, q1->qpn()), 0);
+  ASSERT_EQ(bring_up(q2, q2->qpn()), 0);
+  raise_last_wqe(q1);
+  raise_last_wqe(q2);
+
+  // Two events, delivered in order, one per read; the fd stays readable until both are read.
+  for (Qp* expected : {q1, q2}) {
+    p = pollfd{fd, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 1000), 1);
+    EXPECT_NE(p.revents & POLLIN, 0);
+    emu::AsyncEvent ev;
+    ASSERT_TRUE(ctx->async_events().get(&ev));
+    EXPECT_EQ(ev.type, IBV_EVENT_QP_LAST_WQE_REACHED);
+    EXPECT_EQ(ev.qp, expected);
+  }
+  p = pollfd{fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "every event was read";
+}
+
+TEST_F(AsyncEvents, NonBlockingFdReturnsAtOnceWhenEmpty) {
+  const int fd = ctx->async_events().fd();
+  const int flags = ::fcntl(fd, F_GETFL);
+  ASSERT_GE(flags, 0);
+  ASSERT_EQ(::fcntl(fd, F_SETFL, flags | O_NONBLOCK), 0);
+  emu::AsyncEvent ev;
+  auto start = Clock::now();
+  EXPECT_FALSE(ctx->async_events().get(&ev));
+  EXPECT_LT(Clock::now() - start, milliseconds(500));
+  // Once an event is pending, the same non-blocking read returns it.
+  Srq* srq = create_srq(4);
+  QpOptions o;
+  o.srq = srq;
+  Qp* qp = create_qp(o);
+  ASSERT_EQ(bring_up(qp, qp->qpn()), 0);
+  raise_last_wqe(qp);
+  pollfd p{fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 1000), 1);
+  ASSERT_TRUE(ctx->async_events().get(&ev));
+  EXPECT_EQ(ev.qp, qp);
+  EXPECT_FALSE(ctx->async_events().get(&ev));
+  ASSERT_EQ(::fcntl(fd, F_SETFL, flags), 0);
+}
+
+TEST_F(AsyncEvents, EpollWatchesTheFd) {
+  const int fd = ctx->async_events().fd();
+  int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(ep, 0);
+  epoll_event want{};
+  want.events = EPOLLIN;
+  want.data.fd = fd;
+  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &want), 0);
+  epoll_event got{};
+  EXPECT_EQ(::epoll_wait(ep, &got, 1, 0), 0);
+  // An access error at a responder is reported through the same descriptor.
+  Pair p = make_pair();
+  char src[8] = "bad";
+  Mr* ms = reg(src, sizeof(src));
+  ASSERT_EQ(
+      post_send(p.a, 1, IBV_WR_RDMA_WRITE, src, 8, ms, reinterpret_cast<uint64_t>(src), dead_key()),
+      0);
+  EXPECT_EQ(poll_one(cq).status, IBV_WC_REM_ACCESS_ERR);
+  ASSERT_EQ(::epoll_wait(ep, &got, 1, 1000), 1);
+  EXPECT_EQ(got.data.fd, fd);
+  emu::AsyncEvent ev;
+  ASSERT_TRUE(ctx->async_events().get(&ev));
+  EXPECT_EQ(ev.type, IBV_EVENT_QP_ACCESS_ERR);
+  EXPECT_EQ(ev.qp, p.b);
+  ::close(ep);
+}
+
+}  // namespace
+}  // namespace emu_test
