@@ -28,6 +28,16 @@ constexpr int kKnownMask =
     IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MIG_STATE | IBV_QP_DEST_QPN;
 
+// The enum fields come from C programs and may hold any int; reading an out-of-range value
+// through the C++ enum type is undefined, so they are checked as raw integers first.
+template <typename E>
+uint32_t raw_enum(const E& e) {
+  static_assert(sizeof(E) == sizeof(uint32_t));
+  uint32_t v;
+  std::memcpy(&v, &e, sizeof(v));
+  return v;
+}
+
 bool valid_ah(const ibv_ah_attr& ah) {
   // Ethernet link layer: the GRH carries the only address (RoCE), on port 1, GID index 0.
   return ah.port_num == 1 && ah.is_global && ah.grh.sgid_index == 0;
@@ -44,9 +54,11 @@ Gid gid_of(const ibv_ah_attr& ah) {
 int Qp::check_modify_locked(const ibv_qp_attr& a, int mask, ibv_qp_state* next) {
   if ((mask & ~kKnownMask) != 0) return EINVAL;
   const ibv_qp_state cur = state();
-  if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) return EINVAL;
+  if ((mask & IBV_QP_CUR_STATE) && raw_enum(a.cur_qp_state) != static_cast<uint32_t>(cur)) {
+    return EINVAL;
+  }
+  if ((mask & IBV_QP_STATE) && raw_enum(a.qp_state) > IBV_QPS_ERR) return EINVAL;
   *next = (mask & IBV_QP_STATE) ? a.qp_state : cur;
-  if (*next > IBV_QPS_ERR) return EINVAL;
 
   TransitionMasks tm;
   if (!qp_transition(type_, cur, *next, &tm)) return EINVAL;
@@ -58,7 +70,8 @@ int Qp::check_modify_locked(const ibv_qp_attr& a, int mask, ibv_qp_state* next) 
   if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) return EINVAL;
   if ((mask & IBV_QP_ACCESS_FLAGS) && (a.qp_access_flags & ~kQpAccess) != 0) return EINVAL;
   if ((mask & IBV_QP_AV) && !valid_ah(a.ah_attr)) return EINVAL;
-  if ((mask & IBV_QP_PATH_MTU) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096)) {
+  if ((mask & IBV_QP_PATH_MTU) &&
+      (raw_enum(a.path_mtu) < IBV_MTU_256 || raw_enum(a.path_mtu) > IBV_MTU_4096)) {
     return EINVAL;
   }
   if ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) return EINVAL;

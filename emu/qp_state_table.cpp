@@ -15,8 +15,10 @@ bool qp_transition(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next, Transi
   const bool rc = type == IBV_QPT_RC;
   const bool conn = connected(type);
 
-  // Any state may go to RESET or to ERR, with no attribute.
-  if (next == IBV_QPS_RESET || next == IBV_QPS_ERR) return true;
+  // Any state may go to RESET, and any but RESET to ERR, with no attribute (as the kernel's
+  // table has it: a QP in RESET has nothing to flush and is not yet bound to a port).
+  if (next == IBV_QPS_RESET) return true;
+  if (next == IBV_QPS_ERR) return cur != IBV_QPS_RESET;
 
   switch (cur) {
     case IBV_QPS_RESET:
@@ -78,8 +80,9 @@ bool qp_transition(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next, Transi
                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
                           IBV_QP_PKEY_INDEX | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE;
         } else if (conn) {
-          out->optional = IBV_QP_PORT | IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
-                          IBV_QP_PKEY_INDEX | IBV_QP_PATH_MIG_STATE;
+          // UC: no IBV_QP_PORT here, unlike RC.
+          out->optional = IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
+                          IBV_QP_PATH_MIG_STATE;
         } else {
           out->optional = IBV_QP_PKEY_INDEX | IBV_QP_QKEY;
         }

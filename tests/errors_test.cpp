@@ -34,9 +34,9 @@ bool all_canary(const uint8_t* p, size_t n) {
   return std::all_of(p, p + n, [](uint8_t c) { return c == kCanary; });
 }
 
-// The RNR timer of IBA table 45 for the codes these tests use, in microseconds.
+// The RNR timer encoding of IBA (min_rnr_timer code 12 = 0.64 ms), in microseconds.
 constexpr int64_t kRnrTimer12Us = 640;
-// The local ACK timeout of IBA 9.7.6.1.3: 4.096 us * 2^timeout.
+// The local ACK timeout of IBA chapter 9: 4.096 us * 2^timeout.
 constexpr int64_t ack_timeout_us(int timeout) {
   return (int64_t{4096} << timeout) / 1000;
 }
@@ -112,7 +112,7 @@ class ErrorTest : public EngineTest {
     return key;
   }
 
-  // IBA 9.7.5.2.? / 10.8.3: a remote access violation completes the request with
+  // IBA chapters 9 and 10: a remote access violation completes the request with
   // REM_ACCESS_ERR, and the responder QP enters ERR with an affiliated access error event.
   void expect_remote_access_error(const Pair& p, uint64_t wr_id) {
     auto s = poll_n(cq, 2);
