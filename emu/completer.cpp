@@ -1,7 +1,7 @@
 // Completer: matches the peer's answers to send WQEs, in order, and writes completions.
-#include <cstring>
-
 #include <spdlog/spdlog.h>
+
+#include <cstring>
 
 #include "emu/context.h"
 #include "emu/node.h"
@@ -101,15 +101,15 @@ void Qp::complete_locked(Link& /*from*/, const FrameHeader& h, PayloadSource& pa
       break;
     case FrameOp::kReadResponse: {
       if (w.opcode != IBV_WR_RDMA_READ || payload.size() != w.length) {
-        spdlog::error("QP {:#x}: malformed READ response (psn {}, {} bytes for {})", qpn_,
-                      h.psn, payload.size(), w.length);
+        spdlog::error("QP {:#x}: malformed READ response (psn {}, {} bytes for {})", qpn_, h.psn,
+                      payload.size(), w.length);
         fail_send_locked(w, IBV_WC_BAD_RESP_ERR);
         return;
       }
       ScatterResult r = scatter(node().mrs(), pd_, w.sge, w.num_sge, 0, payload, w.length);
       if (r != ScatterResult::kOk) {
-        fail_send_locked(w, r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR
-                                                         : IBV_WC_LOC_PROT_ERR);
+        fail_send_locked(w,
+                         r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR);
         return;
       }
       retire_head_locked(IBV_WC_SUCCESS, w.length);
@@ -124,8 +124,8 @@ void Qp::complete_locked(Link& /*from*/, const FrameHeader& h, PayloadSource& pa
       BytesSource src(&original, sizeof(original));
       ScatterResult r = scatter(node().mrs(), pd_, w.sge, w.num_sge, 0, src, sizeof(original));
       if (r != ScatterResult::kOk) {
-        fail_send_locked(w, r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR
-                                                         : IBV_WC_LOC_PROT_ERR);
+        fail_send_locked(w,
+                         r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR);
         return;
       }
       retire_head_locked(IBV_WC_SUCCESS, sizeof(original));

@@ -1,12 +1,11 @@
 #include "emu/context.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-
-#include <spdlog/spdlog.h>
 
 #include "emu/comp_channel.h"
 #include "emu/cq.h"
@@ -34,9 +33,8 @@ ibv_device_attr make_device_attr() {
   a.hw_ver = 1;
   a.max_qp = kMaxQp - 2;  // QPN 0 and 1 are reserved
   a.max_qp_wr = kMaxQpWr;
-  a.device_cap_flags = IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_RC_RNR_NAK_GEN |
-                       IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_PORT_ACTIVE_EVENT |
-                       IBV_DEVICE_SHUTDOWN_PORT;
+  a.device_cap_flags = IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_N_NOTIFY_CQ |
+                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SHUTDOWN_PORT;
   a.max_sge = kMaxSge;
   a.max_sge_rd = kMaxSge;
   a.max_cq = kMaxCq;
@@ -178,8 +176,9 @@ int Context::reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out) {
   uint64_t begin = reinterpret_cast<uint64_t>(addr);
   if (length > kMaxMrSize || begin + length < begin) return EINVAL;
   if (addr == nullptr && length != 0) return EFAULT;
-  const bool writable = (required & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                     IBV_ACCESS_REMOTE_ATOMIC)) != 0;
+  const bool writable =
+      (required & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) !=
+      0;
   if (!range_is_accessible(addr, length, writable)) return EFAULT;
 
   auto mr = std::make_unique<Mr>();
@@ -223,8 +222,7 @@ int Context::destroy_comp_channel(CompChannel* channel) {
   return 0;
 }
 
-int Context::create_cq(int cqe, void* cq_context, CompChannel* channel, int comp_vector,
-                       Cq** out) {
+int Context::create_cq(int cqe, void* cq_context, CompChannel* channel, int comp_vector, Cq** out) {
   if (out == nullptr || cqe < 1 || cqe > static_cast<int>(kMaxCqe)) return EINVAL;
   if (comp_vector != 0) return EINVAL;  // one completion vector
   std::lock_guard lock(objects_mutex_);

@@ -1,10 +1,9 @@
 #include "emu/event_fd.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-
-#include <fcntl.h>
 
 #include <cerrno>
 #include <system_error>
@@ -16,7 +15,9 @@ EventFd::EventFd(bool semaphore)
   if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
 }
 
-EventFd::~EventFd() { ::close(fd_); }
+EventFd::~EventFd() {
+  ::close(fd_);
+}
 
 void EventFd::signal() {
   uint64_t one = 1;
@@ -47,6 +48,8 @@ bool EventFd::wait_readable(int timeout_ms) {
 
 namespace emu {
 
-bool EventFd::non_blocking() const { return (::fcntl(fd_, F_GETFL) & O_NONBLOCK) != 0; }
+bool EventFd::non_blocking() const {
+  return (::fcntl(fd_, F_GETFL) & O_NONBLOCK) != 0;
+}
 
 }  // namespace emu

@@ -7,9 +7,9 @@
 
 namespace emu {
 
-inline constexpr uint32_t kMaxSge = 16;          // scatter/gather entries per work request
+inline constexpr uint32_t kMaxSge = 16;               // scatter/gather entries per work request
 inline constexpr uint32_t kMaxInline = kMaxSge * 16;  // inline bytes fit where the SGEs would be
-inline constexpr uint32_t kMaxQp = 16384;        // QP table slots per node (QPN low bits)
+inline constexpr uint32_t kMaxQp = 16384;             // QP table slots per node (QPN low bits)
 inline constexpr uint32_t kMaxQpWr = 16384;
 inline constexpr uint32_t kMaxCq = 16384;
 inline constexpr uint32_t kMaxCqe = 65536;
@@ -21,8 +21,8 @@ inline constexpr uint32_t kMaxAh = 65536;
 inline constexpr uint32_t kMaxQpRdAtomic = 16;
 inline constexpr uint64_t kMaxMrSize = uint64_t{1} << 40;
 inline constexpr uint32_t kMaxMsgSize = uint32_t{1} << 31;
-inline constexpr uint32_t kMtuBytes = 4096;      // active MTU, the UD message limit
-inline constexpr uint32_t kGrhBytes = 40;        // UD receive buffers start with a GRH
-inline constexpr uint32_t kPsnMask = 0xffffff;   // PSNs are 24 bits, as on the wire of IB
+inline constexpr uint32_t kMtuBytes = 4096;     // active MTU, the UD message limit
+inline constexpr uint32_t kGrhBytes = 40;       // UD receive buffers start with a GRH
+inline constexpr uint32_t kPsnMask = 0xffffff;  // PSNs are 24 bits, as on the wire of IB
 
 }  // namespace emu

@@ -1,11 +1,11 @@
 #include "emu/log.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <cstdlib>
 #include <mutex>
 #include <string>
-
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 
 namespace emu {
 
@@ -23,8 +23,7 @@ void init_logging() {
       // from_str answers "off" for a word it does not know; say so instead of going silent.
       if (level == spdlog::level::off && std::string(env) != "off") {
         level = spdlog::level::warn;
-        logger->warn("EMURDMA_LOG={} is not a level (trace, debug, info, warn, error, off)",
-                     env);
+        logger->warn("EMURDMA_LOG={} is not a level (trace, debug, info, warn, error, off)", env);
       }
     }
     spdlog::set_level(level);

@@ -1,9 +1,9 @@
 #include "emu/node.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstdlib>
 #include <string>
-
-#include <spdlog/spdlog.h>
 
 #include "emu/limits.h"
 #include "emu/log.h"
@@ -52,9 +52,10 @@ std::unique_ptr<Transport> transport_from_environment() {
   const char* env = std::getenv("EMURDMA_TRANSPORT");
   std::string want = env ? env : "";
   if (!want.empty() && want != "loopback") {
-    spdlog::error("EMURDMA_TRANSPORT={} is not available (this build has: loopback); using "
-                  "loopback",
-                  want);
+    spdlog::error(
+        "EMURDMA_TRANSPORT={} is not available (this build has: loopback); using "
+        "loopback",
+        want);
   }
   return make_loopback_transport();
 }
@@ -104,8 +105,7 @@ void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payloa
   // No such QP: a request is answered as silence would be (the requester's timeout), so
   // that it cannot wait for ever; answers to a vanished QP are dropped.
   const bool request = header.op == FrameOp::kSend || header.op == FrameOp::kWrite ||
-                       header.op == FrameOp::kReadRequest ||
-                       header.op == FrameOp::kAtomicRequest;
+                       header.op == FrameOp::kReadRequest || header.op == FrameOp::kAtomicRequest;
   if (!request) return;
   FrameHeader r{};
   const bool datagram = (header.flags & kFrameDatagram) != 0;

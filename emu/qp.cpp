@@ -1,16 +1,16 @@
-#include "emu/names.h"
 #include "emu/qp.h"
+
+#include <spdlog/spdlog.h>
 
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
 
-#include <spdlog/spdlog.h>
-
 #include "emu/context.h"
 #include "emu/cq.h"
 #include "emu/limits.h"
+#include "emu/names.h"
 #include "emu/node.h"
 #include "emu/srq.h"
 
@@ -18,7 +18,9 @@ namespace emu {
 
 namespace {
 
-uint32_t round_up_pow2(uint32_t n) { return n <= 1 ? 1 : std::bit_ceil(n); }
+uint32_t round_up_pow2(uint32_t n) {
+  return n <= 1 ? 1 : std::bit_ceil(n);
+}
 
 bool opcode_allowed(ibv_qp_type type, ibv_wr_opcode op) {
   switch (op) {
@@ -97,7 +99,9 @@ Qp::Qp(Context& context, Pd* pd, const QpInitAttr& init)
 
 Qp::~Qp() = default;
 
-Node& Qp::node() { return context_.node(); }
+Node& Qp::node() {
+  return context_.node();
+}
 
 int Qp::post_send(const ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   auto refuse = [&](const ibv_send_wr* w, int err) {
@@ -138,8 +142,7 @@ int Qp::post_send(const ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         // Inline data is copied now: the program may reuse its buffer when post returns.
         uint32_t off = 0;
         for (int i = 0; i < wr->num_sge; ++i) {
-          std::memcpy(w.inline_data + off,
-                      reinterpret_cast<const void*>(wr->sg_list[i].addr),
+          std::memcpy(w.inline_data + off, reinterpret_cast<const void*>(wr->sg_list[i].addr),
                       wr->sg_list[i].length);
           off += wr->sg_list[i].length;
         }
@@ -322,8 +325,7 @@ void Qp::maybe_sq_drained_locked() {
 void Qp::fatal(ibv_event_type event) {
   std::lock_guard lock(lock_);
   if (state() == IBV_QPS_ERR || state() == IBV_QPS_RESET) return;
-  spdlog::warn("QP {:#x}: fatal error ({}), moving to error state", qpn_,
-               event_name(event));
+  spdlog::warn("QP {:#x}: fatal error ({}), moving to error state", qpn_, event_name(event));
   context_.raise(AsyncEvent{event, nullptr, this, nullptr, 0});
   to_error_locked();
 }

@@ -124,7 +124,7 @@ class Qp : public ApiHandle {
 
   SpinLock lock_;
   std::atomic<ibv_qp_state> state_{IBV_QPS_RESET};
-  ibv_qp_attr attr_{};  // the attributes as last modified, for query
+  ibv_qp_attr attr_{};          // the attributes as last modified, for query
   std::shared_ptr<Link> link_;  // RC/UC: the peer node, set at RTR
 
   // Send queue: a circular array under lock_. head_ = oldest not completed, next_ = next to
@@ -138,11 +138,11 @@ class Qp : public ApiHandle {
   uint32_t rd_atomic_in_flight_ = 0;  // reads and atomics transmitted, not answered
   uint32_t rnr_retries_left_ = 0;
   uint32_t retries_left_ = 0;
-  bool waiting_retry_ = false;         // an RNR or retransmission delay is running
-  uint64_t timer_token_ = 0;           // invalidates stale timers
-  bool sq_drained_pending_ = false;    // SQD requested an SQ_DRAINED event
-  uint64_t sq_sent_high_ = 0;          // furthest sq_next_ ever reached (rewinds keep it)
-  uint64_t sqd_limit_ = 0;             // WQEs before it had been transmitted when SQD began
+  bool waiting_retry_ = false;       // an RNR or retransmission delay is running
+  uint64_t timer_token_ = 0;         // invalidates stale timers
+  bool sq_drained_pending_ = false;  // SQD requested an SQ_DRAINED event
+  uint64_t sq_sent_high_ = 0;        // furthest sq_next_ ever reached (rewinds keep it)
+  uint64_t sqd_limit_ = 0;           // WQEs before it had been transmitted when SQD began
 
   // Receive queue: posted lock-free by any thread, taken by the responder under lock_.
   std::unique_ptr<MpscRing<RecvWqe>> rq_;

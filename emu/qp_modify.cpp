@@ -1,11 +1,11 @@
 // ibv_modify_qp / ibv_query_qp: the state machine of qp_state_table.cpp applied, with every
 // attribute value checked before anything changes.
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
-
-#include <spdlog/spdlog.h>
 
 #include "emu/context.h"
 #include "emu/limits.h"
@@ -21,12 +21,12 @@ constexpr int kQpAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
 // Every mask bit the table may name; anything else (IBV_QP_CAP, rate limits ...) is refused.
-constexpr int kKnownMask =
-    IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_ACCESS_FLAGS |
-    IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY | IBV_QP_AV | IBV_QP_PATH_MTU |
-    IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN |
-    IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
-    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MIG_STATE | IBV_QP_DEST_QPN;
+constexpr int kKnownMask = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY |
+                           IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY |
+                           IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                           IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC |
+                           IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
+                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MIG_STATE | IBV_QP_DEST_QPN;
 
 // The enum fields come from C programs and may hold any int; reading an out-of-range value
 // through the C++ enum type is undefined, so they are checked as raw integers first.
@@ -63,7 +63,7 @@ int Qp::check_modify_locked(const ibv_qp_attr& a, int mask, ibv_qp_state* next) 
   TransitionMasks tm;
   if (!qp_transition(type_, cur, *next, &tm)) return EINVAL;
   const int attrs = mask & ~IBV_QP_STATE;
-  if ((attrs & tm.required) != tm.required) return EINVAL;      // a required one is missing
+  if ((attrs & tm.required) != tm.required) return EINVAL;         // a required one is missing
   if ((attrs & ~(tm.required | tm.optional)) != 0) return EINVAL;  // one not allowed here
 
   if ((mask & IBV_QP_PORT) && a.port_num != 1) return EINVAL;

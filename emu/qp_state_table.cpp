@@ -6,7 +6,9 @@ namespace {
 
 constexpr int kPathAttrs = IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE;
 
-bool connected(ibv_qp_type t) { return t == IBV_QPT_RC || t == IBV_QPT_UC; }
+bool connected(ibv_qp_type t) {
+  return t == IBV_QPT_RC || t == IBV_QPT_UC;
+}
 
 }  // namespace
 
@@ -23,14 +25,13 @@ bool qp_transition(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next, Transi
   switch (cur) {
     case IBV_QPS_RESET:
       if (next != IBV_QPS_INIT) return false;
-      out->required = IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                      (conn ? IBV_QP_ACCESS_FLAGS : IBV_QP_QKEY);
+      out->required = IBV_QP_PKEY_INDEX | IBV_QP_PORT | (conn ? IBV_QP_ACCESS_FLAGS : IBV_QP_QKEY);
       return true;
 
     case IBV_QPS_INIT:
       if (next == IBV_QPS_INIT) {
-        out->optional = IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                        (conn ? IBV_QP_ACCESS_FLAGS : IBV_QP_QKEY);
+        out->optional =
+            IBV_QP_PKEY_INDEX | IBV_QP_PORT | (conn ? IBV_QP_ACCESS_FLAGS : IBV_QP_QKEY);
         return true;
       }
       if (next != IBV_QPS_RTR) return false;
@@ -45,18 +46,16 @@ bool qp_transition(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next, Transi
 
     case IBV_QPS_RTR:
       if (next != IBV_QPS_RTS) return false;
-      out->required = IBV_QP_SQ_PSN | (rc ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                                IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC
-                                          : 0);
-      out->optional = IBV_QP_CUR_STATE |
-                      (conn ? IBV_QP_ACCESS_FLAGS | kPathAttrs : IBV_QP_QKEY) |
+      out->required =
+          IBV_QP_SQ_PSN |
+          (rc ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC : 0);
+      out->optional = IBV_QP_CUR_STATE | (conn ? IBV_QP_ACCESS_FLAGS | kPathAttrs : IBV_QP_QKEY) |
                       (rc ? IBV_QP_MIN_RNR_TIMER : 0);
       return true;
 
     case IBV_QPS_RTS:
       if (next == IBV_QPS_RTS) {
-        out->optional = IBV_QP_CUR_STATE |
-                        (conn ? IBV_QP_ACCESS_FLAGS | kPathAttrs : IBV_QP_QKEY) |
+        out->optional = IBV_QP_CUR_STATE | (conn ? IBV_QP_ACCESS_FLAGS | kPathAttrs : IBV_QP_QKEY) |
                         (rc ? IBV_QP_MIN_RNR_TIMER : 0);
         return true;
       }
@@ -68,17 +67,16 @@ bool qp_transition(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next, Transi
 
     case IBV_QPS_SQD:
       if (next == IBV_QPS_RTS) {
-        out->optional = IBV_QP_CUR_STATE |
-                        (conn ? IBV_QP_ACCESS_FLAGS | kPathAttrs : IBV_QP_QKEY) |
+        out->optional = IBV_QP_CUR_STATE | (conn ? IBV_QP_ACCESS_FLAGS | kPathAttrs : IBV_QP_QKEY) |
                         (rc ? IBV_QP_MIN_RNR_TIMER : 0);
         return true;
       }
       if (next == IBV_QPS_SQD) {
         if (rc) {
           out->optional = IBV_QP_PORT | IBV_QP_AV | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                          IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
-                          IBV_QP_PKEY_INDEX | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE;
+                          IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC |
+                          IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
+                          IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE;
         } else if (conn) {
           // UC: no IBV_QP_PORT here, unlike RC.
           out->optional = IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |

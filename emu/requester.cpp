@@ -1,9 +1,9 @@
 // Requester: turns send work requests into frames, in order.
 #include <spdlog/spdlog.h>
 
-#include "emu/names.h"
 #include "emu/context.h"
 #include "emu/limits.h"
+#include "emu/names.h"
 #include "emu/node.h"
 #include "emu/qp.h"
 

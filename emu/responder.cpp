@@ -1,13 +1,13 @@
 // Responder: executes incoming requests against receive buffers and registered memory, and
 // answers every one of them (ACK, NAK, READ or atomic response).
+#include <spdlog/spdlog.h>
+
 #include <atomic>
 #include <cstring>
 
-#include <spdlog/spdlog.h>
-
-#include "emu/names.h"
 #include "emu/context.h"
 #include "emu/limits.h"
+#include "emu/names.h"
 #include "emu/node.h"
 #include "emu/qp.h"
 #include "emu/sge.h"
@@ -63,8 +63,8 @@ void Qp::respond_locked(Link& from, const FrameHeader& h, PayloadSource& payload
   const ibv_qp_state st = state();
   const bool can_receive =
       st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
-  const bool type_ok = datagram == (type_ != IBV_QPT_RC) &&
-                       (type_ == IBV_QPT_UD || h.src_qpn == attr_.dest_qp_num);
+  const bool type_ok =
+      datagram == (type_ != IBV_QPT_RC) && (type_ == IBV_QPT_UD || h.src_qpn == attr_.dest_qp_num);
   if (!can_receive || !type_ok) {
     // Not for us, or not now: an RC requester hears nothing and retransmits after its
     // timeout (kUnavailable models that silence); an unreliable message is just lost.
@@ -134,8 +134,7 @@ void Qp::respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& pa
     r = scatter(node().mrs(), buffer_pd, wqe.sge, wqe.num_sge, 0, src, sizeof(header));
   }
   if (r != ScatterResult::kOk) {
-    ibv_wc_status status =
-        r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR;
+    ibv_wc_status status = r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR;
     spdlog::debug("QP {:#x}: receive wr_id {} fails with {}", qpn_, wqe.wr_id,
                   wc_status_name(status));
     complete_recv(wqe, status, IBV_WC_RECV, 0, &h, from_srq);
@@ -144,9 +143,9 @@ void Qp::respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& pa
       return;
     }
     // The requester learns why; this QP cannot go on receiving (IBA 9.9.3).
-    reply_locked(from, h, FrameOp::kNak,
-                 r == ScatterResult::kTooLong ? NakCode::kInvalidRequest
-                                              : NakCode::kRemoteOperation);
+    reply_locked(
+        from, h, FrameOp::kNak,
+        r == ScatterResult::kTooLong ? NakCode::kInvalidRequest : NakCode::kRemoteOperation);
     expected_psn_ = (h.psn + 1) & kPsnMask;
     to_error_locked();
     return;
@@ -161,9 +160,9 @@ void Qp::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& p
   const bool from_srq = srq_ != nullptr;
   const uint32_t len = static_cast<uint32_t>(payload.size());
   // A zero-length WRITE touches no memory, so its rkey is not checked (IBA 9.4.4).
-  bool allowed = (attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) != 0 &&
-                 (len == 0 || node().mrs().check(h.rkey, pd_, h.remote_addr, len,
-                                                 IBV_ACCESS_REMOTE_WRITE));
+  bool allowed =
+      (attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) != 0 &&
+      (len == 0 || node().mrs().check(h.rkey, pd_, h.remote_addr, len, IBV_ACCESS_REMOTE_WRITE));
   if (!allowed) {
     if (datagram) {
       reply_locked(from, h, FrameOp::kAck, NakCode::kNone);  // UC: silently dropped
@@ -192,8 +191,8 @@ void Qp::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& p
 
 void Qp::respond_read_locked(Link& from, const FrameHeader& h) {
   bool allowed = (attr_.qp_access_flags & IBV_ACCESS_REMOTE_READ) != 0 &&
-                 (h.length == 0 || node().mrs().check(h.rkey, pd_, h.remote_addr, h.length,
-                                                      IBV_ACCESS_REMOTE_READ));
+                 (h.length == 0 ||
+                  node().mrs().check(h.rkey, pd_, h.remote_addr, h.length, IBV_ACCESS_REMOTE_READ));
   if (!allowed) {
     reply_locked(from, h, FrameOp::kNak, NakCode::kRemoteAccess);
     expected_psn_ = (h.psn + 1) & kPsnMask;
@@ -206,9 +205,9 @@ void Qp::respond_read_locked(Link& from, const FrameHeader& h) {
 }
 
 void Qp::respond_atomic_locked(Link& from, const FrameHeader& h) {
-  bool allowed = (attr_.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) != 0 &&
-                 node().mrs().check(h.rkey, pd_, h.remote_addr, sizeof(uint64_t),
-                                    IBV_ACCESS_REMOTE_ATOMIC);
+  bool allowed =
+      (attr_.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) != 0 &&
+      node().mrs().check(h.rkey, pd_, h.remote_addr, sizeof(uint64_t), IBV_ACCESS_REMOTE_ATOMIC);
   expected_psn_ = (h.psn + 1) & kPsnMask;
   if (!allowed) {
     reply_locked(from, h, FrameOp::kNak, NakCode::kRemoteAccess);

@@ -44,9 +44,9 @@ ScatterResult scatter(const MrTable& mrs, Pd* pd, const ibv_sge* sge, uint32_t n
 uint64_t rnr_timer_ns(uint8_t code) {
   // In units of 10 us, for codes 0..31 (code 0 is the longest, 655.36 ms).
   static constexpr uint32_t kTensOfMicros[32] = {
-      65536,   1,     2,     3,     4,     6,      8,      12,     16,     24,     32,
-      48,      64,    96,    128,   192,   256,    384,    512,    768,    1024,   1536,
-      2048,    3072,  4096,  6144,  8192,  12288,  16384,  24576,  32768,  49152};
+      65536, 1,    2,    3,    4,    6,     8,     12,    16,    24,   32,
+      48,    64,   96,   128,  192,  256,   384,   512,   768,   1024, 1536,
+      2048,  3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152};
   return uint64_t{kTensOfMicros[code & 31]} * 10'000;
 }
 

@@ -35,8 +35,8 @@ enum class ScatterResult { kOk, kTooLong, kProtection };
 
 // Copies len bytes of payload into sge[0..n) (after skipping `offset` bytes of the list).
 // Checks everything before copying a byte, so a refused scatter leaves memory untouched.
-ScatterResult scatter(const MrTable& mrs, Pd* pd, const ibv_sge* sge, uint32_t n,
-                      uint32_t offset, PayloadSource& payload, uint64_t len);
+ScatterResult scatter(const MrTable& mrs, Pd* pd, const ibv_sge* sge, uint32_t n, uint32_t offset,
+                      PayloadSource& payload, uint64_t len);
 
 // The encoded RNR timer of IBA table 45, in nanoseconds.
 uint64_t rnr_timer_ns(uint8_t code);

@@ -1,9 +1,9 @@
 #include "emu/srq.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cerrno>
 #include <mutex>
-
-#include <spdlog/spdlog.h>
 
 #include "emu/context.h"
 #include "emu/limits.h"
@@ -54,7 +54,9 @@ bool Srq::take(RecvWqe* out) {
   return true;
 }
 
-void Srq::on_reaped() { taken_.fetch_sub(1, std::memory_order_relaxed); }
+void Srq::on_reaped() {
+  taken_.fetch_sub(1, std::memory_order_relaxed);
+}
 
 void Srq::fire_limit_locked() {
   // One event per arming (dat_srq_set_lw, ibv_modify_srq): disarm before raising.

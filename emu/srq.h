@@ -59,10 +59,10 @@ class Srq : public ApiHandle {
   SpinLock lock_;
   std::unique_ptr<RecvWqe[]> slots_;  // circular, capacity_ slots
   uint32_t capacity_;
-  uint32_t head_ = 0;       // oldest available buffer
+  uint32_t head_ = 0;  // oldest available buffer
   uint32_t available_ = 0;
   uint32_t max_wr_;
-  uint32_t limit_ = 0;      // 0 = not armed
+  uint32_t limit_ = 0;              // 0 = not armed
   std::atomic<uint32_t> taken_{0};  // taken by QPs, not yet reaped
 };
 

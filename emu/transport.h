@@ -23,42 +23,42 @@ struct Gid {
 };
 
 enum class FrameOp : uint8_t {
-  kSend = 1,          // SEND / SEND_WITH_IMM (RC, UC, UD)
-  kWrite,             // RDMA WRITE / WRITE_WITH_IMM
-  kReadRequest,       // RDMA READ request: remote_addr, rkey, length
-  kReadResponse,      // payload = the bytes read
-  kAtomicRequest,     // compare_add, swap at remote_addr
-  kAtomicResponse,    // compare_add = original value
-  kAck,               // positive acknowledgement of psn (and all earlier)
-  kNak,               // negative acknowledgement, see NakCode
+  kSend = 1,        // SEND / SEND_WITH_IMM (RC, UC, UD)
+  kWrite,           // RDMA WRITE / WRITE_WITH_IMM
+  kReadRequest,     // RDMA READ request: remote_addr, rkey, length
+  kReadResponse,    // payload = the bytes read
+  kAtomicRequest,   // compare_add, swap at remote_addr
+  kAtomicResponse,  // compare_add = original value
+  kAck,             // positive acknowledgement of psn (and all earlier)
+  kNak,             // negative acknowledgement, see NakCode
 };
 
 enum class NakCode : uint8_t {
   kNone = 0,
-  kReceiverNotReady,   // no receive buffer; retry after rnr_timer
-  kRemoteAccess,       // rkey, bounds or access rights refused
-  kInvalidRequest,     // malformed request or message longer than the receive buffer
-  kRemoteOperation,    // responder could not complete (e.g. bad lkey in its receive WQE)
-  kUnavailable,        // no such QP, or QP not able to receive: behaves as a lost packet
+  kReceiverNotReady,  // no receive buffer; retry after rnr_timer
+  kRemoteAccess,      // rkey, bounds or access rights refused
+  kInvalidRequest,    // malformed request or message longer than the receive buffer
+  kRemoteOperation,   // responder could not complete (e.g. bad lkey in its receive WQE)
+  kUnavailable,       // no such QP, or QP not able to receive: behaves as a lost packet
 };
 
 enum FrameFlags : uint8_t {
-  kFrameImm = 1 << 0,         // imm is valid
-  kFrameSolicited = 1 << 1,   // solicited event requested
-  kFrameDatagram = 1 << 2,    // UD: no RNR, drop when no buffer, ack only for local completion
-  kFrameFetchAdd = 1 << 3,    // atomic request: fetch-and-add (else compare-and-swap)
+  kFrameImm = 1 << 0,        // imm is valid
+  kFrameSolicited = 1 << 1,  // solicited event requested
+  kFrameDatagram = 1 << 2,   // UD: no RNR, drop when no buffer, ack only for local completion
+  kFrameFetchAdd = 1 << 3,   // atomic request: fetch-and-add (else compare-and-swap)
 };
 
 struct FrameHeader {
   FrameOp op{};
   uint8_t flags = 0;
   NakCode nak = NakCode::kNone;
-  uint8_t rnr_timer = 0;      // responder's min_rnr_timer code, in RNR NAKs
+  uint8_t rnr_timer = 0;  // responder's min_rnr_timer code, in RNR NAKs
   uint32_t src_qpn = 0;
   uint32_t dst_qpn = 0;
-  uint32_t psn = 0;           // message sequence number (24 bits)
-  uint32_t imm = 0;           // immediate data, network byte order as the program gave it
-  uint32_t length = 0;        // payload bytes, or bytes requested for a READ
+  uint32_t psn = 0;     // message sequence number (24 bits)
+  uint32_t imm = 0;     // immediate data, network byte order as the program gave it
+  uint32_t length = 0;  // payload bytes, or bytes requested for a READ
   uint32_t rkey = 0;
   uint32_t qkey = 0;
   uint64_t remote_addr = 0;

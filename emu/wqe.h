@@ -29,9 +29,9 @@ struct SendWqe {
   ibv_wr_opcode opcode{};
   uint32_t send_flags = 0;
   uint32_t imm = 0;
-  uint32_t num_sge = 0;      // SGEs, or 0 when the data is inline
-  uint32_t length = 0;       // total message length
-  uint32_t psn = 0;          // assigned when first transmitted
+  uint32_t num_sge = 0;  // SGEs, or 0 when the data is inline
+  uint32_t length = 0;   // total message length
+  uint32_t psn = 0;      // assigned when first transmitted
   bool is_inline = false;
   bool signaled = false;
   // Settled without an answer from the peer (a local error, or an unreliable message with no

@@ -1,9 +1,31 @@
 #!/usr/bin/env bash
-# Builds emurdma (installing what is missing) and runs every test with ctest.
-# Exits non-zero when anything fails.
+# Builds emurdma (installing what is missing) and runs every test with ctest. Exits non-zero
+# when anything fails. Extra arguments go to ctest (e.g. -R SrqResize).
+#
+# With EMURDMA_SANITIZERS=1 (the default under CI=true) the suite then runs again in an
+# AddressSanitizer + UndefinedBehaviorSanitizer build and in a ThreadSanitizer build, each in
+# its own directory (build-asan/, build-tsan/).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-bash scripts/build.sh
-ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j"$(nproc)" "$@"
+
+run_suite() {
+  local dir="$1"
+  shift
+  BUILD_DIR="$dir" bash scripts/build.sh "$@"
+  echo "== ctest in $dir"
+  ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" "${ctest_args[@]}"
+}
+
+ctest_args=("$@")
+run_suite "${BUILD_DIR:-build}"
+
+sanitizers="${EMURDMA_SANITIZERS:-}"
+if [[ -z "$sanitizers" && "${CI:-}" == "true" ]]; then
+  sanitizers=1
+fi
+if [[ "$sanitizers" == "1" ]]; then
+  run_suite build-asan -DEMURDMA_ASAN=ON -DEMURDMA_UBSAN=ON -DEMURDMA_BENCH=OFF
+  TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}" run_suite build-tsan -DEMURDMA_TSAN=ON -DEMURDMA_BENCH=OFF
+fi

@@ -45,7 +45,7 @@ struct ConnectOptions {
   uint8_t min_rnr_timer = 1;  // 0.01 ms: keeps RNR tests fast
   uint8_t rnr_retry = 7;
   uint8_t retry_cnt = 7;
-  uint8_t timeout = 8;        // ~1 ms
+  uint8_t timeout = 8;  // ~1 ms
   uint8_t max_rd_atomic = 4;
 };
 
@@ -103,9 +103,9 @@ class EngineTest : public ::testing::Test {
     return srq;
   }
 
-  Mr* reg(void* addr, size_t len, int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                                IBV_ACCESS_REMOTE_READ |
-                                                IBV_ACCESS_REMOTE_ATOMIC) {
+  Mr* reg(void* addr, size_t len,
+          int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                       IBV_ACCESS_REMOTE_ATOMIC) {
     Mr* mr = nullptr;
     EXPECT_EQ(ctx->reg_mr(pd, addr, len, access, &mr), 0);
     if (mr) mrs.push_back(mr);
@@ -179,8 +179,8 @@ class EngineTest : public ::testing::Test {
   }
 
   // Polls until n completions arrived or two seconds passed.
-  std::vector<ibv_wc> poll_n(Cq* c, size_t n, std::chrono::milliseconds limit =
-                                                  std::chrono::milliseconds(2000)) {
+  std::vector<ibv_wc> poll_n(Cq* c, size_t n,
+                             std::chrono::milliseconds limit = std::chrono::milliseconds(2000)) {
     std::vector<ibv_wc> out;
     auto deadline = std::chrono::steady_clock::now() + limit;
     while (out.size() < n && std::chrono::steady_clock::now() < deadline) {

@@ -52,7 +52,8 @@ class Walkthrough {
     peer_ = make_qp(nullptr);
     connect(endpoint_, peer_->qpn());
     connect(peer_, endpoint_->qpn());
-    std::printf("dat_srq_query worked example: SRQ with 10 entries, 1 endpoint, 3 buffers posted\n");
+    std::printf(
+        "dat_srq_query worked example: SRQ with 10 entries, 1 endpoint, 3 buffers posted\n");
     for (int i = 0; i < 3; ++i) post_buffer();
     print_counts();
     std::printf("  (a Send message arrives: the endpoint takes a buffer)\n");
@@ -209,9 +210,10 @@ class Walkthrough {
       std::printf("  resize to %u: done, max_recv_dtos %u -> %u\n", max_wr, before.max_wr,
                   after.max_wr);
     } else {
-      std::printf("  resize to %u: refused (%s; DAT_INVALID_STATE), %u outstanding > %u, "
-                  "max_recv_dtos stays %u\n",
-                  max_wr, std::strerror(err), before.outstanding, max_wr, after.max_wr);
+      std::printf(
+          "  resize to %u: refused (%s; DAT_INVALID_STATE), %u outstanding > %u, "
+          "max_recv_dtos stays %u\n",
+          max_wr, std::strerror(err), before.outstanding, max_wr, after.max_wr);
     }
   }
 
