@@ -133,6 +133,111 @@ TEST_F(CompletionQueue, OverrunRaisesExactlyOneCqErrEvent) {
   EXPECT_FALSE(ctx->async_events().wait(0));
 }
 
+// ibv_poll_cq(3): "In case of a CQ overrun, the async event IBV_EVENT_CQ_ERR will be triggered,
+// and the CQ cannot be used." The completions that fitted before the overrun can still be
+// polled; every later one is lost, even after polling has made room again; the event comes once.
+//
+// The CQ overruns with receive completions. A sender's SEND completes only after the receiver
+// has written (or lost) its receive completion and acknowledged, so once the sender's own
+// completions (on another CQ) are polled, every receive completion has been attempted: the test
+// needs no clock.
+TEST_F(CompletionQueue, AfterAnOverrunTheCqDeliversNothingMoreAndRaisesOneEvent) {
+  Cq* small = create_cq(4);
+  ASSERT_NE(small, nullptr);
+  const uint32_t cap = small->capacity();
+  ASSERT_LE(cap, 16u);
+  const uint32_t n = cap + 4;
+  QpOptions oa;
+  oa.max_send_wr = 2 * n;
+  QpOptions ob;
+  ob.recv_cq = small;
+  ob.max_recv_wr = 2 * n;
+  auto [a, b] = connected_pair(oa, ob);
+  ASSERT_NE(a, nullptr);
+  std::vector<uint64_t> msgs(2 * n);
+  std::vector<uint64_t> rx(2 * n, 0);
+  Mr* mm = reg(msgs.data(), msgs.size() * sizeof(uint64_t));
+  Mr* mrx = reg(rx.data(), rx.size() * sizeof(uint64_t));
+  for (uint32_t i = 0; i < 2 * n; ++i) {
+    msgs[i] = 500 + i;
+    ASSERT_EQ(post_recv(b, i, &rx[i], sizeof(uint64_t), mrx), 0);
+  }
+  auto send_range = [&](uint32_t from, uint32_t to) {
+    for (uint32_t i = from; i < to; ++i) {
+      ASSERT_EQ(post_send(a, i, IBV_WR_SEND, &msgs[i], sizeof(uint64_t), mm), 0) << "send " << i;
+    }
+    auto s = poll_n(cq, to - from);
+    ASSERT_EQ(s.size(), to - from);
+    for (const ibv_wc& wc : s) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << "send " << wc.wr_id;
+  };
+
+  send_range(0, n);
+  EXPECT_EQ(rx[n - 1], 500u + n - 1) << "every message was received";
+  std::vector<ibv_wc> wc(4 * n);
+  int got = small->poll(static_cast<int>(wc.size()), wc.data());
+  ASSERT_EQ(got, static_cast<int>(cap)) << "exactly the completions that fitted";
+  for (uint32_t i = 0; i < cap; ++i) {
+    EXPECT_EQ(wc[i].wr_id, i);
+    EXPECT_EQ(wc[i].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc[i].opcode, IBV_WC_RECV);
+  }
+  EXPECT_EQ(small->poll(static_cast<int>(wc.size()), wc.data()), 0);
+
+  // The CQ is empty now, yet unusable: the completions of further messages are lost too.
+  send_range(n, 2 * n);
+  EXPECT_EQ(rx[2 * n - 1], 500u + 2 * n - 1);
+  EXPECT_EQ(small->poll(static_cast<int>(wc.size()), wc.data()), 0);
+
+  ASSERT_EQ(ctx->async_events().pending(), 1u) << "one event for the overrun, none after";
+  emu::AsyncEvent ev;
+  ASSERT_TRUE(ctx->async_events().get(&ev));
+  EXPECT_EQ(ev.type, IBV_EVENT_CQ_ERR);
+  EXPECT_EQ(ev.cq, small);
+  EXPECT_EQ(ctx->async_events().pending(), 0u);
+}
+
+// A receive completion lost to an overrun can never be reaped, so the SRQ buffer it was made
+// from stops being outstanding (docs/semantics.md, CQ overrun): the SRQ's entries are not leaked.
+TEST_F(CompletionQueue, CompletionsLostToAnOverrunFreeTheirSrqEntries) {
+  Cq* small = create_cq(4);
+  ASSERT_NE(small, nullptr);
+  const uint32_t cap = small->capacity();
+  ASSERT_LE(cap, 16u);
+  const uint32_t n = cap + 4;
+  Srq* srq = create_srq(n);
+  ASSERT_NE(srq, nullptr);
+  QpOptions oa;
+  oa.max_send_wr = n;
+  QpOptions ob;
+  ob.srq = srq;
+  ob.recv_cq = small;
+  auto [a, b] = connected_pair(oa, ob);
+  ASSERT_NE(b, nullptr);
+  std::vector<uint64_t> msgs(n, 0x77);
+  std::vector<uint64_t> rx(n, 0);
+  Mr* mm = reg(msgs.data(), msgs.size() * sizeof(uint64_t));
+  Mr* mrx = reg(rx.data(), rx.size() * sizeof(uint64_t));
+  for (uint32_t i = 0; i < n; ++i) {
+    ASSERT_EQ(post_srq_recv(srq, i, &rx[i], sizeof(uint64_t), mrx), 0);
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    ASSERT_EQ(post_send(a, i, IBV_WR_SEND, &msgs[i], sizeof(uint64_t), mm), 0);
+  }
+  ASSERT_EQ(poll_n(cq, n).size(), n);
+  Srq::Counts k = srq->counts();
+  EXPECT_EQ(k.available, 0u);
+  EXPECT_EQ(k.outstanding, cap) << "only the completions in the CQ are still outstanding";
+  std::vector<ibv_wc> wc(2 * n);
+  EXPECT_EQ(small->poll(static_cast<int>(wc.size()), wc.data()), static_cast<int>(cap));
+  k = srq->counts();
+  EXPECT_EQ(k.outstanding, 0u);
+  // Every entry can be posted again.
+  for (uint32_t i = 0; i < n; ++i) {
+    EXPECT_EQ(post_srq_recv(srq, 100 + i, &rx[i], sizeof(uint64_t), mrx), 0) << i;
+  }
+  EXPECT_EQ(srq->counts().available, n);
+}
+
 TEST_F(CompletionQueue, DestroyWhileAQpUsesItIsBusy) {
   Cq* scq = nullptr;
   Cq* rcq = nullptr;

@@ -4,6 +4,7 @@
 //   Rnr            receiver-not-ready retries (rnr_retry 0..6, and 7 = for ever);
 //   FlushOnError   every outstanding work request completes exactly once when a QP errs;
 //   RetryExceeded  a peer that never answers ends in IBV_WC_RETRY_EXC_ERR;
+//   AtomicErrors   misaligned atomics and atomic local buffers of the wrong length;
 //   AsyncEvents    affiliated events readable through a file descriptor poll(2) can watch.
 #include <fcntl.h>
 #include <poll.h>
@@ -481,6 +482,99 @@ TEST_F(Rnr, RetryForeverDeliversEachMessageExactlyOnceWhenBuffersArrive) {
   EXPECT_EQ(dst[2][0], 0);
 }
 
+// "An SRQ with no buffer also answers with an RNR NAK": a QP attached to an SRQ takes its
+// receive buffers from it, and an empty SRQ is "receiver not ready" exactly as an empty receive
+// queue is (IBA chapter 9: the responder answers with an RNR NAK). With rnr_retry 7 the
+// requester waits, with no error on either side, and the message is delivered, once, as soon
+// as a buffer is posted to the SRQ.
+TEST_F(Rnr, EmptySrqAnswersRnrAndTheMessageArrivesOnceABufferIsPosted) {
+  ConnectOptions c;
+  c.rnr_retry = 7;
+  c.min_rnr_timer = 12;
+  Srq* srq = create_srq(8);
+  ASSERT_NE(srq, nullptr);
+  Cq* rcq = create_cq(16);
+  QpOptions ob;
+  ob.srq = srq;
+  ob.recv_cq = rcq;
+  auto [a, b] = connected_pair({}, ob, c);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  char msg[16] = "through the srq";
+  Mr* ms = reg(msg, sizeof(msg));
+  ASSERT_EQ(post_send(a, 1, IBV_WR_SEND, msg, sizeof(msg), ms), 0);
+  // Well past the budget of rnr_retry 6 (6 * 0.64 ms): still retrying, nobody in error.
+  EXPECT_TRUE(drain(cq, milliseconds(10)).empty());
+  EXPECT_TRUE(drain(rcq, milliseconds(1)).empty());
+  EXPECT_EQ(state_of(a), IBV_QPS_RTS);
+  EXPECT_EQ(state_of(b), IBV_QPS_RTS);
+
+  char dst[2][16] = {};
+  Mr* md = reg(dst, sizeof(dst));
+  ASSERT_EQ(post_srq_recv(srq, 10, dst[0], sizeof(dst[0]), md), 0);
+  ASSERT_EQ(post_srq_recv(srq, 11, dst[1], sizeof(dst[1]), md), 0);
+  ibv_wc s = poll_one(cq);
+  EXPECT_EQ(s.wr_id, 1u);
+  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
+  ibv_wc r = poll_one(rcq);
+  EXPECT_EQ(r.wr_id, 10u);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r.byte_len, sizeof(msg));
+  EXPECT_EQ(r.qp_num, b->qpn());
+  EXPECT_EQ(r.src_qp, a->qpn());
+  EXPECT_STREQ(dst[0], msg);
+  // Exactly once: the second buffer stays on the SRQ, and no completion is repeated.
+  EXPECT_TRUE(drain(rcq, milliseconds(10)).empty());
+  EXPECT_TRUE(drain(cq, milliseconds(1)).empty());
+  Srq::Counts k = srq->counts();
+  EXPECT_EQ(k.available, 1u);
+  EXPECT_EQ(k.outstanding, 1u);
+  EXPECT_EQ(dst[1][0], 0);
+}
+
+// With a finite rnr_retry, the empty SRQ uses the retries up: IBV_WC_RNR_RETRY_EXC_ERR (not
+// IBV_WC_RETRY_EXC_ERR: the responder did answer, with RNR NAKs), the requester enters ERR and
+// flushes the WR behind; the responder stays in RTS and never gets the message, so a buffer
+// posted to the SRQ afterwards stays there.
+TEST_F(Rnr, EmptySrqWithRnrRetryOneEndsInRnrRetryExceeded) {
+  ConnectOptions c;
+  c.rnr_retry = 1;
+  c.min_rnr_timer = 12;  // 0.64 ms
+  Srq* srq = create_srq(8);
+  ASSERT_NE(srq, nullptr);
+  Cq* rcq = create_cq(16);
+  QpOptions ob;
+  ob.srq = srq;
+  ob.recv_cq = rcq;
+  auto [a, b] = connected_pair({}, ob, c);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  char msg[16] = "nowhere to land";
+  Mr* ms = reg(msg, sizeof(msg));
+  auto start = Clock::now();
+  ASSERT_EQ(post_send(a, 1, IBV_WR_SEND, msg, sizeof(msg), ms), 0);
+  ASSERT_EQ(post_send(a, 2, IBV_WR_SEND, msg, sizeof(msg), ms), 0);
+  auto s = poll_n(cq, 2);
+  auto elapsed = std::chrono::duration_cast<microseconds>(Clock::now() - start).count();
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].wr_id, 1u);
+  EXPECT_EQ(s[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(s[1].wr_id, 2u);
+  EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_GE(elapsed, kRnrTimer12Us) << "the one retry waits for the RNR timer";
+  EXPECT_EQ(state_of(a), IBV_QPS_ERR);
+  EXPECT_EQ(state_of(b), IBV_QPS_RTS);
+
+  char dst[16] = {};
+  Mr* md = reg(dst, sizeof(dst));
+  ASSERT_EQ(post_srq_recv(srq, 10, dst, sizeof(dst), md), 0);
+  EXPECT_TRUE(drain(rcq, milliseconds(10)).empty());
+  Srq::Counts k = srq->counts();
+  EXPECT_EQ(k.available, 1u);
+  EXPECT_EQ(k.outstanding, 1u);
+  EXPECT_EQ(dst[0], 0);
+}
+
 // --------------------------------------------------------------------------------------------
 
 using FlushOnError = ErrorTest;
@@ -725,6 +819,112 @@ TEST_F(AsyncEvents, EpollWatchesTheFd) {
   EXPECT_EQ(ev.type, IBV_EVENT_QP_ACCESS_ERR);
   EXPECT_EQ(ev.qp, p.b);
   ::close(ep);
+}
+
+// --------------------------------------------------------------------------------------------
+
+using AtomicErrors = ErrorTest;
+
+// An atomic WR on `a`: `op` on the 8 bytes at remote_addr, the original value into the SGEs.
+ibv_send_wr atomic_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sge, int num_sge,
+                      uint64_t remote_addr, uint32_t rkey, uint64_t compare_add, uint64_t swap) {
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.opcode = op;
+  wr.sg_list = sge;
+  wr.num_sge = num_sge;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.atomic.remote_addr = remote_addr;
+  wr.wr.atomic.rkey = rkey;
+  wr.wr.atomic.compare_add = compare_add;
+  wr.wr.atomic.swap = swap;
+  return wr;
+}
+
+// IBA 9.4.5 (atomic operations): the virtual address of an atomic must be naturally aligned
+// (8 bytes); a misaligned one is an invalid request. The responder answers with an Invalid Request
+// NAK, so the request completes with IBV_WC_REM_INV_REQ_ERR and the requester enters ERR (the WR
+// behind is flushed); the responder QP enters ERR with the affiliated IBV_EVENT_QP_REQ_ERR,
+// "Invalid Request Local Work Queue Error" (ibv_get_async_event(3)). The target is not modified.
+TEST_F(AtomicErrors, MisalignedRemoteAddressIsRemoteInvalidRequest) {
+  alignas(8) uint64_t remote[2];
+  alignas(8) uint64_t result;
+  Mr* mr = reg(remote, sizeof(remote));
+  Mr* ml = reg(&result, sizeof(result));
+  for (ibv_wr_opcode op : {IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD}) {
+    SCOPED_TRACE(op == IBV_WR_ATOMIC_CMP_AND_SWP ? "compare and swap" : "fetch and add");
+    remote[0] = 0x1111111111111111ULL;
+    remote[1] = 0x2222222222222222ULL;
+    result = 0x5a5a5a5a5a5a5a5aULL;
+    // Inside the region, 4 bytes off alignment. A compare value equal to the 8 bytes found
+    // there would make an executed CAS swap.
+    const uint64_t misaligned = reinterpret_cast<uint64_t>(remote) + 4;
+    uint64_t found;
+    std::memcpy(&found, reinterpret_cast<const void*>(misaligned), sizeof(found));
+    Pair p = make_pair();
+    ibv_sge sge{reinterpret_cast<uint64_t>(&result), sizeof(result), ml->lkey};
+    ibv_send_wr wr = atomic_wr(1, op, &sge, 1, misaligned, mr->rkey,
+                               op == IBV_WR_ATOMIC_CMP_AND_SWP ? found : 1, 0);
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(p.a->post_send(&wr, &bad), 0) << "alignment is the responder's check";
+    ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, &result, 4, ml), 0);
+    auto s = poll_n(cq, 2);
+    ASSERT_EQ(s.size(), 2u);
+    EXPECT_EQ(s[0].wr_id, 1u);
+    EXPECT_EQ(s[0].status, IBV_WC_REM_INV_REQ_ERR);
+    EXPECT_EQ(s[0].qp_num, p.a->qpn());
+    EXPECT_EQ(s[1].wr_id, 2u);
+    EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
+    EXPECT_TRUE(wait_state(p.b, IBV_QPS_ERR)) << "the responder QP enters the error state";
+    EXPECT_TRUE(wait_event(IBV_EVENT_QP_REQ_ERR, p.b));
+    EXPECT_EQ(remote[0], 0x1111111111111111ULL);
+    EXPECT_EQ(remote[1], 0x2222222222222222ULL);
+    EXPECT_EQ(result, 0x5a5a5a5a5a5a5a5aULL) << "no original value came back";
+    EXPECT_TRUE(drain(p.rcq, milliseconds(1)).empty());
+  }
+}
+
+// An atomic returns the 8-byte original value into its local buffer: a scatter list of any
+// other length is a local length error, IBV_WC_LOC_LEN_ERR, found before anything is sent. The
+// RC requester enters ERR and flushes the WR behind; the remote word is untouched and the peer,
+// which saw nothing, stays in RTS.
+TEST_F(AtomicErrors, LocalSgeLengthOtherThanEightIsLocalLengthError) {
+  struct Case {
+    ibv_wr_opcode op;
+    uint32_t length;
+  };
+  const Case cases[] = {{IBV_WR_ATOMIC_FETCH_AND_ADD, 4},
+                        {IBV_WR_ATOMIC_CMP_AND_SWP, 4},
+                        {IBV_WR_ATOMIC_FETCH_AND_ADD, 16},
+                        {IBV_WR_ATOMIC_CMP_AND_SWP, 16}};
+  alignas(8) uint64_t remote = 7;
+  alignas(8) uint8_t local[16];
+  Mr* mr = reg(&remote, sizeof(remote));
+  Mr* ml = reg(local, sizeof(local));
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << (c.op == IBV_WR_ATOMIC_CMP_AND_SWP ? "CAS" : "FAA")
+                                    << " with a local SGE of " << c.length << " bytes");
+    std::memset(local, kCanary, sizeof(local));
+    Pair p = make_pair();
+    ibv_sge sge{reinterpret_cast<uint64_t>(local), c.length, ml->lkey};
+    ibv_send_wr wr = atomic_wr(1, c.op, &sge, 1, reinterpret_cast<uint64_t>(&remote), mr->rkey,
+                               c.op == IBV_WR_ATOMIC_CMP_AND_SWP ? 7 : 1, 100);
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(p.a->post_send(&wr, &bad), 0);
+    ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, local, 4, ml), 0);
+    auto s = poll_n(cq, 2);
+    ASSERT_EQ(s.size(), 2u);
+    EXPECT_EQ(s[0].wr_id, 1u);
+    EXPECT_EQ(s[0].status, IBV_WC_LOC_LEN_ERR);
+    EXPECT_EQ(s[1].wr_id, 2u);
+    EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
+    EXPECT_EQ(remote, 7u);
+    EXPECT_TRUE(all_canary(local, sizeof(local)));
+    EXPECT_EQ(state_of(p.b), IBV_QPS_RTS);
+    EXPECT_TRUE(drain(p.rcq, milliseconds(1)).empty());
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -823,6 +824,308 @@ TEST_F(QpStateMachine, ResetDiscardsWorkRequestsWithoutCompletions) {
   EXPECT_EQ(r.wr_id, 6u);
   EXPECT_STREQ(rx2, "reply");
   for (char ch : old_rx) EXPECT_EQ(ch, 0x5a);
+}
+
+}  // namespace
+}  // namespace emu_test
+
+namespace emu {
+
+// The test hook emu/qp.h befriends. An RC QP never enters SQE by itself, so the test that
+// checks the RC row of the table puts one there through the routine a failed UC or UD send runs.
+struct QpTestPeer {
+  static void enter_sqe(Qp& qp) {
+    std::lock_guard lock(qp.lock_);
+    qp.to_sq_error_locked();
+  }
+};
+
+}  // namespace emu
+
+namespace emu_test {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// RESET -> ERR, and the Send Queue Error state (SQE) of UC and UD QPs.
+
+constexpr uint32_t kQkey = 0x11111111;  // the Q_Key the fixture gives UD QPs
+constexpr uint32_t kGrh = 40;           // a UD receive buffer starts with the 40-byte GRH
+
+// An address handle for the node's own GID, where every QP of a test lives. It is destroyed
+// with the scope, before the fixture's TearDown deallocates the PD.
+class LoopbackAh {
+ public:
+  LoopbackAh(Context& ctx, Pd* pd, const ibv_gid& gid) : ctx_(ctx) {
+    ibv_ah_attr attr{};
+    attr.is_global = 1;
+    attr.grh.dgid = gid;
+    attr.grh.hop_limit = 1;
+    attr.port_num = 1;
+    EXPECT_EQ(ctx_.create_ah(pd, attr, &ah_), 0);
+  }
+  ~LoopbackAh() {
+    if (ah_ != nullptr) {
+      EXPECT_EQ(ctx_.destroy_ah(ah_), 0);
+    }
+  }
+  LoopbackAh(const LoopbackAh&) = delete;
+  LoopbackAh& operator=(const LoopbackAh&) = delete;
+  emu::Ah* get() const { return ah_; }
+
+ private:
+  Context& ctx_;
+  emu::Ah* ah_ = nullptr;
+};
+
+uint64_t addr_of(const void* p) {
+  return reinterpret_cast<uint64_t>(p);
+}
+
+// A signaled SEND of the SGE from `from` to `to`: a UD WR names its destination, a UC QP has
+// it already (and `ah` is unused).
+ibv_send_wr send_wr(Qp* from, Qp* to, emu::Ah* ah, uint64_t wr_id, ibv_sge* sge) {
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  if (from->type() == IBV_QPT_UD) {
+    wr.wr.ud.ah = &ah->ibv;
+    wr.wr.ud.remote_qpn = to->qpn();
+    wr.wr.ud.remote_qkey = kQkey;
+  }
+  return wr;
+}
+
+int post_chain(Qp* qp, ibv_send_wr* first) {
+  ibv_send_wr* bad = nullptr;
+  return qp->post_send(first, &bad);
+}
+
+// The kernel's qp_state_table (drivers/infiniband/core/verbs.c) has no RESET -> ERR entry,
+// although IBA 10.3.1 draws "any state -> Error": ibv_modify_qp of a QP in RESET to ERR fails
+// with EINVAL there, and the engine does the same (decision (e) of docs/semantics.md).
+TEST_F(QpStateMachine, ResetToErrorIsRefusedAsInTheKernelTable) {
+  for (ibv_qp_type t : kTypes) {
+    SCOPED_TRACE(type_name(t));
+    Qp* qp = create_qp(QpOptions{.type = t});
+    ASSERT_NE(qp, nullptr);
+    ibv_qp_attr a = values(qp, IBV_QPS_ERR);
+    EXPECT_EQ(qp->modify(a, IBV_QP_STATE), EINVAL);
+    EXPECT_EQ(state_of(qp), IBV_QPS_RESET);
+    a.cur_qp_state = IBV_QPS_RESET;
+    EXPECT_EQ(qp->modify(a, IBV_QP_STATE | IBV_QP_CUR_STATE), EINVAL);
+    EXPECT_EQ(state_of(qp), IBV_QPS_RESET);
+    // The refusal concerns the transition only: the QP is an ordinary QP in RESET, and from
+    // INIT the way to ERR is open.
+    EXPECT_EQ(step(qp, IBV_QPS_INIT), 0);
+    EXPECT_EQ(step(qp, IBV_QPS_ERR), 0);
+    EXPECT_EQ(state_of(qp), IBV_QPS_ERR);
+  }
+  EXPECT_TRUE(drain(cq, milliseconds(5)).empty()) << "nothing was posted, nothing is flushed";
+}
+
+// IBA 10.3.1 (the Send Queue Error state): a UD send that completes in error moves the QP to
+// SQE, not to ERR. The send queue stops: the WRs behind the failed one, and those posted later,
+// complete with IBV_WC_WR_FLUSH_ERR and send nothing; the receive queue goes on working.
+TEST_F(QpStateMachine, UdSendErrorEntersSqeWhereSendsFlushAndReceivesGoOn) {
+  ibv_port_attr port{};
+  ASSERT_EQ(ctx->query_port(1, &port), 0);
+  const uint32_t mtu = 128u << port.active_mtu;  // IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5
+  ASSERT_EQ(mtu, 4096u);
+  Cq* a_rcq = create_cq(16);
+  Cq* b_rcq = create_cq(16);
+  auto [a, b] = connected_pair(QpOptions{.type = IBV_QPT_UD, .recv_cq = a_rcq},
+                               QpOptions{.type = IBV_QPT_UD, .recv_cq = b_rcq});
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  LoopbackAh ah(*ctx, pd, gid());
+  ASSERT_NE(ah.get(), nullptr);
+  std::vector<char> src(mtu + 1, 's');
+  std::vector<char> b_rx(kGrh + mtu + 1, 0);
+  std::vector<char> a_rx(kGrh + 32, 0);
+  char hello[] = "to a, in SQE";
+  Mr* ms = reg(src.data(), src.size());
+  Mr* mb = reg(b_rx.data(), b_rx.size());
+  Mr* ma = reg(a_rx.data(), a_rx.size());
+  Mr* mh = reg(hello, sizeof(hello));
+  ASSERT_EQ(post_recv(b, 100, b_rx.data(), static_cast<uint32_t>(b_rx.size()), mb), 0);
+
+  // One byte more than the MTU (IBV_WC_LOC_LEN_ERR), with a valid message behind it.
+  ibv_sge too_long{addr_of(src.data()), mtu + 1, ms->lkey};
+  ibv_sge fine{addr_of(src.data()), 8, ms->lkey};
+  ibv_send_wr second = send_wr(a, b, ah.get(), 2, &fine);
+  ibv_send_wr first = send_wr(a, b, ah.get(), 1, &too_long);
+  first.next = &second;
+  ASSERT_EQ(post_chain(a, &first), 0) << "the length fails the WR's execution, not the post";
+  auto s = poll_n(cq, 2);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].wr_id, 1u);
+  EXPECT_EQ(s[0].status, IBV_WC_LOC_LEN_ERR);
+  EXPECT_EQ(s[1].wr_id, 2u);
+  EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(state_of(a), IBV_QPS_SQE);
+
+  // A send posted in SQE is accepted and flushed; nothing leaves the QP.
+  ibv_send_wr third = send_wr(a, b, ah.get(), 3, &fine);
+  ASSERT_EQ(post_chain(a, &third), 0);
+  ibv_wc f = poll_one(cq);
+  EXPECT_EQ(f.wr_id, 3u);
+  EXPECT_EQ(f.status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(f.qp_num, a->qpn());
+  EXPECT_TRUE(drain(b_rcq, milliseconds(10)).empty()) << "a flushed send reached the peer";
+
+  // Receiving is unaffected: a buffer posted in SQE takes a message sent to a.
+  ASSERT_EQ(post_recv(a, 200, a_rx.data(), static_cast<uint32_t>(a_rx.size()), ma), 0);
+  ibv_sge h{addr_of(hello), sizeof(hello), mh->lkey};
+  ibv_send_wr to_a = send_wr(b, a, ah.get(), 4, &h);
+  ASSERT_EQ(post_chain(b, &to_a), 0);
+  ibv_wc bs = poll_one(cq);
+  EXPECT_EQ(bs.wr_id, 4u);
+  EXPECT_EQ(bs.status, IBV_WC_SUCCESS);
+  ibv_wc r = poll_one(a_rcq);
+  EXPECT_EQ(r.wr_id, 200u);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r.byte_len, kGrh + sizeof(hello));
+  EXPECT_EQ(r.src_qp, b->qpn());
+  EXPECT_STREQ(a_rx.data() + kGrh, hello);
+  EXPECT_EQ(state_of(a), IBV_QPS_SQE) << "a receive does not leave SQE";
+  EXPECT_EQ(state_of(b), IBV_QPS_RTS);
+}
+
+// SQE -> RTS gives a UC or UD QP its send queue back. The kernel's table requires no attribute
+// besides the state and allows IBV_QP_CUR_STATE (which must name SQE) and the Q_Key (UD) or
+// the access flags (UC); anything else is refused and the QP stays in SQE.
+TEST_F(QpStateMachine, SqeToRtsResumesSendingWithStateAloneOrWithCurrentState) {
+  for (ibv_qp_type t : {IBV_QPT_UD, IBV_QPT_UC}) {
+    SCOPED_TRACE(type_name(t));
+    Cq* b_rcq = create_cq(16);
+    auto [a, b] = connected_pair(QpOptions{.type = t}, QpOptions{.type = t, .recv_cq = b_rcq});
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    LoopbackAh ah(*ctx, pd, gid());
+    ASSERT_NE(ah.get(), nullptr);
+    char msg[16] = "sending again";
+    char short_region[16] = {};
+    std::vector<char> rx(3 * (kGrh + sizeof(msg)), 0);
+    Mr* mm = reg(msg, sizeof(msg));
+    Mr* mshort = reg(short_region, 8);
+    Mr* mrx = reg(rx.data(), rx.size());
+
+    // A gather entry running past its region: IBV_WC_LOC_PROT_ERR, and a goes to SQE.
+    auto fail_a_send = [&](uint64_t id) {
+      ibv_sge outside{addr_of(short_region), sizeof(short_region), mshort->lkey};
+      ibv_send_wr wr = send_wr(a, b, ah.get(), id, &outside);
+      ASSERT_EQ(post_chain(a, &wr), 0);
+      ibv_wc wc = poll_one(cq);
+      EXPECT_EQ(wc.wr_id, id);
+      EXPECT_EQ(wc.status, IBV_WC_LOC_PROT_ERR);
+      ASSERT_EQ(state_of(a), IBV_QPS_SQE);
+    };
+    // A message from a that must arrive at b, in receive slot `slot`.
+    auto send_ok = [&](uint64_t id, int slot) {
+      char* buf = rx.data() + slot * (kGrh + sizeof(msg));
+      ASSERT_EQ(post_recv(b, id, buf, kGrh + sizeof(msg), mrx), 0);
+      ibv_sge sge{addr_of(msg), sizeof(msg), mm->lkey};
+      ibv_send_wr wr = send_wr(a, b, ah.get(), id, &sge);
+      ASSERT_EQ(post_chain(a, &wr), 0);
+      ibv_wc wc = poll_one(cq);
+      EXPECT_EQ(wc.wr_id, id);
+      EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+      ibv_wc r = poll_one(b_rcq);
+      EXPECT_EQ(r.wr_id, id);
+      EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+      EXPECT_EQ(r.src_qp, a->qpn());
+      EXPECT_STREQ(buf + (t == IBV_QPT_UD ? kGrh : 0), msg);
+    };
+
+    // IBV_QP_STATE alone.
+    fail_a_send(10);
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_RTS;
+    EXPECT_EQ(a->modify(attr, IBV_QP_STATE), 0);
+    EXPECT_EQ(state_of(a), IBV_QPS_RTS);
+    send_ok(11, 0);
+
+    // With IBV_QP_CUR_STATE, which must say SQE; an attribute of RTR -> RTS is not allowed.
+    fail_a_send(20);
+    attr.cur_qp_state = IBV_QPS_RTS;
+    EXPECT_EQ(a->modify(attr, IBV_QP_STATE | IBV_QP_CUR_STATE), EINVAL);
+    attr.sq_psn = 0;
+    EXPECT_EQ(a->modify(attr, IBV_QP_STATE | IBV_QP_SQ_PSN), EINVAL);
+    EXPECT_EQ(state_of(a), IBV_QPS_SQE);
+    attr.cur_qp_state = IBV_QPS_SQE;
+    EXPECT_EQ(a->modify(attr, IBV_QP_STATE | IBV_QP_CUR_STATE), 0);
+    EXPECT_EQ(state_of(a), IBV_QPS_RTS);
+    send_ok(21, 1);
+
+    // With the type's optional attribute (values unchanged, so b still accepts a's messages).
+    fail_a_send(30);
+    attr = values(a, IBV_QPS_RTS);
+    EXPECT_EQ(a->modify(attr, IBV_QP_STATE | (t == IBV_QPT_UD ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS)),
+              0);
+    EXPECT_EQ(state_of(a), IBV_QPS_RTS);
+    send_ok(31, 2);
+    EXPECT_TRUE(drain(cq, milliseconds(1)).empty());
+  }
+}
+
+// From SQE a QP may go back to RTS, or to RESET or ERR (as from any state); the other targets
+// are refused and the QP stays in SQE.
+TEST_F(QpStateMachine, SqeMayGoOnlyToRtsResetOrError) {
+  char buf[16] = {};
+  Mr* mr = reg(buf, 8);
+  for (ibv_qp_type t : {IBV_QPT_UD, IBV_QPT_UC}) {
+    for (ibv_qp_state exit_to : {IBV_QPS_RESET, IBV_QPS_ERR}) {
+      SCOPED_TRACE(trace(t, IBV_QPS_SQE, exit_to));
+      auto [a, b] = connected_pair(QpOptions{.type = t}, QpOptions{.type = t});
+      ASSERT_NE(a, nullptr);
+      LoopbackAh ah(*ctx, pd, gid());
+      ASSERT_NE(ah.get(), nullptr);
+      ibv_sge outside{addr_of(buf), sizeof(buf), mr->lkey};
+      ibv_send_wr wr = send_wr(a, b, ah.get(), 1, &outside);
+      ASSERT_EQ(post_chain(a, &wr), 0);
+      EXPECT_EQ(poll_one(cq).status, IBV_WC_LOC_PROT_ERR);
+      ASSERT_EQ(state_of(a), IBV_QPS_SQE);
+      for (ibv_qp_state to : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_SQD, IBV_QPS_SQE}) {
+        SCOPED_TRACE(trace(t, IBV_QPS_SQE, to));
+        int mask = IBV_QP_STATE;
+        if (to == IBV_QPS_INIT) mask |= spec_rule(t, IBV_QPS_RESET, to).required;
+        if (to == IBV_QPS_RTR) mask |= spec_rule(t, IBV_QPS_INIT, to).required;
+        EXPECT_EQ(a->modify(values(a, to), mask), EINVAL);
+        EXPECT_EQ(state_of(a), IBV_QPS_SQE);
+      }
+      EXPECT_EQ(a->modify(values(a, exit_to), IBV_QP_STATE), 0);
+      EXPECT_EQ(state_of(a), exit_to);
+    }
+  }
+}
+
+// IBA 10.3.1 defines SQE for UC, UD (and RD) only: an RC send error takes the QP to ERR, from
+// which RTS cannot be reached, and the engine has no RC SQE -> RTS. (The kernel's generic
+// table marks SQE -> RTS valid for every type, but an RC QP never gets to SQE.)
+TEST_F(QpStateMachine, RcSendErrorEntersErrorNotSqeAndRcSqeToRtsIsRefused) {
+  auto [a, b] = connected_pair();
+  ASSERT_NE(a, nullptr);
+  char buf[16] = {};
+  Mr* mr = reg(buf, 8);
+  ASSERT_EQ(post_send(a, 1, IBV_WR_SEND, buf, sizeof(buf), mr), 0);
+  EXPECT_EQ(poll_one(cq).status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(state_of(a), IBV_QPS_ERR);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RTS;
+  EXPECT_EQ(a->modify(attr, IBV_QP_STATE), EINVAL);
+  EXPECT_EQ(state_of(a), IBV_QPS_ERR);
+
+  Qp* qp = qp_in(IBV_QPT_RC, IBV_QPS_RTS);
+  ASSERT_NE(qp, nullptr);
+  emu::QpTestPeer::enter_sqe(*qp);
+  ASSERT_EQ(state_of(qp), IBV_QPS_SQE);
+  attr.cur_qp_state = IBV_QPS_SQE;
+  EXPECT_EQ(qp->modify(attr, IBV_QP_STATE), EINVAL);
+  EXPECT_EQ(qp->modify(attr, IBV_QP_STATE | IBV_QP_CUR_STATE), EINVAL);
+  EXPECT_EQ(state_of(qp), IBV_QPS_SQE);
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 //   SrqLimit        dat_srq_set_lw(3DAT) and IBV_SRQ_LIMIT: one event per arming;
 //   ModifySrq       ibv_modify_srq(3): all-or-nothing, mask validation, IBV_DEVICE_SRQ_RESIZE;
 //   SrqPost         ibv_post_srq_recv(3): ENOMEM / EINVAL with bad_wr, FIFO hand-out;
-//   SrqConcurrency  the same accounting with many posting, receiving and polling threads.
+//   SrqConcurrency  the same accounting with many posting, receiving and polling threads;
+//   SrqDestroy      ibv_destroy_srq(3): EBUSY while a QP is attached.
 //
 // The engine reports errno values; the DAT layer maps EINVAL from a resize to
 // DAT_INVALID_STATE and from a watermark to DAT_INVALID_PARAMETER, so the engine-level tests
@@ -1073,6 +1074,40 @@ TEST_F(SrqConcurrency, ManyPostersManyQpsOnePollerEveryBufferOnce) {
   }
   EXPECT_TRUE(CountsAre(srq, kMaxWr, 0, 0));
   EXPECT_TRUE(drain(rcq).empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// SrqDestroy: ibv_destroy_srq(3)
+
+using SrqDestroy = SrqFixture;
+
+// ibv_create_srq(3): "ibv_destroy_srq() fails if any queue pair is still associated with this
+// SRQ" (EBUSY). The refused call changes nothing: the SRQ still serves its QPs. It stays busy
+// until the last attached QP is destroyed, and buffers still posted do not keep it alive.
+TEST_F(SrqDestroy, BusyWhileAQpIsAttachedAndDestroyableOnceTheLastIsGone) {
+  Srq* srq = create_srq(8);
+  ASSERT_NE(srq, nullptr);
+  Pair p = pair_on(srq);
+  Pair q = pair_on(srq);
+  EXPECT_EQ(ctx->destroy_srq(srq), EBUSY);
+
+  ASSERT_EQ(post_buf(srq, 0), 0);
+  deliver(p.sender, 42);
+  ibv_wc r = poll_one(rcq);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r.wr_id, 0u);
+  EXPECT_EQ(r.qp_num, p.receiver->qpn());
+  EXPECT_EQ(payload_of(0), 42u);
+  EXPECT_TRUE(CountsAre(srq, 8, 0, 0));
+
+  ASSERT_EQ(ctx->destroy_qp(p.receiver), 0);
+  forget(qps, p.receiver);
+  EXPECT_EQ(ctx->destroy_srq(srq), EBUSY) << "the second receiver is still attached";
+  ASSERT_EQ(post_buf(srq, 1), 0);
+  ASSERT_EQ(ctx->destroy_qp(q.receiver), 0);
+  forget(qps, q.receiver);
+  EXPECT_EQ(ctx->destroy_srq(srq), 0);
+  forget(srqs, srq);
 }
 
 }  // namespace
