@@ -63,10 +63,11 @@ bench_rings() {
   json="$(mktemp)"
   # shellcheck disable=SC2064  # expand now: json is local
   trap "rm -f '$json'" EXIT
-  # Random interleaving spreads the repetitions of both queues over the run, so a change in
-  # the machine's load (two noisy cores) hits both alike; the medians discard outliers.
-  echo "bench: running $bin (a minute or so)" >&2
-  "$bin" --benchmark_filter='^ring_spsc/' --benchmark_repetitions=7 \
+  # Many short repetitions in random order spread both queues over the whole run, so that a
+  # change in the machine's state (two noisy virtual cores, whose cross-core latency varies
+  # several-fold over time) hits both alike; the medians then discard the outliers.
+  echo "bench: running $bin (about half a minute)" >&2
+  "$bin" --benchmark_filter='^ring_spsc/' --benchmark_repetitions=21 --benchmark_min_time=0.05 \
     --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
     --benchmark_format=json >"$json"
 
@@ -84,7 +85,7 @@ bench_rings() {
     local o="${mops[ours/$cap]:-}" b="${mops[boost/$cap]:-}"
     [[ -n $o && -n $b ]] || continue
     printf '%-10s %12s %12s %8s\n' "$cap" "$o" "$b" \
-      "$(awk -v o="$o" -v b="$b" 'BEGIN { printf "%.2f", b > 0 ? o / b : 0 }')"
+      "$(awk -v o="$o" -v b="$b" 'BEGIN { printf "%.2f", (b > 0 ? o / b : 0) }')"
   done
 
   cap="${RING_BENCH_CAPACITY:-1024}"

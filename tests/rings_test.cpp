@@ -33,13 +33,21 @@ struct NoDefault {
 };
 
 // Packs a producer id and that producer's sequence number into one word.
-constexpr uint64_t tag(uint64_t producer, uint64_t seq) { return producer << 48 | seq; }
-constexpr uint64_t producer_of(uint64_t v) { return v >> 48; }
-constexpr uint64_t seq_of(uint64_t v) { return v & ((uint64_t{1} << 48) - 1); }
+constexpr uint64_t tag(uint64_t producer, uint64_t seq) {
+  return producer << 48 | seq;
+}
+constexpr uint64_t producer_of(uint64_t v) {
+  return v >> 48;
+}
+constexpr uint64_t seq_of(uint64_t v) {
+  return v & ((uint64_t{1} << 48) - 1);
+}
 
 // Busy loops in the concurrent tests yield: the machine may have fewer cores than threads,
 // and a spinning thread would otherwise burn the time slice its peer needs.
-void backoff() { std::this_thread::yield(); }
+void backoff() {
+  std::this_thread::yield();
+}
 
 // ---------------------------------------------------------------------------------------
 // SpscRing, single thread
@@ -188,7 +196,7 @@ TEST(Rings, SpscDestroysEveryElementOnce) {
     Counted out(-1);
     ASSERT_TRUE(r.try_pop(out));
     EXPECT_EQ(out.v, 0);
-    r.pop();                   // drop one without copying it
+    r.pop();                      // drop one without copying it
     EXPECT_EQ(Counted::live, 3);  // two left in the ring, plus out
     ASSERT_TRUE(r.try_push(out));
   }
