@@ -4,10 +4,14 @@
 #   bench <metric> <unit> <higher|lower> <label>=<value> ...
 # where "higher"/"lower" says which direction is better.
 #
-# Usage: scripts/bench.sh rings
-#   rings  two-thread SPSC throughput of emu::SpscRing against boost::lockfree::spsc_queue
-#          (uint64_t elements, same capacity, medians of repetitions). The summary uses the
-#          capacity in RING_BENCH_CAPACITY (default 1024; the benchmark has 1024 and 4096).
+# Usage: scripts/bench.sh rings|engine
+#   rings   two-thread SPSC throughput of emu::SpscRing against boost::lockfree::spsc_queue
+#           (uint64_t elements, same capacity, medians of repetitions). The summary uses the
+#           capacity in RING_BENCH_CAPACITY (default 1024; the benchmark has 1024 and 4096).
+#   engine  the engine's own cost on the in-process loopback transport: one 8-byte SEND with
+#           its receive (post, deliver, both completions, both polls), and the message rate of
+#           1,000 QPs sharing one SRQ divided by that of one QP. Ours only: no peer runs
+#           in-process; the transports issue compares shm and TCP with libfabric and UCX.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,6 +20,7 @@ cd "$repo"
 usage() {
   echo "usage: $0 <subcommand>" >&2
   echo "  rings   SPSC ring throughput: ours vs boost::lockfree::spsc_queue" >&2
+  echo "  engine  engine cost per message and SRQ rate with 1000 QPs vs 1 (loopback)" >&2
 }
 
 # Configures and builds into build/. Its output goes to stderr so that stdout carries only
@@ -96,9 +101,44 @@ bench_rings() {
   echo "bench ring_spsc_Mops Mops higher ours=${mops[ours/$cap]} boost_spsc=${mops[boost/$cap]}"
 }
 
+bench_engine() {
+  build
+  local bin=build/tests/bench/engine_bench
+  if [[ ! -x $bin ]]; then
+    echo "bench: $bin was not built (is EMURDMA_BENCH on?)" >&2
+    exit 1
+  fi
+  local json
+  json="$(mktemp)"
+  # shellcheck disable=SC2064  # expand now: json is local
+  trap "rm -f '$json'" EXIT
+  echo "bench: running $bin (about half a minute)" >&2
+  "$bin" --benchmark_repetitions=9 --benchmark_min_time=0.1 \
+    --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
+    --benchmark_format=json >"$json"
+
+  declare -A rate=()
+  local name ips
+  while read -r name ips; do
+    rate[$name]="$ips"
+  done < <(medians <"$json")
+  local send="${rate[engine_send/8]:-}" one="${rate[srq_rate/1]:-}" many="${rate[srq_rate/1000]:-}"
+  if [[ -z $send || -z $one || -z $many ]]; then
+    echo "bench: missing median figures in the engine benchmark output" >&2
+    exit 1
+  fi
+  awk -v s="$send" -v o="$one" -v m="$many" 'BEGIN {
+    printf "engine 8 B send+recv round: %.0f ns; SRQ rate 1 QP %.2f Mmsg/s, 1000 QPs %.2f Mmsg/s\n",
+      1e9 / s, o / 1e6, m / 1e6
+    printf "bench engine_send_8B_ns ns lower ours=%.0f\n", 1e9 / s
+    printf "bench srq_rate_1000qp_vs_1qp ratio higher ours=%.2f\n", m / o
+  }'
+}
+
 case "${1:-}" in
   rings) bench_rings ;;
-  # transports) bench_transports ;;   (to come)
+  engine) bench_engine ;;
+  # transports) bench_transports ;;   (to come, issue 3)
   # verbs) bench_verbs ;;             (to come)
   *)
     usage
