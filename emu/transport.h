@@ -68,6 +68,10 @@ struct FrameHeader {
 
 // The payload of an incoming frame, consumed in order. Implementations copy from wherever the
 // bytes are (sender memory in-process, a shared ring, a socket) straight into the destination.
+// The engine reads it while holding the receiving QP's spin lock, so read() must not wait on
+// the network: a transport hands a frame to the sink only once its payload is locally
+// readable (received into a buffer, or sitting in a mapped ring). Bytes the sink leaves
+// unread are discarded by the transport.
 class PayloadSource {
  public:
   virtual ~PayloadSource() = default;
