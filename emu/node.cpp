@@ -9,6 +9,7 @@
 #include "emu/log.h"
 #include "emu/qp.h"
 #include "transports/loopback/loopback_transport.h"
+#include "transports/tcp/tcp_transport.h"
 
 namespace emu {
 
@@ -50,12 +51,17 @@ namespace {
 std::unique_ptr<Transport> transport_from_environment() {
   init_logging();
   const char* env = std::getenv("EMURDMA_TRANSPORT");
-  std::string want = env ? env : "";
-  if (!want.empty() && want != "loopback") {
-    spdlog::error(
-        "EMURDMA_TRANSPORT={} is not available (this build has: loopback); using "
-        "loopback",
-        want);
+  const std::string want = env ? env : "";
+  if (want == "tcp") {
+    // The address peers dial: EMURDMA_TCP_ADDR="a.b.c.d[:port]", loopback by default.
+    const char* addr = std::getenv("EMURDMA_TCP_ADDR");
+    auto tcp = make_tcp_transport(addr && *addr ? addr : "127.0.0.1");
+    if (tcp) return tcp;
+    spdlog::error("EMURDMA_TRANSPORT=tcp: no listener could be opened; using loopback");
+  } else if (!want.empty() && want != "loopback") {
+    spdlog::error("EMURDMA_TRANSPORT={} is not available (this build has: loopback, tcp); "
+                  "using loopback",
+                  want);
   }
   return make_loopback_transport();
 }

@@ -331,7 +331,11 @@ void Qp::fatal(ibv_event_type event) {
 }
 
 void Qp::on_link_down(const Link& link) {
-  if (link_.get() == &link) fatal(IBV_EVENT_QP_FATAL);
+  {
+    std::lock_guard lock(lock_);  // modify() replaces link_ under the lock
+    if (link_.get() != &link) return;
+  }
+  fatal(IBV_EVENT_QP_FATAL);
 }
 
 void Qp::on_frame(Link& from, const FrameHeader& h, PayloadSource& payload) {

@@ -1,0 +1,147 @@
+#include "transports/tcp/tcp_wire.h"
+
+#include <cstring>
+
+namespace emu::tcp_wire {
+
+namespace {
+
+// Offsets in a frame header (docs/wire.md, "TCP").
+constexpr size_t kOffMagic = 0;
+constexpr size_t kOffVersion = 4;
+constexpr size_t kOffOp = 5;
+constexpr size_t kOffFlags = 6;
+constexpr size_t kOffNak = 7;
+constexpr size_t kOffRnrTimer = 8;
+constexpr size_t kOffReserved1 = 9;  // 3 bytes, zero
+constexpr size_t kOffPayloadLen = 12;
+constexpr size_t kOffSrcQpn = 16;
+constexpr size_t kOffDstQpn = 20;
+constexpr size_t kOffPsn = 24;
+constexpr size_t kOffImm = 28;
+constexpr size_t kOffLength = 32;
+constexpr size_t kOffRkey = 36;
+constexpr size_t kOffQkey = 40;
+constexpr size_t kOffReserved2 = 44;  // 4 bytes, zero
+constexpr size_t kOffRemoteAddr = 48;
+constexpr size_t kOffCompareAdd = 56;
+constexpr size_t kOffSwap = 64;
+static_assert(kOffSwap + 8 == kFrameHeaderBytes);
+
+// Offsets in a HELLO.
+constexpr size_t kHelloOffMagic = 0;
+constexpr size_t kHelloOffVersion = 4;
+constexpr size_t kHelloOffReserved = 5;  // 3 bytes, zero
+constexpr size_t kHelloOffGid = 8;
+static_assert(kHelloOffGid + 16 == kHelloBytes);
+
+constexpr uint8_t kKnownFlags = kFrameImm | kFrameSolicited | kFrameDatagram | kFrameFetchAdd;
+
+void put32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint32_t get32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+uint64_t get64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+bool all_zero(const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool carries_payload(FrameOp op) {
+  return op == FrameOp::kSend || op == FrameOp::kWrite || op == FrameOp::kReadResponse;
+}
+
+bool is_answer(FrameOp op) {
+  return op == FrameOp::kAck || op == FrameOp::kNak || op == FrameOp::kReadResponse ||
+         op == FrameOp::kAtomicResponse;
+}
+
+void encode_hello(const Gid& gid, uint8_t out[kHelloBytes]) {
+  std::memset(out, 0, kHelloBytes);
+  put32(out + kHelloOffMagic, kHelloMagic);
+  out[kHelloOffVersion] = kVersion;
+  std::memcpy(out + kHelloOffGid, gid.raw.data(), gid.raw.size());
+}
+
+const char* decode_hello(const uint8_t in[kHelloBytes], Gid* gid) {
+  if (get32(in + kHelloOffMagic) != kHelloMagic) return "bad HELLO magic (not an emurdma peer)";
+  if (in[kHelloOffVersion] != kVersion) return "unsupported protocol version in HELLO";
+  if (!all_zero(in + kHelloOffReserved, 3)) return "reserved HELLO bytes not zero";
+  std::memcpy(gid->raw.data(), in + kHelloOffGid, gid->raw.size());
+  return nullptr;
+}
+
+void encode_header(const FrameHeader& h, uint32_t payload_len, uint8_t out[kFrameHeaderBytes]) {
+  put32(out + kOffMagic, kFrameMagic);
+  out[kOffVersion] = kVersion;
+  out[kOffOp] = static_cast<uint8_t>(h.op);
+  out[kOffFlags] = h.flags;
+  out[kOffNak] = static_cast<uint8_t>(h.nak);
+  out[kOffRnrTimer] = h.rnr_timer;
+  out[kOffReserved1] = out[kOffReserved1 + 1] = out[kOffReserved1 + 2] = 0;
+  put32(out + kOffPayloadLen, payload_len);
+  put32(out + kOffSrcQpn, h.src_qpn);
+  put32(out + kOffDstQpn, h.dst_qpn);
+  put32(out + kOffPsn, h.psn);
+  put32(out + kOffImm, h.imm);
+  put32(out + kOffLength, h.length);
+  put32(out + kOffRkey, h.rkey);
+  put32(out + kOffQkey, h.qkey);
+  put32(out + kOffReserved2, 0);
+  put64(out + kOffRemoteAddr, h.remote_addr);
+  put64(out + kOffCompareAdd, h.compare_add);
+  put64(out + kOffSwap, h.swap);
+}
+
+const char* decode_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* h,
+                          uint32_t* payload_len) {
+  if (get32(in + kOffMagic) != kFrameMagic) return "bad frame magic";
+  if (in[kOffVersion] != kVersion) return "unsupported frame version";
+  const uint8_t op = in[kOffOp];
+  if (op < static_cast<uint8_t>(FrameOp::kSend) || op > static_cast<uint8_t>(FrameOp::kNak)) {
+    return "unknown frame op";
+  }
+  if ((in[kOffFlags] & ~kKnownFlags) != 0) return "unknown frame flags";
+  if (in[kOffNak] > static_cast<uint8_t>(NakCode::kUnavailable)) return "unknown NAK code";
+  if (!all_zero(in + kOffReserved1, 3) || !all_zero(in + kOffReserved2, 4)) {
+    return "reserved header bytes not zero";
+  }
+  const uint32_t len = get32(in + kOffPayloadLen);
+  if (len > kMaxPayload) return "payload length above the 1 GiB limit";
+  h->op = static_cast<FrameOp>(op);
+  h->flags = in[kOffFlags];
+  h->nak = static_cast<NakCode>(in[kOffNak]);
+  h->rnr_timer = in[kOffRnrTimer];
+  h->src_qpn = get32(in + kOffSrcQpn);
+  h->dst_qpn = get32(in + kOffDstQpn);
+  h->psn = get32(in + kOffPsn);
+  h->imm = get32(in + kOffImm);
+  h->length = get32(in + kOffLength);
+  h->rkey = get32(in + kOffRkey);
+  h->qkey = get32(in + kOffQkey);
+  h->remote_addr = get64(in + kOffRemoteAddr);
+  h->compare_add = get64(in + kOffCompareAdd);
+  h->swap = get64(in + kOffSwap);
+  if (carries_payload(h->op) ? len != h->length : len != 0) {
+    return "payload length does not match the header's length field";
+  }
+  *payload_len = len;
+  return nullptr;
+}
+
+}  // namespace emu::tcp_wire
