@@ -80,8 +80,11 @@ uint32_t Node::register_qp(Qp* qp) {
   free_qp_slots_.pop_back();
   uint32_t gen = ++qp_generation_[slot] & ((1u << (24 - kSlotBits)) - 1);
   if (gen == 0) gen = ++qp_generation_[slot] & ((1u << (24 - kSlotBits)) - 1);
+  const uint32_t qpn = (gen << kSlotBits) | slot;
+  // The QP must carry its number before any other thread can find it in the table.
+  qp->set_qpn(qpn);
   qps_[slot].store(qp, std::memory_order_release);
-  return (gen << kSlotBits) | slot;
+  return qpn;
 }
 
 void Node::unregister_qp(uint32_t qpn) {

@@ -62,6 +62,13 @@ struct Findings {
     int none = 0;
     first_post_error.compare_exchange_strong(none, err);
   }
+  // A completion for message `seq` of a stream: the first for that message (seen), and later
+  // than the stream's previous one (last).
+  void once_in_order(std::atomic<uint8_t>& seen, int64_t& last, uint32_t seq) {
+    if (seen.exchange(1) != 0) duplicates.fetch_add(1);
+    if (static_cast<int64_t>(seq) <= last) out_of_order.fetch_add(1);
+    last = seq;
+  }
   void expect_clean() const {
     EXPECT_EQ(duplicates.load(), 0u) << "completions reported more than once";
     EXPECT_EQ(out_of_order.load(), 0u) << "completions out of posting order";
@@ -76,16 +83,10 @@ struct Findings {
 
 // Posts a signaled inline SEND_WITH_IMM of `len` bytes; the data is copied by the post.
 int post_inline_imm(Qp* qp, uint64_t wr_id, uint32_t imm, const void* data, uint32_t len) {
-  ibv_sge sge{reinterpret_cast<uint64_t>(data), len, 0};
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id;
-  wr.opcode = IBV_WR_SEND_WITH_IMM;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  ibv_sge sge = sge_of(data, len, nullptr);
+  ibv_send_wr wr = wr_of(wr_id, IBV_WR_SEND_WITH_IMM, &sge, 1, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
   wr.imm_data = imm;
-  ibv_send_wr* bad = nullptr;
-  return qp->post_send(&wr, &bad);
+  return post(qp, wr);
 }
 
 // Posts until the queue takes it: ENOMEM (queue full) is retried, anything else recorded.
@@ -99,6 +100,60 @@ bool post_retrying(Post&& post, Findings& f, Clock::time_point deadline) {
       return false;
     }
     std::this_thread::yield();
+  }
+}
+
+// Sends message `seq` of `stream` on qp: wr_id and 8-byte payload tag(stream, seq), immediate
+// imm_of(stream, seq).
+bool send_message(Qp* qp, uint32_t stream, uint32_t seq, Findings& f, Clock::time_point deadline) {
+  const uint64_t payload = tag(stream, seq);
+  return post_retrying(
+      [&] { return post_inline_imm(qp, tag(stream, seq), imm_of(stream, seq), &payload, 8); }, f,
+      deadline);
+}
+
+// Sends messages 0..count-1 of `stream` on qp, once go is set; stops at a failed post.
+void send_stream(Qp* qp, uint32_t stream, uint32_t count, const std::atomic<bool>& go, Findings& f,
+                 Clock::time_point deadline) {
+  while (!go.load()) std::this_thread::yield();
+  for (uint32_t s = 0; s < count; ++s) {
+    if (!send_message(qp, stream, s, f, deadline)) return;
+  }
+}
+
+// Checks one send completion of message (stream, seq) sent by send_message; `per_stream`
+// bounds seq. With require_send, a completion whose opcode is not IBV_WC_SEND is unknown.
+void check_send(const ibv_wc& wc, uint32_t streams, uint32_t per_stream,
+                std::vector<int64_t>& last_seq, std::vector<std::atomic<uint8_t>>& seen,
+                Findings& f, bool require_send) {
+  f.status(wc);
+  const uint32_t stream = stream_of(wc.wr_id);
+  const uint32_t seq = seq_of(wc.wr_id);
+  if (stream >= streams || seq >= per_stream || (require_send && wc.opcode != IBV_WC_SEND)) {
+    f.unknown.fetch_add(1);
+    return;
+  }
+  f.once_in_order(seen[uint64_t{stream} * per_stream + seq], last_seq[stream], seq);
+}
+
+// Reaps scq and rcq in turn, handing each completion to on_send / on_recv, until `total` came
+// from each or the deadline passed; send_done and recv_done count them.
+template <typename OnSend, typename OnRecv>
+void reap_both(Cq* scq, Cq* rcq, uint32_t total, Clock::time_point deadline, uint32_t& send_done,
+               uint32_t& recv_done, OnSend&& on_send, OnRecv&& on_recv) {
+  ibv_wc wc[16];
+  while ((send_done < total || recv_done < total) && Clock::now() < deadline) {
+    int n = scq->poll(16, wc);
+    for (int i = 0; i < n; ++i) {
+      ++send_done;
+      on_send(wc[i]);
+    }
+    int m = rcq->poll(16, wc);
+    for (int i = 0; i < m; ++i) {
+      ++recv_done;
+      on_recv(wc[i]);
+    }
+    if (n == 0 && m == 0) std::this_thread::yield();
   }
 }
 
@@ -117,26 +172,16 @@ void check_receive(const ibv_wc& wc, const uint64_t* buffer, uint32_t streams, u
     return;
   }
   if (*buffer != tag(stream, seq)) f.bad_data.fetch_add(1);
-  if (seen[uint64_t{stream} * per_stream + seq].exchange(1) != 0) f.duplicates.fetch_add(1);
-  if (static_cast<int64_t>(seq) <= last_seq[stream]) f.out_of_order.fetch_add(1);
-  last_seq[stream] = seq;
+  f.once_in_order(seen[uint64_t{stream} * per_stream + seq], last_seq[stream], seq);
 }
 
 class Concurrency : public EngineTest {
  protected:
   // A QP on its own CQ that a worker thread creates and destroys (not tracked by the fixture).
-  Qp* untracked_qp(Cq* c) {
-    emu::QpInitAttr init;
-    init.send_cq = c;
-    init.recv_cq = c;
-    init.qp_type = IBV_QPT_RC;
-    init.cap.max_send_wr = 4;
-    init.cap.max_recv_wr = 4;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
-    init.cap.max_inline_data = 64;
+  Qp* churn_qp(Cq* c) {
+    const QpOptions o{.max_send_wr = 4, .max_recv_wr = 4, .max_sge = 1};
     Qp* qp = nullptr;
-    return ctx->create_qp(pd, init, &qp) == 0 ? qp : nullptr;
+    return ctx->create_qp(pd, qp_init_attr(o, c), &qp) == 0 ? qp : nullptr;
   }
 };
 
@@ -146,13 +191,9 @@ TEST_F(Concurrency, ThreadsPostingToOneQpCompleteEachWrOnceInPostingOrder) {
   constexpr uint32_t kTotal = kThreads * kPerThread;
   Cq* scq = create_cq(kTotal);
   Cq* rcq = create_cq(kTotal);
-  QpOptions oa;
-  oa.send_cq = scq;
-  oa.max_send_wr = 128;  // far fewer than the messages: posters meet a full queue
-  QpOptions ob;
-  ob.recv_cq = rcq;
-  ob.max_recv_wr = kTotal;
-  auto [a, b] = connected_pair(oa, ob);
+  // max_send_wr far below the messages: posters meet a full queue.
+  auto [a, b] =
+      connected_pair({.max_send_wr = 128, .send_cq = scq}, {.max_recv_wr = kTotal, .recv_cq = rcq});
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   std::vector<uint64_t> rbuf(kTotal, 0);
@@ -164,16 +205,7 @@ TEST_F(Concurrency, ThreadsPostingToOneQpCompleteEachWrOnceInPostingOrder) {
   std::atomic<bool> go{false};
   std::vector<std::thread> senders;
   for (uint32_t t = 0; t < kThreads; ++t) {
-    senders.emplace_back([&, t] {
-      while (!go.load()) std::this_thread::yield();
-      for (uint32_t s = 0; s < kPerThread; ++s) {
-        const uint64_t payload = tag(t, s);
-        if (!post_retrying([&] { return post_inline_imm(a, tag(t, s), imm_of(t, s), &payload, 8); },
-                           f, deadline)) {
-          return;
-        }
-      }
-    });
+    senders.emplace_back([&, t] { send_stream(a, t, kPerThread, go, f, deadline); });
   }
 
   std::vector<std::atomic<uint8_t>> sent(kTotal);
@@ -184,36 +216,19 @@ TEST_F(Concurrency, ThreadsPostingToOneQpCompleteEachWrOnceInPostingOrder) {
     std::vector<int64_t> last_send(kThreads, -1);
     std::vector<int64_t> last_recv(kThreads, -1);
     uint64_t next_recv_wr = 0;
-    ibv_wc wc[16];
-    while ((send_done < kTotal || recv_done < kTotal) && Clock::now() < deadline) {
-      int n = scq->poll(16, wc);
-      for (int i = 0; i < n; ++i) {
-        ++send_done;
-        f.status(wc[i]);
-        const uint32_t t = stream_of(wc[i].wr_id);
-        const uint32_t s = seq_of(wc[i].wr_id);
-        if (t >= kThreads || s >= kPerThread || wc[i].opcode != IBV_WC_SEND) {
-          f.unknown.fetch_add(1);
-          continue;
-        }
-        if (sent[t * kPerThread + s].exchange(1) != 0) f.duplicates.fetch_add(1);
-        if (static_cast<int64_t>(s) <= last_send[t]) f.out_of_order.fetch_add(1);
-        last_send[t] = s;
-      }
-      int m = rcq->poll(16, wc);
-      for (int i = 0; i < m; ++i) {
-        ++recv_done;
-        // One receive queue: its work requests complete in the order they were posted.
-        if (wc[i].wr_id != next_recv_wr) f.out_of_order.fetch_add(1);
-        next_recv_wr = wc[i].wr_id + 1;
-        if (wc[i].wr_id >= kTotal) {
-          f.unknown.fetch_add(1);
-          continue;
-        }
-        check_receive(wc[i], &rbuf[wc[i].wr_id], kThreads, kPerThread, last_recv, received, f);
-      }
-      if (n == 0 && m == 0) std::this_thread::yield();
-    }
+    reap_both(
+        scq, rcq, kTotal, deadline, send_done, recv_done,
+        [&](const ibv_wc& wc) { check_send(wc, kThreads, kPerThread, last_send, sent, f, true); },
+        [&](const ibv_wc& wc) {
+          // One receive queue: its work requests complete in the order they were posted.
+          if (wc.wr_id != next_recv_wr) f.out_of_order.fetch_add(1);
+          next_recv_wr = wc.wr_id + 1;
+          if (wc.wr_id >= kTotal) {
+            f.unknown.fetch_add(1);
+            return;
+          }
+          check_receive(wc, &rbuf[wc.wr_id], kThreads, kPerThread, last_recv, received, f);
+        });
   });
 
   go.store(true);
@@ -239,13 +254,7 @@ TEST_F(Concurrency, ThreadsPostingToOneSrqFeedSendsArrivingOnSeveralQps) {
   std::vector<Cq*> scqs;
   for (uint32_t q = 0; q < kQps; ++q) {
     Cq* scq = create_cq(kPerQp);
-    QpOptions oa;
-    oa.send_cq = scq;
-    oa.max_send_wr = 64;
-    QpOptions ob;
-    ob.srq = srq;
-    ob.recv_cq = rcq;
-    auto [a, b] = connected_pair(oa, ob);
+    auto [a, b] = connected_pair({.max_send_wr = 64, .send_cq = scq}, {.srq = srq, .recv_cq = rcq});
     ASSERT_NE(a, nullptr);
     ASSERT_NE(b, nullptr);
     senders_qp.push_back(a);
@@ -292,14 +301,7 @@ TEST_F(Concurrency, ThreadsPostingToOneSrqFeedSendsArrivingOnSeveralQps) {
         return n;
       };
       for (uint32_t s = 0; s < kPerQp; ++s) {
-        const uint64_t payload = tag(q, s);
-        if (!post_retrying(
-                [&] {
-                  return post_inline_imm(senders_qp[q], tag(q, s), imm_of(q, s), &payload, 8);
-                },
-                f, deadline)) {
-          break;
-        }
+        if (!send_message(senders_qp[q], q, s, f, deadline)) break;
         reap();
       }
       while (done < kPerQp && Clock::now() < deadline) {
@@ -354,15 +356,8 @@ TEST_F(Concurrency, SeveralPollersOnOneCqReapEachCompletionOnceInQueueOrder) {
   std::vector<uint64_t> rbuf(kSenders * kPerSender, 0);
   Mr* mr = reg(rbuf.data(), rbuf.size() * sizeof(uint64_t));
   for (uint32_t i = 0; i < kSenders; ++i) {
-    QpOptions oa;
-    oa.send_cq = shared;
-    oa.recv_cq = shared;
-    oa.max_send_wr = 128;
-    QpOptions ob;
-    ob.send_cq = shared;
-    ob.recv_cq = shared;
-    ob.max_recv_wr = kPerSender;
-    auto [a, b] = connected_pair(oa, ob);
+    auto [a, b] = connected_pair({.max_send_wr = 128, .send_cq = shared, .recv_cq = shared},
+                                 {.max_recv_wr = kPerSender, .send_cq = shared, .recv_cq = shared});
     ASSERT_NE(a, nullptr);
     ASSERT_NE(b, nullptr);
     as.push_back(a);
@@ -377,17 +372,7 @@ TEST_F(Concurrency, SeveralPollersOnOneCqReapEachCompletionOnceInQueueOrder) {
   std::atomic<bool> go{false};
   std::vector<std::thread> threads;
   for (uint32_t i = 0; i < kSenders; ++i) {
-    threads.emplace_back([&, i] {
-      while (!go.load()) std::this_thread::yield();
-      for (uint32_t s = 0; s < kPerSender; ++s) {
-        const uint64_t payload = tag(i, s);
-        if (!post_retrying(
-                [&] { return post_inline_imm(as[i], tag(i, s), imm_of(i, s), &payload, 8); }, f,
-                deadline)) {
-          return;
-        }
-      }
-    });
+    threads.emplace_back([&, i] { send_stream(as[i], i, kPerSender, go, f, deadline); });
   }
   std::vector<std::atomic<uint8_t>> seen(kTotal);
   std::atomic<uint32_t> reaped{0};
@@ -416,9 +401,7 @@ TEST_F(Concurrency, SeveralPollersOnOneCqReapEachCompletionOnceInQueueOrder) {
             continue;
           }
           const uint32_t stream = (recv ? kSenders : 0) + sender;
-          if (seen[stream * kPerSender + seq].exchange(1) != 0) f.duplicates.fetch_add(1);
-          if (static_cast<int64_t>(seq) <= last[stream]) f.out_of_order.fetch_add(1);
-          last[stream] = seq;
+          f.once_in_order(seen[stream * kPerSender + seq], last[stream], seq);
           if (recv && (rbuf[sender * kPerSender + seq] != tag(sender, seq) ||
                        wc[i].imm_data != imm_of(sender, seq))) {
             f.bad_data.fetch_add(1);  // receive k of a QP holds message k of its peer
@@ -448,13 +431,8 @@ TEST_F(Concurrency, QpsComeAndGoWhileTrafficRunsOnOthers) {
   std::vector<uint64_t> rbuf(kTotal, 0);
   Mr* mr = reg(rbuf.data(), rbuf.size() * sizeof(uint64_t));
   for (uint32_t i = 0; i < kTrafficQps; ++i) {
-    QpOptions oa;
-    oa.send_cq = scq;
-    oa.max_send_wr = 128;
-    QpOptions ob;
-    ob.recv_cq = rcq;
-    ob.max_recv_wr = kPerQp;
-    auto [a, b] = connected_pair(oa, ob);
+    auto [a, b] = connected_pair({.max_send_wr = 128, .send_cq = scq},
+                                 {.max_recv_wr = kPerQp, .recv_cq = rcq});
     ASSERT_NE(a, nullptr);
     ASSERT_NE(b, nullptr);
     as.push_back(a);
@@ -480,12 +458,7 @@ TEST_F(Concurrency, QpsComeAndGoWhileTrafficRunsOnOthers) {
         while (churned.load() < s * kMinChurn / kPerQp && Clock::now() < deadline) {
           std::this_thread::yield();
         }
-        const uint64_t payload = tag(i, s);
-        if (!post_retrying(
-                [&] { return post_inline_imm(as[i], tag(i, s), imm_of(i, s), &payload, 8); }, f,
-                deadline)) {
-          return;
-        }
+        if (!send_message(as[i], i, s, f, deadline)) return;
       }
     });
   }
@@ -496,37 +469,20 @@ TEST_F(Concurrency, QpsComeAndGoWhileTrafficRunsOnOthers) {
     std::vector<std::atomic<uint8_t>> received(kTotal);
     std::vector<int64_t> last_send(kTrafficQps, -1);
     std::vector<int64_t> last_recv(kTrafficQps, -1);
-    ibv_wc wc[16];
-    while ((send_done < kTotal || recv_done < kTotal) && Clock::now() < deadline) {
-      int n = scq->poll(16, wc);
-      for (int i = 0; i < n; ++i) {
-        ++send_done;
-        f.status(wc[i]);
-        const uint32_t q = stream_of(wc[i].wr_id);
-        const uint32_t s = seq_of(wc[i].wr_id);
-        if (q >= kTrafficQps || s >= kPerQp) {
-          f.unknown.fetch_add(1);
-          continue;
-        }
-        if (sent[q * kPerQp + s].exchange(1) != 0) f.duplicates.fetch_add(1);
-        if (static_cast<int64_t>(s) <= last_send[q]) f.out_of_order.fetch_add(1);
-        last_send[q] = s;
-      }
-      int m = rcq->poll(16, wc);
-      for (int i = 0; i < m; ++i) {
-        ++recv_done;
-        const uint32_t q = stream_of(wc[i].wr_id);
-        const uint32_t k = seq_of(wc[i].wr_id);
-        if (q >= kTrafficQps || k >= kPerQp) {
-          f.unknown.fetch_add(1);
-          continue;
-        }
-        // Receive k of a QP holds message k of its peer.
-        if (wc[i].imm_data != imm_of(q, k)) f.bad_data.fetch_add(1);
-        check_receive(wc[i], &rbuf[q * kPerQp + k], kTrafficQps, kPerQp, last_recv, received, f);
-      }
-      if (n == 0 && m == 0) std::this_thread::yield();
-    }
+    reap_both(
+        scq, rcq, kTotal, deadline, send_done, recv_done,
+        [&](const ibv_wc& wc) { check_send(wc, kTrafficQps, kPerQp, last_send, sent, f, false); },
+        [&](const ibv_wc& wc) {
+          const uint32_t q = stream_of(wc.wr_id);
+          const uint32_t k = seq_of(wc.wr_id);
+          if (q >= kTrafficQps || k >= kPerQp) {
+            f.unknown.fetch_add(1);
+            return;
+          }
+          // Receive k of a QP holds message k of its peer.
+          if (wc.imm_data != imm_of(q, k)) f.bad_data.fetch_add(1);
+          check_receive(wc, &rbuf[q * kPerQp + k], kTrafficQps, kPerQp, last_recv, received, f);
+        });
     traffic_done.store(true);
   });
 
@@ -539,8 +495,8 @@ TEST_F(Concurrency, QpsComeAndGoWhileTrafficRunsOnOthers) {
     while (!go.load()) std::this_thread::yield();
     for (uint32_t it = 0; (it < kMinChurn || !traffic_done.load()) && Clock::now() < deadline;
          ++it) {
-      Qp* x = untracked_qp(churn_cq);
-      Qp* y = untracked_qp(churn_cq);
+      Qp* x = churn_qp(churn_cq);
+      Qp* y = churn_qp(churn_cq);
       if (x == nullptr || y == nullptr || bring_up(x, y->qpn()) != 0 ||
           bring_up(y, x->qpn()) != 0) {
         churn_failures.fetch_add(1);

@@ -1,17 +1,10 @@
 // Completion queues and completion channels, as ibv_create_cq(3), ibv_req_notify_cq(3),
 // ibv_get_cq_event(3), ibv_create_comp_channel(3) and ibv_get_async_event(3) describe them.
-#include <fcntl.h>
-#include <poll.h>
 #include <sys/epoll.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <fstream>
-#include <future>
-#include <string>
-#include <thread>
+#include <chrono>
+#include <vector>
 
-#include "emu/async_events.h"
 #include "tests/engine_fixture.h"
 
 namespace emu_test {
@@ -19,52 +12,15 @@ namespace {
 
 using emu::CompChannel;
 
-// True when fd becomes readable within timeout_ms (0: right now).
-bool readable(int fd, int timeout_ms) {
-  pollfd p{fd, POLLIN, 0};
-  int n;
-  do {
-    n = ::poll(&p, 1, timeout_ms);
-  } while (n < 0 && errno == EINTR);
-  return n == 1 && (p.revents & POLLIN) != 0;
-}
-
-// Waits (bounded) until the thread tid sleeps in the kernel, i.e. is blocked in its read().
-bool wait_until_sleeping(pid_t tid) {
-  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream f(path);
-    std::string stat;
-    std::getline(f, stat);
-    // The state follows the parenthesised command name: "tid (comm) S ...".
-    size_t close = stat.rfind(')');
-    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'S') {
-      return true;
-    }
-    std::this_thread::yield();
-  }
-  return false;
-}
-
 // ---------------------------------------------------------------------------------------------
 // CompletionQueue
 
 class CompletionQueue : public EngineTest {
  protected:
   // A QP that the test destroys itself (the fixture would destroy it only at the end).
-  Qp* untracked_qp(Cq* send_cq, Cq* recv_cq) {
-    emu::QpInitAttr init;
-    init.send_cq = send_cq;
-    init.recv_cq = recv_cq;
-    init.qp_type = IBV_QPT_RC;
-    init.cap.max_send_wr = 8;
-    init.cap.max_recv_wr = 8;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
-    Qp* qp = nullptr;
-    EXPECT_EQ(ctx->create_qp(pd, init, &qp), 0);
-    return qp;
+  Qp* qp_on(Cq* send_cq, Cq* recv_cq) {
+    return untracked_qp(QpOptions{
+        .max_send_wr = 8, .max_recv_wr = 8, .max_sge = 1, .send_cq = send_cq, .recv_cq = recv_cq});
   }
 };
 
@@ -243,7 +199,7 @@ TEST_F(CompletionQueue, DestroyWhileAQpUsesItIsBusy) {
   Cq* rcq = nullptr;
   ASSERT_EQ(ctx->create_cq(16, nullptr, nullptr, 0, &scq), 0);
   ASSERT_EQ(ctx->create_cq(16, nullptr, nullptr, 0, &rcq), 0);
-  Qp* qp = untracked_qp(scq, rcq);
+  Qp* qp = qp_on(scq, rcq);
   ASSERT_NE(qp, nullptr);
   EXPECT_EQ(ctx->destroy_cq(scq), EBUSY);  // used as a send CQ
   EXPECT_EQ(ctx->destroy_cq(rcq), EBUSY);  // used as a receive CQ
@@ -255,8 +211,8 @@ TEST_F(CompletionQueue, DestroyWhileAQpUsesItIsBusy) {
 TEST_F(CompletionQueue, DestroyIsBusyUntilTheLastQpIsGone) {
   Cq* shared = nullptr;
   ASSERT_EQ(ctx->create_cq(16, nullptr, nullptr, 0, &shared), 0);
-  Qp* q1 = untracked_qp(shared, shared);
-  Qp* q2 = untracked_qp(shared, cq);
+  Qp* q1 = qp_on(shared, shared);
+  Qp* q2 = qp_on(shared, cq);
   ASSERT_NE(q1, nullptr);
   ASSERT_NE(q2, nullptr);
   EXPECT_EQ(ctx->destroy_cq(shared), EBUSY);
@@ -331,9 +287,7 @@ TEST_F(CompletionChannel, ArmedCqSignalsOnceForTheNextCompletion) {
   ASSERT_EQ(write(w, 1), 0);
   ASSERT_TRUE(readable(ch->fd(), 2000)) << "no completion event";
   EXPECT_EQ(ch->get_event(), scq);
-  ibv_wc wc = poll_one(scq);
-  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_TRUE(CompletionIs(poll_one(scq), {.wr_id = 1, .status = IBV_WC_SUCCESS}));
   EXPECT_FALSE(readable(ch->fd(), 0)) << "one completion, one event";
 
   // One shot: the next completions, without a new request, produce no event.
@@ -367,24 +321,19 @@ TEST_F(CompletionChannel, FdIsReadableUnderEpoll) {
   CompChannel* ch = channel();
   Cq* scq = create_cq(16, ch);
   Writer w = writer(scq);
-  int ep = ::epoll_create1(EPOLL_CLOEXEC);
-  ASSERT_GE(ep, 0);
-  epoll_event want{};
-  want.events = EPOLLIN;
-  want.data.u64 = 42;
-  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, ch->fd(), &want), 0);
+  EpollWatch ep(ch->fd(), epoll_data_t{.u64 = 42});
+  ASSERT_TRUE(ep.ok());
   epoll_event got{};
-  EXPECT_EQ(::epoll_wait(ep, &got, 1, 0), 0) << "readable before any completion";
+  EXPECT_EQ(ep.wait(&got, 0), 0) << "readable before any completion";
 
   ASSERT_EQ(scq->req_notify(false), 0);
   ASSERT_EQ(write(w, 7), 0);
-  ASSERT_EQ(::epoll_wait(ep, &got, 1, 2000), 1);
+  ASSERT_EQ(ep.wait(&got, 2000), 1);
   EXPECT_EQ(got.data.u64, 42u);
   EXPECT_TRUE(got.events & EPOLLIN);
   EXPECT_EQ(ch->get_event(), scq);
-  EXPECT_EQ(::epoll_wait(ep, &got, 1, 0), 0) << "still readable after the event was read";
+  EXPECT_EQ(ep.wait(&got, 0), 0) << "still readable after the event was read";
   EXPECT_EQ(poll_one(scq).wr_id, 7u);
-  ::close(ep);
 }
 
 TEST_F(CompletionChannel, SolicitedOnlyFiresForSolicitedReceiveAndForErrors) {
@@ -392,11 +341,7 @@ TEST_F(CompletionChannel, SolicitedOnlyFiresForSolicitedReceiveAndForErrors) {
   CompChannel* sch = channel();
   Cq* rcq = create_cq(16, rch);
   Cq* scq = create_cq(16, sch);
-  QpOptions oa;
-  oa.send_cq = scq;
-  QpOptions ob;
-  ob.recv_cq = rcq;
-  auto [a, b] = connected_pair(oa, ob);
+  auto [a, b] = connected_pair({.send_cq = scq}, {.recv_cq = rcq});
   char src[32] = "message";
   char dst[4][32] = {};
   Mr* ms = reg(src, sizeof(src));
@@ -409,8 +354,7 @@ TEST_F(CompletionChannel, SolicitedOnlyFiresForSolicitedReceiveAndForErrors) {
   ASSERT_EQ(post_recv(b, 10, dst[0], 32, md), 0);
   ASSERT_EQ(post_send(a, 20, IBV_WR_SEND, src, 8, ms), 0);
   ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.wr_id, 10u);
+  EXPECT_TRUE(CompletionIs(r, {.wr_id = 10, .status = IBV_WC_SUCCESS}));
   EXPECT_EQ(poll_one(scq).status, IBV_WC_SUCCESS);
   EXPECT_FALSE(readable(rch->fd(), 50)) << "event for an unsolicited receive";
   EXPECT_FALSE(readable(sch->fd(), 0)) << "event for a successful send completion";
@@ -422,8 +366,7 @@ TEST_F(CompletionChannel, SolicitedOnlyFiresForSolicitedReceiveAndForErrors) {
   ASSERT_TRUE(readable(rch->fd(), 2000)) << "no event for a solicited receive";
   EXPECT_EQ(rch->get_event(), rcq);
   r = poll_one(rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.wr_id, 11u);
+  EXPECT_TRUE(CompletionIs(r, {.wr_id = 11, .status = IBV_WC_SUCCESS}));
   EXPECT_EQ(poll_one(scq).status, IBV_WC_SUCCESS);
   EXPECT_FALSE(readable(sch->fd(), 50)) << "event for a successful (solicited) send";
 
@@ -431,14 +374,10 @@ TEST_F(CompletionChannel, SolicitedOnlyFiresForSolicitedReceiveAndForErrors) {
   ASSERT_EQ(rcq->req_notify(true), 0);
   ASSERT_EQ(post_recv(b, 12, dst[2], 32, md), 0);
   EXPECT_FALSE(readable(rch->fd(), 0));
-  ibv_qp_attr err{};
-  err.qp_state = IBV_QPS_ERR;
-  ASSERT_EQ(b->modify(err, IBV_QP_STATE), 0);
+  ASSERT_EQ(move_to(b, IBV_QPS_ERR), 0);
   ASSERT_TRUE(readable(rch->fd(), 2000)) << "no event for an error completion";
   EXPECT_EQ(rch->get_event(), rcq);
-  r = poll_one(rcq);
-  EXPECT_EQ(r.wr_id, 12u);
-  EXPECT_EQ(r.status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_TRUE(CompletionIs(poll_one(rcq), {.wr_id = 12, .status = IBV_WC_WR_FLUSH_ERR}));
 }
 
 TEST_F(CompletionChannel, SolicitedOnlyFiresForAnErrorSendCompletion) {
@@ -457,9 +396,7 @@ TEST_F(CompletionChannel, SolicitedOnlyFiresForAnErrorSendCompletion) {
             0);
   ASSERT_TRUE(readable(ch->fd(), 2000)) << "no event for an error completion";
   EXPECT_EQ(ch->get_event(), scq);
-  ibv_wc wc = poll_one(scq);
-  EXPECT_EQ(wc.wr_id, 2u);
-  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_TRUE(CompletionIs(poll_one(scq), {.wr_id = 2, .status = IBV_WC_REM_ACCESS_ERR}));
 }
 
 TEST_F(CompletionChannel, BlockedGetEventWakesWhenACompletionArrives) {
@@ -468,24 +405,15 @@ TEST_F(CompletionChannel, BlockedGetEventWakesWhenACompletionArrives) {
   Writer w = writer(scq);
   ASSERT_EQ(scq->req_notify(false), 0);
 
-  std::atomic<pid_t> tid{0};
-  std::promise<Cq*> result;
-  std::future<Cq*> got = result.get_future();
-  std::thread waiter([&] {
-    tid.store(::gettid());
-    result.set_value(ch->get_event());
-  });
-  while (tid.load() == 0) std::this_thread::yield();
-  EXPECT_TRUE(wait_until_sleeping(tid.load())) << "the waiter never blocked";
-  EXPECT_NE(got.wait_for(std::chrono::milliseconds(0)), std::future_status::ready)
-      << "get_event returned without an event";
+  // Should no event come, a notification unblocks the waiter so that the test can end.
+  BlockedCall<Cq*> waiter([&] { return ch->get_event(); }, [&] { ch->notify(scq); });
+  EXPECT_TRUE(waiter.sleeping()) << "the waiter never blocked";
+  EXPECT_FALSE(waiter.returned()) << "get_event returned without an event";
 
   ASSERT_EQ(write(w, 1), 0);
-  bool woke = got.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
-  if (!woke) ch->notify(scq);  // unblock the waiter so that the test can end
-  waiter.join();
+  bool woke = waiter.finish(std::chrono::seconds(2));
   ASSERT_TRUE(woke) << "get_event did not wake on the completion";
-  EXPECT_EQ(got.get(), scq);
+  EXPECT_EQ(waiter.get(), scq);
   EXPECT_EQ(poll_one(scq).status, IBV_WC_SUCCESS);
 }
 
@@ -493,9 +421,7 @@ TEST_F(CompletionChannel, NonBlockingGetEventReturnsNullWhenEmpty) {
   CompChannel* ch = channel();
   Cq* scq = create_cq(16, ch);
   Writer w = writer(scq);
-  int flags = ::fcntl(ch->fd(), F_GETFL);
-  ASSERT_GE(flags, 0);
-  ASSERT_EQ(::fcntl(ch->fd(), F_SETFL, flags | O_NONBLOCK), 0);
+  ASSERT_GE(make_nonblocking(ch->fd()), 0);
 
   EXPECT_EQ(ch->get_event(), nullptr);
   ASSERT_EQ(scq->req_notify(false), 0);

@@ -23,44 +23,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr uint32_t kQkey = 0x11111111;  // the Q_Key the fixture gives UD QPs
-constexpr uint32_t kGrh = 40;           // a UD receive buffer starts with the 40-byte GRH
-
-ibv_sge sge_of(const void* addr, uint32_t len, const Mr* mr) {
-  return ibv_sge{reinterpret_cast<uint64_t>(addr), len, mr ? mr->lkey : 0};
-}
-
-ibv_send_wr wr_of(uint64_t id, ibv_wr_opcode op, ibv_sge* sge, int n,
-                  int flags = IBV_SEND_SIGNALED) {
-  ibv_send_wr wr{};
-  wr.wr_id = id;
-  wr.opcode = op;
-  wr.sg_list = sge;
-  wr.num_sge = n;
-  wr.send_flags = flags;
-  return wr;
-}
-
-int post(Qp* qp, ibv_send_wr wr) {
-  ibv_send_wr* bad = nullptr;
-  return qp->post_send(&wr, &bad);
-}
-
-int post_recv_sges(Qp* qp, uint64_t id, ibv_sge* sge, int n) {
-  ibv_recv_wr wr{};
-  wr.wr_id = id;
-  wr.sg_list = sge;
-  wr.num_sge = n;
-  ibv_recv_wr* bad = nullptr;
-  return qp->post_recv(&wr, &bad);
-}
-
-std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 8));
-  return v;
-}
-
 // A one-node wire that copies each frame's payload when the frame is sent, as a transport
 // over shared memory or TCP must, and delivers frames in order when progressed. The loopback
 // transport reads the sender's memory only at delivery, which hides when a request left:
@@ -155,16 +117,8 @@ struct EagerHost {
     EXPECT_EQ(ctx.dealloc_pd(pd), 0);
   }
   Qp* rc_qp() {
-    emu::QpInitAttr init;
-    init.send_cq = cq;
-    init.recv_cq = cq;
-    init.qp_type = IBV_QPT_RC;
-    init.cap.max_send_wr = 8;
-    init.cap.max_recv_wr = 8;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
     Qp* qp = nullptr;
-    EXPECT_EQ(ctx.create_qp(pd, init, &qp), 0);
+    EXPECT_EQ(ctx.create_qp(pd, rc_qp_init(cq, cq, 8), &qp), 0);
     if (qp) qps.push_back(qp);
     return qp;
   }
@@ -180,37 +134,9 @@ struct EagerHost {
   int connect(Qp* qp, uint32_t remote_qpn) {
     ibv_gid g{};
     if (int err = ctx.query_gid(1, 0, &g)) return err;
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    if (int err =
-            qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
-      return err;
-    }
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = remote_qpn;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = g;
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.port_num = 1;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 1;
-    if (int err =
-            qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
-      return err;
-    }
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 8;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 4;
-    return qp->modify(a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+    return connect_qp(qp, remote_qpn, g,
+                      ConnectOptions{.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                               IBV_ACCESS_REMOTE_READ});
   }
 
   emu::Node node{std::make_unique<EagerWire>()};
@@ -224,41 +150,9 @@ struct EagerHost {
 class WorkRequests : public EngineTest {
  protected:
   // a sends (completions on cq); b receives (receive completions on rcq).
-  struct Pair {
-    Qp* a;
-    Qp* b;
-    Cq* rcq;
-  };
   Pair pair(ibv_qp_type type = IBV_QPT_RC, const ConnectOptions& c = {}) {
-    Cq* rcq = create_cq(256);
-    QpOptions oa;
-    oa.type = type;
-    QpOptions ob;
-    ob.type = type;
-    ob.recv_cq = rcq;
-    auto [a, b] = connected_pair(oa, ob, c);
-    return {a, b, rcq};
+    return pair_with_rcq(256, {.type = type}, {.type = type}, c, c);
   }
-
-  emu::Ah* make_ah() {
-    ibv_ah_attr attr{};
-    attr.is_global = 1;
-    attr.grh.dgid = gid();
-    attr.grh.sgid_index = 0;
-    attr.grh.hop_limit = 1;
-    attr.port_num = 1;
-    emu::Ah* ah = nullptr;
-    EXPECT_EQ(ctx->create_ah(pd, attr, &ah), 0);
-    if (ah) ahs_.push_back(ah);
-    return ah;
-  }
-
-  void TearDown() override {
-    for (emu::Ah* ah : ahs_) EXPECT_EQ(ctx->destroy_ah(ah), 0);
-    EngineTest::TearDown();
-  }
-
-  std::vector<emu::Ah*> ahs_;
 };
 
 TEST_F(WorkRequests, SendDeliversPayloadAndCompletesBothSides) {
@@ -270,18 +164,16 @@ TEST_F(WorkRequests, SendDeliversPayloadAndCompletesBothSides) {
   Mr* md = reg(dst, sizeof(dst));
   ASSERT_EQ(post_recv(b, 11, dst, sizeof(dst), md), 0);
   ASSERT_EQ(post_send(a, 12, IBV_WR_SEND, src, 24, ms), 0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.wr_id, 12u);
-  EXPECT_EQ(s.opcode, IBV_WC_SEND);
-  EXPECT_EQ(s.qp_num, a->qpn());
+  EXPECT_TRUE(CompletionIs(
+      poll_one(cq),
+      {.wr_id = 12, .status = IBV_WC_SUCCESS, .opcode = IBV_WC_SEND, .qp_num = a->qpn()}));
   ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.wr_id, 11u);
-  EXPECT_EQ(r.opcode, IBV_WC_RECV);
-  EXPECT_EQ(r.byte_len, 24u);
-  EXPECT_EQ(r.qp_num, b->qpn());
-  EXPECT_EQ(r.src_qp, a->qpn());
+  EXPECT_TRUE(CompletionIs(r, {.wr_id = 11,
+                               .status = IBV_WC_SUCCESS,
+                               .opcode = IBV_WC_RECV,
+                               .byte_len = 24,
+                               .qp_num = b->qpn(),
+                               .src_qp = a->qpn()}));
   EXPECT_EQ(r.wc_flags & IBV_WC_WITH_IMM, 0u);
   EXPECT_EQ(std::memcmp(dst, src, 24), 0);
   EXPECT_EQ(dst[24], 0x7e) << "bytes past the message are untouched";
@@ -298,12 +190,9 @@ TEST_F(WorkRequests, SendWithImmDeliversImmediateData) {
   ibv_send_wr wr = wr_of(2, IBV_WR_SEND_WITH_IMM, &sge, 1);
   wr.imm_data = htonl(0xdeadbeef);
   ASSERT_EQ(post(a, wr), 0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.opcode, IBV_WC_SEND);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.status = IBV_WC_SUCCESS, .opcode = IBV_WC_SEND}));
   ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.opcode, IBV_WC_RECV);
+  EXPECT_TRUE(CompletionIs(r, {.status = IBV_WC_SUCCESS, .opcode = IBV_WC_RECV}));
   EXPECT_NE(r.wc_flags & IBV_WC_WITH_IMM, 0u);
   EXPECT_EQ(r.imm_data, htonl(0xdeadbeef));
   EXPECT_EQ(r.byte_len, 9u) << "the immediate is not counted in byte_len";
@@ -324,9 +213,7 @@ TEST_F(WorkRequests, RdmaWritePlacesDataWithoutConsumingAReceive) {
   ASSERT_EQ(post_send(a, 1, IBV_WR_RDMA_WRITE, src.data(), 256, ms,
                       reinterpret_cast<uint64_t>(target.data()) + 100, mt->rkey),
             0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.opcode, IBV_WC_RDMA_WRITE);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.status = IBV_WC_SUCCESS, .opcode = IBV_WC_RDMA_WRITE}));
   EXPECT_EQ(std::memcmp(target.data() + 100, src.data(), 256), 0);
   EXPECT_TRUE(
       std::all_of(target.begin(), target.begin() + 100, [](uint8_t c) { return c == 0xcc; }));
@@ -335,9 +222,7 @@ TEST_F(WorkRequests, RdmaWritePlacesDataWithoutConsumingAReceive) {
   // The receive is still there for the next SEND.
   ASSERT_EQ(post_send(a, 2, IBV_WR_SEND, msg, 6, mm), 0);
   EXPECT_EQ(poll_one(cq).wr_id, 2u);
-  ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.wr_id, 50u);
-  EXPECT_EQ(r.opcode, IBV_WC_RECV);
+  EXPECT_TRUE(CompletionIs(poll_one(rcq), {.wr_id = 50, .opcode = IBV_WC_RECV}));
   EXPECT_STREQ(rx, "after");
 }
 
@@ -357,18 +242,16 @@ TEST_F(WorkRequests, RdmaWriteWithImmConsumesAReceive) {
   wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(target.data());
   wr.wr.rdma.rkey = mt->rkey;
   ASSERT_EQ(post(a, wr), 0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.wr_id, 71u);
-  EXPECT_EQ(s.opcode, IBV_WC_RDMA_WRITE);
+  EXPECT_TRUE(CompletionIs(poll_one(cq),
+                           {.wr_id = 71, .status = IBV_WC_SUCCESS, .opcode = IBV_WC_RDMA_WRITE}));
   ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.wr_id, 70u);
-  EXPECT_EQ(r.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
-  EXPECT_EQ(r.byte_len, 100u);
+  EXPECT_TRUE(CompletionIs(r, {.wr_id = 70,
+                               .status = IBV_WC_SUCCESS,
+                               .opcode = IBV_WC_RECV_RDMA_WITH_IMM,
+                               .byte_len = 100,
+                               .src_qp = a->qpn()}));
   EXPECT_NE(r.wc_flags & IBV_WC_WITH_IMM, 0u);
   EXPECT_EQ(r.imm_data, htonl(0x01020304));
-  EXPECT_EQ(r.src_qp, a->qpn());
   EXPECT_EQ(std::memcmp(target.data(), src.data(), 100), 0);
   for (char c : rx) EXPECT_EQ(c, 0x5a) << "the data goes to the RDMA address, not the buffer";
 }
@@ -382,11 +265,9 @@ TEST_F(WorkRequests, RdmaReadFetchesRemoteData) {
   ASSERT_EQ(post_send(a, 5, IBV_WR_RDMA_READ, local.data(), 200, ml,
                       reinterpret_cast<uint64_t>(remote.data()) + 50, mr->rkey),
             0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.wr_id, 5u);
-  EXPECT_EQ(s.opcode, IBV_WC_RDMA_READ);
-  EXPECT_EQ(s.byte_len, 200u);
+  EXPECT_TRUE(CompletionIs(
+      poll_one(cq),
+      {.wr_id = 5, .status = IBV_WC_SUCCESS, .opcode = IBV_WC_RDMA_READ, .byte_len = 200}));
   EXPECT_EQ(std::memcmp(local.data(), remote.data() + 50, 200), 0);
   EXPECT_TRUE(std::all_of(local.begin() + 200, local.end(), [](uint8_t c) { return c == 0; }));
   EXPECT_TRUE(drain(rcq, milliseconds(5)).empty());
@@ -399,16 +280,11 @@ TEST_F(WorkRequests, CompareAndSwapSwapsOnlyOnMatchAndReturnsOriginal) {
   Mr* mr = reg(remote, sizeof(remote));
   Mr* ml = reg(&result, sizeof(result));
   ibv_sge sge = sge_of(&result, 8, ml);
-  ibv_send_wr wr = wr_of(1, IBV_WR_ATOMIC_CMP_AND_SWP, &sge, 1);
-  wr.wr.atomic.remote_addr = reinterpret_cast<uint64_t>(&remote[0]);
-  wr.wr.atomic.rkey = mr->rkey;
-  wr.wr.atomic.compare_add = 5;
-  wr.wr.atomic.swap = 9;
+  ibv_send_wr wr =
+      atomic_wr(1, IBV_WR_ATOMIC_CMP_AND_SWP, &sge, 1, addr_of(&remote[0]), mr->rkey, 5, 9);
   ASSERT_EQ(post(a, wr), 0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.opcode, IBV_WC_COMP_SWAP);
-  EXPECT_EQ(s.byte_len, 8u);
+  EXPECT_TRUE(CompletionIs(poll_one(cq),
+                           {.status = IBV_WC_SUCCESS, .opcode = IBV_WC_COMP_SWAP, .byte_len = 8}));
   EXPECT_EQ(result, 5u) << "the original value comes back";
   EXPECT_EQ(remote[0], 9u) << "compare matched: swapped";
 
@@ -418,9 +294,7 @@ TEST_F(WorkRequests, CompareAndSwapSwapsOnlyOnMatchAndReturnsOriginal) {
   wr.wr.atomic.swap = 7;
   result = 0xffff;
   ASSERT_EQ(post(a, wr), 0);
-  s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.wr_id, 2u);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 2, .status = IBV_WC_SUCCESS}));
   EXPECT_EQ(result, 9u);
   EXPECT_EQ(remote[0], 9u) << "compare failed: unchanged";
   EXPECT_EQ(remote[1], 0x1111u) << "only the 8 target bytes are touched";
@@ -434,15 +308,11 @@ TEST_F(WorkRequests, FetchAndAddAddsAndReturnsOriginal) {
   Mr* mr = reg(&remote, sizeof(remote));
   Mr* ml = reg(&result, sizeof(result));
   ibv_sge sge = sge_of(&result, 8, ml);
-  ibv_send_wr wr = wr_of(3, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge, 1);
-  wr.wr.atomic.remote_addr = reinterpret_cast<uint64_t>(&remote);
-  wr.wr.atomic.rkey = mr->rkey;
-  wr.wr.atomic.compare_add = 23;
+  ibv_send_wr wr =
+      atomic_wr(3, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge, 1, addr_of(&remote), mr->rkey, 23, 0);
   ASSERT_EQ(post(a, wr), 0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.opcode, IBV_WC_FETCH_ADD);
-  EXPECT_EQ(s.byte_len, 8u);
+  EXPECT_TRUE(CompletionIs(poll_one(cq),
+                           {.status = IBV_WC_SUCCESS, .opcode = IBV_WC_FETCH_ADD, .byte_len = 8}));
   EXPECT_EQ(result, 100u);
   EXPECT_EQ(remote, 123u);
   wr.wr_id = 4;
@@ -478,9 +348,7 @@ TEST_F(WorkRequests, MultiSgeGatherAndScatter) {
   ASSERT_EQ(post_recv_sges(b, 1, scatter, 2), 0);
   ASSERT_EQ(post(a, wr_of(2, IBV_WR_SEND, gather, 3)), 0);
   EXPECT_EQ(poll_one(cq).status, IBV_WC_SUCCESS);
-  ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.byte_len, 32u);
+  EXPECT_TRUE(CompletionIs(poll_one(rcq), {.status = IBV_WC_SUCCESS, .byte_len = 32}));
   EXPECT_EQ(std::memcmp(r1, expect.data(), 7), 0);
   EXPECT_EQ(std::memcmp(r2, expect.data() + 7, 25), 0);
   for (int i = 25; i < 40; ++i) EXPECT_EQ(r2[i], '.') << i;
@@ -504,9 +372,7 @@ TEST_F(WorkRequests, MultiSgeGatherAndScatter) {
   rd.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(target);
   rd.wr.rdma.rkey = mt->rkey;
   ASSERT_EQ(post(a, rd), 0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.byte_len, 32u);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.status = IBV_WC_SUCCESS, .byte_len = 32}));
   EXPECT_EQ(std::memcmp(r1, expect.data(), 7), 0);
   EXPECT_EQ(std::memcmp(r2, expect.data() + 7, 25), 0);
   EXPECT_EQ(r2[25], '.');
@@ -537,12 +403,7 @@ TEST_F(WorkRequests, InlineDataIsCapturedAtPostAndNeedsNoLkey) {
   std::memset(write_src, 'Y', sizeof(write_src));
   EXPECT_TRUE(drain(cq, milliseconds(5)).empty());
   ASSERT_EQ(post_recv(b, 3, dst, sizeof(dst), md), 0);
-  auto done = poll_n(cq, 2);
-  ASSERT_EQ(done.size(), 2u);
-  EXPECT_EQ(done[0].wr_id, 1u);
-  EXPECT_EQ(done[0].status, IBV_WC_SUCCESS);
-  EXPECT_EQ(done[1].wr_id, 2u);
-  EXPECT_EQ(done[1].status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(CompletionsAre(poll_n(cq, 2), {{1, IBV_WC_SUCCESS}, {2, IBV_WC_SUCCESS}}));
   ibv_wc r = poll_one(rcq);
   EXPECT_EQ(r.byte_len, 22u);
   EXPECT_STREQ(dst, "inline send, captured");
@@ -565,9 +426,7 @@ TEST_F(WorkRequests, UnsignaledWorkRequestsCompleteSilently) {
   ASSERT_EQ(post_send(a, 3, IBV_WR_SEND, src, 2, ms, 0, 0, 0), 0);
   EXPECT_TRUE(drain(cq, milliseconds(20)).empty()) << "no completion for unsignaled WRs";
   ASSERT_EQ(post_send(a, 4, IBV_WR_SEND, src, 2, ms), 0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.wr_id, 4u);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 4, .status = IBV_WC_SUCCESS}));
   EXPECT_TRUE(drain(cq, milliseconds(10)).empty());
   // The receiver sees every message, signaled or not.
   auto r = poll_n(rcq, 3);
@@ -577,12 +436,7 @@ TEST_F(WorkRequests, UnsignaledWorkRequestsCompleteSilently) {
 }
 
 TEST_F(WorkRequests, SqSigAllSignalsEveryWorkRequest) {
-  Cq* rcq = create_cq(16);
-  QpOptions oa;
-  oa.sq_sig_all = true;
-  QpOptions ob;
-  ob.recv_cq = rcq;
-  auto [a, b] = connected_pair(oa, ob);
+  auto [a, b, rcq] = pair_with_rcq(16, {.sq_sig_all = true});
   char src[8] = "y";
   char dst[2][8];
   Mr* ms = reg(src, sizeof(src));
@@ -591,10 +445,7 @@ TEST_F(WorkRequests, SqSigAllSignalsEveryWorkRequest) {
   ASSERT_EQ(post_recv(b, 11, dst[1], 8, md), 0);
   ASSERT_EQ(post_send(a, 1, IBV_WR_SEND, src, 2, ms, 0, 0, 0), 0);
   ASSERT_EQ(post_send(a, 2, IBV_WR_SEND, src, 2, ms, 0, 0, 0), 0);
-  auto s = poll_n(cq, 2);
-  ASSERT_EQ(s.size(), 2u);
-  EXPECT_EQ(s[0].wr_id, 1u);
-  EXPECT_EQ(s[1].wr_id, 2u);
+  EXPECT_TRUE(CompletionsAre(poll_n(cq, 2), {{.wr_id = 1}, {.wr_id = 2}}));
   EXPECT_EQ(poll_n(rcq, 2).size(), 2u);
 }
 
@@ -618,12 +469,8 @@ TEST_F(WorkRequests, FencedSendCompletesAfterThePriorRead) {
   rd.next = &sd;
   ibv_send_wr* bad = nullptr;
   ASSERT_EQ(a->post_send(&rd, &bad), 0);
-  auto s = poll_n(cq, 2);
-  ASSERT_EQ(s.size(), 2u);
-  EXPECT_EQ(s[0].wr_id, 1u);
-  EXPECT_EQ(s[0].opcode, IBV_WC_RDMA_READ);
-  EXPECT_EQ(s[1].wr_id, 2u);
-  EXPECT_EQ(s[1].opcode, IBV_WC_SEND);
+  EXPECT_TRUE(CompletionsAre(poll_n(cq, 2), {{.wr_id = 1, .opcode = IBV_WC_RDMA_READ},
+                                             {.wr_id = 2, .opcode = IBV_WC_SEND}}));
   ibv_wc r = poll_one(rcq);
   EXPECT_EQ(r.status, IBV_WC_SUCCESS);
   EXPECT_STREQ(dst, "fresh data from the peer");
@@ -728,19 +575,14 @@ TEST_F(WorkRequests, ZeroLengthSendCompletesWithZeroBytes) {
   Mr* md = reg(dst, sizeof(dst));
   ASSERT_EQ(post_recv(b, 1, dst, sizeof(dst), md), 0);
   ASSERT_EQ(post_send(a, 2, IBV_WR_SEND, nullptr, 0, nullptr), 0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.wr_id, 2u);
-  ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.wr_id, 1u);
-  EXPECT_EQ(r.byte_len, 0u);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 2, .status = IBV_WC_SUCCESS}));
+  EXPECT_TRUE(CompletionIs(poll_one(rcq), {.wr_id = 1, .status = IBV_WC_SUCCESS, .byte_len = 0}));
   for (char c : dst) EXPECT_EQ(c, 0x33);
 }
 
 TEST_F(WorkRequests, UdSendDeliversGrhPayloadAndSource) {
   auto [a, b, rcq] = pair(IBV_QPT_UD);
-  emu::Ah* ah = make_ah();
+  emu::Ah* ah = create_ah();
   ASSERT_NE(ah, nullptr);
   char src[64] = "datagram";
   std::vector<uint8_t> rx(kGrh + 64, 0xee);
@@ -750,21 +592,16 @@ TEST_F(WorkRequests, UdSendDeliversGrhPayloadAndSource) {
   ibv_sge sge = sge_of(src, 9, ms);
   ibv_send_wr wr = wr_of(2, IBV_WR_SEND_WITH_IMM, &sge, 1);
   wr.imm_data = htonl(77);
-  wr.wr.ud.ah = &ah->ibv;
-  wr.wr.ud.remote_qpn = b->qpn();
-  wr.wr.ud.remote_qkey = kQkey;
+  address_ud(wr, ah, b->qpn());
   ASSERT_EQ(post(a, wr), 0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.opcode, IBV_WC_SEND);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.status = IBV_WC_SUCCESS, .opcode = IBV_WC_SEND}));
   ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.opcode, IBV_WC_RECV);
+  EXPECT_TRUE(
+      CompletionIs(r, {.status = IBV_WC_SUCCESS, .opcode = IBV_WC_RECV, .src_qp = a->qpn()}));
   EXPECT_EQ(r.byte_len, kGrh + 9) << "byte_len counts the GRH";
   EXPECT_NE(r.wc_flags & IBV_WC_GRH, 0u);
   EXPECT_NE(r.wc_flags & IBV_WC_WITH_IMM, 0u);
   EXPECT_EQ(r.imm_data, htonl(77));
-  EXPECT_EQ(r.src_qp, a->qpn());
   EXPECT_EQ(std::memcmp(rx.data() + kGrh, "datagram", 9), 0);
   // GRH layout (IBA 8.3): source GID at byte 8, destination GID at byte 24.
   ibv_gid g = gid();
@@ -779,7 +616,7 @@ TEST_F(WorkRequests, UdMessageLargerThanMtuFailsWithLocalLengthError) {
   const uint32_t mtu = 128u << port.active_mtu;  // IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5
   ASSERT_EQ(mtu, 4096u);
   auto [a, b, rcq] = pair(IBV_QPT_UD);
-  emu::Ah* ah = make_ah();
+  emu::Ah* ah = create_ah();
   ASSERT_NE(ah, nullptr);
   std::vector<uint8_t> src = pattern(mtu + 1, 1);
   std::vector<uint8_t> rx(kGrh + mtu + 64, 0);
@@ -791,23 +628,17 @@ TEST_F(WorkRequests, UdMessageLargerThanMtuFailsWithLocalLengthError) {
   // Exactly one MTU is a valid datagram.
   ibv_sge sge = sge_of(src.data(), mtu, ms);
   ibv_send_wr wr = wr_of(10, IBV_WR_SEND, &sge, 1);
-  wr.wr.ud.ah = &ah->ibv;
-  wr.wr.ud.remote_qpn = b->qpn();
-  wr.wr.ud.remote_qkey = kQkey;
+  address_ud(wr, ah, b->qpn());
   ASSERT_EQ(post(a, wr), 0);
   EXPECT_EQ(poll_one(cq).status, IBV_WC_SUCCESS);
-  ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.byte_len, kGrh + mtu);
+  EXPECT_TRUE(CompletionIs(poll_one(rcq), {.status = IBV_WC_SUCCESS, .byte_len = kGrh + mtu}));
   EXPECT_EQ(std::memcmp(rx.data() + kGrh, src.data(), mtu), 0);
 
   // One byte more is a local length error; nothing reaches the peer.
   sge.length = mtu + 1;
   wr.wr_id = 11;
   ASSERT_EQ(post(a, wr), 0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.wr_id, 11u);
-  EXPECT_EQ(s.status, IBV_WC_LOC_LEN_ERR);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 11, .status = IBV_WC_LOC_LEN_ERR}));
   EXPECT_TRUE(drain(rcq, milliseconds(20)).empty());
 }
 
@@ -824,18 +655,11 @@ TEST_F(WorkRequests, UcSendAndRdmaWrite) {
   ASSERT_EQ(
       post_send(a, 3, IBV_WR_RDMA_WRITE, src, 21, ms, reinterpret_cast<uint64_t>(target), mt->rkey),
       0);
-  auto s = poll_n(cq, 2);
-  ASSERT_EQ(s.size(), 2u);
-  EXPECT_EQ(s[0].wr_id, 2u);
-  EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s[0].opcode, IBV_WC_SEND);
-  EXPECT_EQ(s[1].wr_id, 3u);
-  EXPECT_EQ(s[1].status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s[1].opcode, IBV_WC_RDMA_WRITE);
-  ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.byte_len, 21u);
-  EXPECT_EQ(r.src_qp, a->qpn());
+  EXPECT_TRUE(CompletionsAre(
+      poll_n(cq, 2), {{.wr_id = 2, .status = IBV_WC_SUCCESS, .opcode = IBV_WC_SEND},
+                      {.wr_id = 3, .status = IBV_WC_SUCCESS, .opcode = IBV_WC_RDMA_WRITE}}));
+  EXPECT_TRUE(
+      CompletionIs(poll_one(rcq), {.status = IBV_WC_SUCCESS, .byte_len = 21, .src_qp = a->qpn()}));
   EXPECT_STREQ(dst, "unreliable connected");
   // Completion of an unreliable WRITE only means it left; with a loss-free path it arrived.
   for (int i = 0; i < 200 && std::strcmp(target, src) != 0; ++i) {
@@ -862,9 +686,7 @@ TEST_F(WorkRequests, OneMebibyteWriteAndReadKeepIntegrity) {
   ASSERT_EQ(post_send(a, 2, IBV_WR_RDMA_READ, back.data(), kSize, mb,
                       reinterpret_cast<uint64_t>(remote.data()), mr->rkey),
             0);
-  s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.byte_len, kSize);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.status = IBV_WC_SUCCESS, .byte_len = kSize}));
   EXPECT_TRUE(back == src);
 }
 
@@ -890,7 +712,7 @@ TEST_F(WorkRequests, OpcodeTheQpTypeDoesNotSupportIsRefusedAtPostWithBadWr) {
   for (const Case& c : cases) {
     auto [a, b, rcq] = pair(c.type);
     ASSERT_NE(a, nullptr);
-    emu::Ah* ah = c.type == IBV_QPT_UD ? make_ah() : nullptr;
+    emu::Ah* ah = c.type == IBV_QPT_UD ? create_ah() : nullptr;
     std::vector<uint8_t> rx((kGrh + sizeof(src)) * c.refused.size(), 0);
     Mr* mrx = reg(rx.data(), rx.size());
     for (size_t i = 0; i < c.refused.size(); ++i) {
@@ -915,23 +737,15 @@ TEST_F(WorkRequests, OpcodeTheQpTypeDoesNotSupportIsRefusedAtPostWithBadWr) {
         w[1].wr.rdma.rkey = mt->rkey;
       }
       for (ibv_send_wr& wr : w) {
-        if (c.type == IBV_QPT_UD) {
-          wr.wr.ud.ah = &ah->ibv;
-          wr.wr.ud.remote_qpn = b->qpn();
-          wr.wr.ud.remote_qkey = kQkey;
-        }
+        if (c.type == IBV_QPT_UD) address_ud(wr, ah, b->qpn());
       }
       w[0].next = &w[1];
       w[1].next = &w[2];
       ibv_send_wr* bad = nullptr;
       EXPECT_EQ(a->post_send(&w[0], &bad), EINVAL);
       EXPECT_EQ(bad, &w[1]);
-      ibv_wc s = poll_one(cq);
-      EXPECT_EQ(s.wr_id, 1u);
-      EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-      ibv_wc r = poll_one(rcq);
-      EXPECT_EQ(r.wr_id, 100 + i);
-      EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+      EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 1, .status = IBV_WC_SUCCESS}));
+      EXPECT_TRUE(CompletionIs(poll_one(rcq), {.wr_id = 100 + i, .status = IBV_WC_SUCCESS}));
       ibv_qp_attr attr{};
       emu::QpInitAttr init;
       ASSERT_EQ(a->query(&attr, IBV_QP_STATE, &init), 0);
@@ -971,12 +785,9 @@ TEST_F(WorkRequests, OpcodeTheDeviceDoesNotOfferIsRefusedOnEveryQpType) {
     SCOPED_TRACE(t == IBV_QPT_RC ? "RC" : t == IBV_QPT_UC ? "UC" : "UD");
     auto [a, b, rcq] = pair(t);
     ASSERT_NE(a, nullptr);
-    emu::Ah* ah = t == IBV_QPT_UD ? make_ah() : nullptr;
+    emu::Ah* ah = t == IBV_QPT_UD ? create_ah() : nullptr;
     auto address = [&](ibv_send_wr& wr) {
-      if (t != IBV_QPT_UD) return;
-      wr.wr.ud.ah = &ah->ibv;
-      wr.wr.ud.remote_qpn = b->qpn();
-      wr.wr.ud.remote_qkey = kQkey;
+      if (t == IBV_QPT_UD) address_ud(wr, ah, b->qpn());
     };
     ibv_sge sge = sge_of(src, 8, ms);
     for (ibv_wr_opcode op : refused) {
@@ -995,12 +806,8 @@ TEST_F(WorkRequests, OpcodeTheDeviceDoesNotOfferIsRefusedOnEveryQpType) {
     ibv_send_wr ok = wr_of(9, IBV_WR_SEND, &whole, 1);
     address(ok);
     ASSERT_EQ(post(a, ok), 0);
-    ibv_wc s = poll_one(cq);
-    EXPECT_EQ(s.wr_id, 9u);
-    EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-    ibv_wc r = poll_one(rcq);
-    EXPECT_EQ(r.wr_id, 8u);
-    EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 9, .status = IBV_WC_SUCCESS}));
+    EXPECT_TRUE(CompletionIs(poll_one(rcq), {.wr_id = 8, .status = IBV_WC_SUCCESS}));
     EXPECT_STREQ(reinterpret_cast<char*>(rx.data()) + (t == IBV_QPT_UD ? kGrh : 0), src);
   }
 }
@@ -1014,8 +821,7 @@ TEST_F(WorkRequests, FullSendQueueIsEnomemWithBadWrAtTheFirstWrThatDoesNotFit) {
   ConnectOptions c;
   c.rnr_retry = 7;
   c.min_rnr_timer = 12;  // 0.64 ms between retries while the queue is full
-  Cq* rcq = create_cq(64);
-  auto [a, b] = connected_pair(QpOptions{.max_send_wr = 4}, QpOptions{.recv_cq = rcq}, c);
+  auto [a, b, rcq] = pair_with_rcq(64, {.max_send_wr = 4}, {}, c, c);
   ASSERT_NE(a, nullptr);
   const uint32_t depth = a->cap().max_send_wr;
   ASSERT_GE(depth, 4u);

@@ -1,48 +1,14 @@
 // The device as ibv_query_device(3), ibv_query_port(3), ibv_query_gid(3), ibv_query_pkey(3) and
 // ibv_alloc_pd(3) describe it, and the asynchronous event descriptor of
 // ibv_get_async_event(3).
-#include <fcntl.h>
-#include <poll.h>
 #include <sys/epoll.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <fstream>
-#include <future>
-#include <string>
-#include <thread>
+#include <chrono>
 
-#include "emu/async_events.h"
 #include "tests/engine_fixture.h"
 
 namespace emu_test {
 namespace {
-
-bool readable(int fd, int timeout_ms) {
-  pollfd p{fd, POLLIN, 0};
-  int n;
-  do {
-    n = ::poll(&p, 1, timeout_ms);
-  } while (n < 0 && errno == EINTR);
-  return n == 1 && (p.revents & POLLIN) != 0;
-}
-
-// Waits (bounded) until the thread tid sleeps in the kernel, i.e. is blocked in its read().
-bool wait_until_sleeping(pid_t tid) {
-  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream f(path);
-    std::string stat;
-    std::getline(f, stat);
-    size_t close = stat.rfind(')');
-    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'S') {
-      return true;
-    }
-    std::this_thread::yield();
-  }
-  return false;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Device
@@ -57,17 +23,7 @@ class Device : public EngineTest {
   }
 
   Qp* qp_on(Pd* p) {
-    emu::QpInitAttr init;
-    init.send_cq = cq;
-    init.recv_cq = cq;
-    init.qp_type = IBV_QPT_RC;
-    init.cap.max_send_wr = 4;
-    init.cap.max_recv_wr = 4;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
-    Qp* qp = nullptr;
-    EXPECT_EQ(ctx->create_qp(p, init, &qp), 0);
-    return qp;
+    return untracked_qp(QpOptions{.max_send_wr = 4, .max_recv_wr = 4, .max_sge = 1}, p);
   }
 
   Srq* srq_on(Pd* p) {
@@ -80,16 +36,30 @@ class Device : public EngineTest {
   }
 
   emu::Ah* ah_on(Pd* p) {
-    ibv_ah_attr attr{};
-    attr.is_global = 1;
-    attr.grh.dgid = gid();
-    attr.grh.sgid_index = 0;
-    attr.grh.hop_limit = 1;
-    attr.port_num = 1;
     emu::Ah* ah = nullptr;
-    EXPECT_EQ(ctx->create_ah(p, attr, &ah), 0);
+    EXPECT_EQ(ctx->create_ah(p, loopback_ah_attr(gid()), &ah), 0);
     return ah;
   }
+
+  Mr* mr_on(Pd* p) {
+    Mr* mr = nullptr;
+    EXPECT_EQ(ctx->reg_mr(p, buf_, sizeof(buf_), IBV_ACCESS_LOCAL_WRITE, &mr), 0);
+    return mr;
+  }
+
+  // A new PD with one resource on it, made by make(pd): the PD cannot be deallocated until
+  // destroy(resource) has removed it.
+  template <typename Make, typename Destroy>
+  void expect_pd_busy_until_destroyed(Make make, Destroy destroy) {
+    Pd* p = new_pd();
+    auto* resource = make(p);
+    ASSERT_NE(resource, nullptr);
+    EXPECT_EQ(ctx->dealloc_pd(p), EBUSY);
+    EXPECT_EQ(destroy(resource), 0);
+    EXPECT_EQ(ctx->dealloc_pd(p), 0);
+  }
+
+  char buf_[64];
 };
 
 TEST_F(Device, AttributesReportUsableLimits) {
@@ -150,40 +120,23 @@ TEST_F(Device, PkeyZeroIsTheDefaultPartition) {
 }
 
 TEST_F(Device, DeallocPdWithAQpIsBusy) {
-  Pd* p = new_pd();
-  Qp* qp = qp_on(p);
-  ASSERT_NE(qp, nullptr);
-  EXPECT_EQ(ctx->dealloc_pd(p), EBUSY);
-  EXPECT_EQ(ctx->destroy_qp(qp), 0);
-  EXPECT_EQ(ctx->dealloc_pd(p), 0);
+  expect_pd_busy_until_destroyed([&](Pd* p) { return qp_on(p); },
+                                 [&](Qp* qp) { return ctx->destroy_qp(qp); });
 }
 
 TEST_F(Device, DeallocPdWithAnSrqIsBusy) {
-  Pd* p = new_pd();
-  Srq* srq = srq_on(p);
-  ASSERT_NE(srq, nullptr);
-  EXPECT_EQ(ctx->dealloc_pd(p), EBUSY);
-  EXPECT_EQ(ctx->destroy_srq(srq), 0);
-  EXPECT_EQ(ctx->dealloc_pd(p), 0);
+  expect_pd_busy_until_destroyed([&](Pd* p) { return srq_on(p); },
+                                 [&](Srq* srq) { return ctx->destroy_srq(srq); });
 }
 
 TEST_F(Device, DeallocPdWithAnAhIsBusy) {
-  Pd* p = new_pd();
-  emu::Ah* ah = ah_on(p);
-  ASSERT_NE(ah, nullptr);
-  EXPECT_EQ(ctx->dealloc_pd(p), EBUSY);
-  EXPECT_EQ(ctx->destroy_ah(ah), 0);
-  EXPECT_EQ(ctx->dealloc_pd(p), 0);
+  expect_pd_busy_until_destroyed([&](Pd* p) { return ah_on(p); },
+                                 [&](emu::Ah* ah) { return ctx->destroy_ah(ah); });
 }
 
 TEST_F(Device, DeallocPdWithAnMrIsBusy) {
-  Pd* p = new_pd();
-  char buf[64];
-  Mr* mr = nullptr;
-  ASSERT_EQ(ctx->reg_mr(p, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE, &mr), 0);
-  EXPECT_EQ(ctx->dealloc_pd(p), EBUSY);
-  EXPECT_EQ(ctx->dereg_mr(mr), 0);
-  EXPECT_EQ(ctx->dealloc_pd(p), 0);
+  expect_pd_busy_until_destroyed([&](Pd* p) { return mr_on(p); },
+                                 [&](Mr* mr) { return ctx->dereg_mr(mr); });
 }
 
 TEST_F(Device, DeallocPdIsBusyUntilTheLastResourceIsGone) {
@@ -263,53 +216,41 @@ TEST_F(AsyncEventFd, FdIsReadableUnderPollWhenAnEventIsQueued) {
 
 TEST_F(AsyncEventFd, FdIsReadableUnderEpoll) {
   const int fd = ctx->async_events().fd();
-  int ep = ::epoll_create1(EPOLL_CLOEXEC);
-  ASSERT_GE(ep, 0);
-  epoll_event want{};
-  want.events = EPOLLIN;
-  want.data.u64 = 7;
-  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &want), 0);
+  EpollWatch ep(fd, epoll_data_t{.u64 = 7});
+  ASSERT_TRUE(ep.ok());
   epoll_event got{};
-  EXPECT_EQ(::epoll_wait(ep, &got, 1, 0), 0);
+  EXPECT_EQ(ep.wait(&got, 0), 0);
   Qp* b = provoke_access_error();
-  ASSERT_EQ(::epoll_wait(ep, &got, 1, 2000), 1);
+  ASSERT_EQ(ep.wait(&got, 2000), 1);
   EXPECT_EQ(got.data.u64, 7u);
   EXPECT_TRUE(take_access_error_of(b));
-  EXPECT_EQ(::epoll_wait(ep, &got, 1, 0), 0);
-  ::close(ep);
+  EXPECT_EQ(ep.wait(&got, 0), 0);
 }
 
 TEST_F(AsyncEventFd, BlockingGetWakesOnAnotherThreadsEvent) {
-  std::atomic<pid_t> tid{0};
-  std::promise<emu::AsyncEvent> result;
-  std::future<emu::AsyncEvent> got = result.get_future();
-  std::thread waiter([&] {
-    tid.store(::gettid());
-    emu::AsyncEvent ev;
-    bool ok = ctx->async_events().get(&ev);
-    if (!ok) ev.type = static_cast<ibv_event_type>(-1);
-    result.set_value(ev);
-  });
-  while (tid.load() == 0) std::this_thread::yield();
-  EXPECT_TRUE(wait_until_sleeping(tid.load())) << "the waiter never blocked";
-  EXPECT_NE(got.wait_for(std::chrono::milliseconds(0)), std::future_status::ready)
-      << "get returned without an event";
+  // Should no event come, a raised one lets the waiter end.
+  BlockedCall<emu::AsyncEvent> waiter(
+      [&] {
+        emu::AsyncEvent ev;
+        bool ok = ctx->async_events().get(&ev);
+        if (!ok) ev.type = static_cast<ibv_event_type>(-1);
+        return ev;
+      },
+      [&] { ctx->raise(emu::AsyncEvent{IBV_EVENT_DEVICE_FATAL}); });
+  EXPECT_TRUE(waiter.sleeping()) << "the waiter never blocked";
+  EXPECT_FALSE(waiter.returned()) << "get returned without an event";
 
   Qp* b = provoke_access_error();
-  bool woke = got.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
-  if (!woke) ctx->raise(emu::AsyncEvent{IBV_EVENT_DEVICE_FATAL});  // let the waiter end
-  waiter.join();
+  bool woke = waiter.finish(std::chrono::seconds(2));
   ASSERT_TRUE(woke) << "a blocked get() did not wake on the event";
-  emu::AsyncEvent ev = got.get();
+  emu::AsyncEvent ev = waiter.get();
   EXPECT_EQ(ev.type, IBV_EVENT_QP_ACCESS_ERR);
   EXPECT_EQ(ev.qp, b);
 }
 
 TEST_F(AsyncEventFd, NonBlockingGetReturnsFalseWhenEmpty) {
   const int fd = ctx->async_events().fd();
-  int flags = ::fcntl(fd, F_GETFL);
-  ASSERT_GE(flags, 0);
-  ASSERT_EQ(::fcntl(fd, F_SETFL, flags | O_NONBLOCK), 0);
+  ASSERT_GE(make_nonblocking(fd), 0);
   emu::AsyncEvent ev;
   EXPECT_FALSE(ctx->async_events().get(&ev));
   Qp* b = provoke_access_error();

@@ -1,23 +1,34 @@
 // Shared set-up for the engine suites: a context on the process's loopback node, and helpers
 // that build and connect QPs the way a verbs program does (RESET -> INIT -> RTR -> RTS,
-// exchanging QPN and GID), then wait for completions with a deadline instead of hanging.
+// exchanging QPN and GID: tests/rc_connect.h), then wait for completions and events with a
+// deadline instead of hanging.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "emu/async_events.h"
 #include "emu/comp_channel.h"
 #include "emu/context.h"
 #include "emu/cq.h"
+#include "emu/names.h"
 #include "emu/node.h"
 #include "emu/qp.h"
 #include "emu/srq.h"
+#include "tests/rc_connect.h"
+#include "tests/test_util.h"
 
 namespace emu_test {
 
@@ -39,15 +50,87 @@ struct QpOptions {
   bool sq_sig_all = false;
 };
 
-struct ConnectOptions {
-  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-               IBV_ACCESS_REMOTE_ATOMIC;
-  uint8_t min_rnr_timer = 1;  // 0.01 ms: keeps RNR tests fast
-  uint8_t rnr_retry = 7;
-  uint8_t retry_cnt = 7;
-  uint8_t timeout = 8;  // ~1 ms
-  uint8_t max_rd_atomic = 4;
+// The creation attributes `o` describes; a CQ it leaves unset is default_cq.
+inline emu::QpInitAttr qp_init_attr(const QpOptions& o, Cq* default_cq) {
+  emu::QpInitAttr init;
+  init.send_cq = o.send_cq ? o.send_cq : default_cq;
+  init.recv_cq = o.recv_cq ? o.recv_cq : default_cq;
+  init.srq = o.srq;
+  init.qp_type = o.type;
+  init.sq_sig_all = o.sq_sig_all;
+  init.cap.max_send_wr = o.max_send_wr;
+  init.cap.max_recv_wr = o.max_recv_wr;
+  init.cap.max_send_sge = o.max_sge;
+  init.cap.max_recv_sge = o.max_sge;
+  init.cap.max_inline_data = 64;
+  return init;
+}
+
+inline ibv_qp_state state_of(Qp* qp) {
+  ibv_qp_attr a{};
+  emu::QpInitAttr init;
+  EXPECT_EQ(qp->query(&a, IBV_QP_STATE, &init), 0);
+  return a.qp_state;
+}
+
+// The fields of a completion a test expects; those left unset are not compared. Positionally,
+// {wr_id, status}.
+struct WcFields {
+  std::optional<uint64_t> wr_id = std::nullopt;
+  std::optional<ibv_wc_status> status = std::nullopt;
+  std::optional<ibv_wc_opcode> opcode = std::nullopt;
+  std::optional<uint32_t> byte_len = std::nullopt;
+  std::optional<uint32_t> qp_num = std::nullopt;
+  std::optional<uint32_t> src_qp = std::nullopt;
 };
+
+// The fields of wc that differ from `want`, described; empty when none does.
+inline std::string wc_mismatch(const ibv_wc& wc, const WcFields& want) {
+  std::ostringstream out;
+  auto field = [&](const char* name, const auto& expected, const auto& actual, auto&& print) {
+    if (expected && *expected != actual) {
+      out << " " << name << " ";
+      print(actual);
+      out << ", expected ";
+      print(*expected);
+      out << ";";
+    }
+  };
+  auto number = [&](auto v) { out << v; };
+  auto status = [&](ibv_wc_status v) { out << emu::wc_status_name(v); };
+  auto opcode = [&](ibv_wc_opcode v) { out << static_cast<int>(v); };
+  field("wr_id", want.wr_id, wc.wr_id, number);
+  field("status", want.status, wc.status, status);
+  field("opcode", want.opcode, wc.opcode, opcode);
+  field("byte_len", want.byte_len, wc.byte_len, number);
+  field("qp_num", want.qp_num, wc.qp_num, number);
+  field("src_qp", want.src_qp, wc.src_qp, number);
+  return out.str();
+}
+
+// Whether wc has every field `want` sets.
+inline ::testing::AssertionResult CompletionIs(const ibv_wc& wc, const WcFields& want) {
+  std::string diff = wc_mismatch(wc, want);
+  if (diff.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "completion of wr_id " << wc.wr_id << ":" << diff;
+}
+
+// Whether `got` holds exactly the completions `expected` lists, in that order. Every completion
+// that arrived is compared, even when their number differs.
+inline ::testing::AssertionResult CompletionsAre(const std::vector<ibv_wc>& got,
+                                                 std::initializer_list<WcFields> expected) {
+  std::ostringstream out;
+  if (got.size() != expected.size()) {
+    out << " " << got.size() << " completions, expected " << expected.size() << ";";
+  }
+  const WcFields* want = expected.begin();
+  for (size_t i = 0; i < got.size() && i < expected.size(); ++i, ++want) {
+    std::string diff = wc_mismatch(got[i], *want);
+    if (!diff.empty()) out << " completion " << i << ":" << diff;
+  }
+  if (out.str().empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << out.str();
+}
 
 class EngineTest : public ::testing::Test {
  protected:
@@ -58,6 +141,7 @@ class EngineTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    for (emu::Ah* ah : ahs) EXPECT_EQ(ctx->destroy_ah(ah), 0);
     for (auto it = qps.rbegin(); it != qps.rend(); ++it) EXPECT_EQ(ctx->destroy_qp(*it), 0);
     for (Mr* mr : mrs) EXPECT_EQ(ctx->dereg_mr(mr), 0);
     for (Srq* srq : srqs) EXPECT_EQ(ctx->destroy_srq(srq), 0);
@@ -68,20 +152,15 @@ class EngineTest : public ::testing::Test {
   }
 
   Qp* create_qp(const QpOptions& o = {}) {
-    emu::QpInitAttr init;
-    init.send_cq = o.send_cq ? o.send_cq : cq;
-    init.recv_cq = o.recv_cq ? o.recv_cq : cq;
-    init.srq = o.srq;
-    init.qp_type = o.type;
-    init.sq_sig_all = o.sq_sig_all;
-    init.cap.max_send_wr = o.max_send_wr;
-    init.cap.max_recv_wr = o.max_recv_wr;
-    init.cap.max_send_sge = o.max_sge;
-    init.cap.max_recv_sge = o.max_sge;
-    init.cap.max_inline_data = 64;
-    Qp* qp = nullptr;
-    EXPECT_EQ(ctx->create_qp(pd, init, &qp), 0);
+    Qp* qp = untracked_qp(o);
     if (qp) qps.push_back(qp);
+    return qp;
+  }
+
+  // A QP (on pd, or on p) that the test destroys itself.
+  Qp* untracked_qp(const QpOptions& o, Pd* p = nullptr) {
+    Qp* qp = nullptr;
+    EXPECT_EQ(ctx->create_qp(p ? p : pd, qp_init_attr(o, cq), &qp), 0);
     return qp;
   }
 
@@ -103,13 +182,44 @@ class EngineTest : public ::testing::Test {
     return srq;
   }
 
-  Mr* reg(void* addr, size_t len,
-          int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                       IBV_ACCESS_REMOTE_ATOMIC) {
+  Mr* reg(void* addr, size_t len, int access = kAllAccess) {
     Mr* mr = nullptr;
     EXPECT_EQ(ctx->reg_mr(pd, addr, len, access, &mr), 0);
     if (mr) mrs.push_back(mr);
     return mr;
+  }
+
+  // ibv_reg_mr on p, the region deregistered again at once. Returns the error; a refused
+  // registration must give no region back.
+  int try_reg(Pd* p, void* addr, size_t len, int access) {
+    Mr* mr = nullptr;
+    int err = ctx->reg_mr(p, addr, len, access, &mr);
+    if (err == 0) {
+      EXPECT_EQ(ctx->dereg_mr(mr), 0);
+    } else {
+      EXPECT_EQ(mr, nullptr);
+    }
+    return err;
+  }
+
+  // ibv_reg_mr of memory with a hole in it (HoledMapping): all three pages, and len bytes from
+  // `into_hole` bytes into the hole, are EFAULT; the mapped page `mapped_page` (0 or 2) is fine.
+  void expect_reg_across_hole_is_efault(size_t into_hole, size_t len, size_t mapped_page) {
+    HoledMapping map;
+    ASSERT_TRUE(map.ok());
+    uint8_t* base = map.base();
+    const size_t page = map.page();
+    EXPECT_EQ(try_reg(pd, base, 3 * page, IBV_ACCESS_LOCAL_WRITE), EFAULT);
+    EXPECT_EQ(try_reg(pd, base + page + into_hole, len, IBV_ACCESS_LOCAL_WRITE), EFAULT);
+    EXPECT_EQ(try_reg(pd, base + mapped_page * page, page, IBV_ACCESS_LOCAL_WRITE), 0);
+  }
+
+  // An address handle for the node's own GID, where every QP of a test lives.
+  emu::Ah* create_ah() {
+    emu::Ah* ah = nullptr;
+    EXPECT_EQ(ctx->create_ah(pd, loopback_ah_attr(gid()), &ah), 0);
+    if (ah) ahs.push_back(ah);
+    return ah;
   }
 
   ibv_gid gid() {
@@ -118,64 +228,39 @@ class EngineTest : public ::testing::Test {
     return g;
   }
 
-  // RESET -> INIT -> RTR -> RTS against a remote QPN, as ibv_rc_pingpong does.
+  // RESET -> INIT -> RTR -> RTS against a remote QPN on this node, as ibv_rc_pingpong does.
   int bring_up(Qp* qp, uint32_t remote_qpn, const ConnectOptions& o = {}) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.pkey_index = 0;
-    a.port_num = 1;
-    int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-    if (qp->type() == IBV_QPT_UD) {
-      a.qkey = 0x11111111;
-      mask |= IBV_QP_QKEY;
-    } else {
-      a.qp_access_flags = o.access;
-      mask |= IBV_QP_ACCESS_FLAGS;
-    }
-    if (int err = qp->modify(a, mask)) return err;
-
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTR;
-    mask = IBV_QP_STATE;
-    if (qp->type() != IBV_QPT_UD) {
-      a.path_mtu = IBV_MTU_1024;
-      a.dest_qp_num = remote_qpn;
-      a.rq_psn = 0;
-      a.ah_attr.is_global = 1;
-      a.ah_attr.grh.dgid = gid();
-      a.ah_attr.grh.hop_limit = 1;
-      a.ah_attr.port_num = 1;
-      mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-      if (qp->type() == IBV_QPT_RC) {
-        a.max_dest_rd_atomic = 4;
-        a.min_rnr_timer = o.min_rnr_timer;
-        mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-      }
-    }
-    if (int err = qp->modify(a, mask)) return err;
-
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = 0;
-    mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-    if (qp->type() == IBV_QPT_RC) {
-      a.timeout = o.timeout;
-      a.retry_cnt = o.retry_cnt;
-      a.rnr_retry = o.rnr_retry;
-      a.max_rd_atomic = o.max_rd_atomic;
-      mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-    }
-    return qp->modify(a, mask);
+    return connect_qp(qp, remote_qpn, gid(), o);
   }
 
-  // Two QPs of the same type connected to each other.
-  std::pair<Qp*, Qp*> connected_pair(const QpOptions& oa = {}, const QpOptions& ob = {},
-                                     const ConnectOptions& c = {}) {
+  // Two QPs of the same type connected to each other, a with ca and b with cb.
+  std::pair<Qp*, Qp*> connected_pair(const QpOptions& oa, const QpOptions& ob,
+                                     const ConnectOptions& ca, const ConnectOptions& cb) {
     Qp* a = create_qp(oa);
     Qp* b = create_qp(ob);
-    EXPECT_EQ(bring_up(a, b->qpn(), c), 0);
-    EXPECT_EQ(bring_up(b, a->qpn(), c), 0);
+    EXPECT_EQ(bring_up(a, b->qpn(), ca), 0);
+    EXPECT_EQ(bring_up(b, a->qpn(), cb), 0);
     return {a, b};
+  }
+
+  std::pair<Qp*, Qp*> connected_pair(const QpOptions& oa = {}, const QpOptions& ob = {},
+                                     const ConnectOptions& c = {}) {
+    return connected_pair(oa, ob, c, c);
+  }
+
+  // a sends (its completions on cq); b receives, its receive completions on rcq.
+  struct Pair {
+    Qp* a;
+    Qp* b;
+    Cq* rcq;
+  };
+  // A connected pair whose receiver has a CQ of rcq_entries of its own.
+  Pair pair_with_rcq(int rcq_entries, const QpOptions& oa = {}, QpOptions ob = {},
+                     const ConnectOptions& ca = {}, const ConnectOptions& cb = {}) {
+    Cq* rcq = create_cq(rcq_entries);
+    ob.recv_cq = rcq;
+    auto [a, b] = connected_pair(oa, ob, ca, cb);
+    return {a, b, rcq};
   }
 
   // Polls until n completions arrived or two seconds passed.
@@ -207,38 +292,41 @@ class EngineTest : public ::testing::Test {
   }
 
   int post_recv(Qp* qp, uint64_t wr_id, void* buf, uint32_t len, Mr* mr) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(buf), len, mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    return qp->post_recv(&wr, &bad);
+    ibv_sge sge = sge_of(buf, len, mr);
+    return post_recv_sges(qp, wr_id, &sge, 1);
   }
 
   int post_srq_recv(Srq* srq, uint64_t wr_id, void* buf, uint32_t len, Mr* mr) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(buf), len, mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    return srq->post_recv(&wr, &bad);
+    ibv_sge sge = sge_of(buf, len, mr);
+    return post_recv_sges(srq, wr_id, &sge, 1);
   }
 
   int post_send(Qp* qp, uint64_t wr_id, ibv_wr_opcode op, void* buf, uint32_t len, Mr* mr,
                 uint64_t remote_addr = 0, uint32_t rkey = 0, int flags = IBV_SEND_SIGNALED) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(buf), len, mr ? mr->lkey : 0};
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.opcode = op;
-    wr.sg_list = &sge;
-    wr.num_sge = len ? 1 : 0;
-    wr.send_flags = flags;
+    ibv_sge sge = sge_of(buf, len, mr);
+    ibv_send_wr wr = wr_of(wr_id, op, &sge, len ? 1 : 0, flags);
     wr.wr.rdma.remote_addr = remote_addr;
     wr.wr.rdma.rkey = rkey;
-    ibv_send_wr* bad = nullptr;
-    return qp->post_send(&wr, &bad);
+    return post(qp, wr);
+  }
+
+  // The next async event, if one arrives within the limit.
+  bool next_event(emu::AsyncEvent* ev, std::chrono::milliseconds limit) {
+    if (!readable(ctx->async_events().fd(), static_cast<int>(limit.count()))) return false;
+    return ctx->async_events().get(ev);
+  }
+
+  // Reads async events until one of `type` about `qp` arrives or the time is up.
+  bool wait_event(ibv_event_type type, Qp* qp,
+                  std::chrono::milliseconds limit = std::chrono::milliseconds(1000)) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      emu::AsyncEvent ev;
+      if (next_event(&ev, left) && ev.type == type && ev.qp == qp) return true;
+    }
   }
 
   std::unique_ptr<Context> ctx;
@@ -248,6 +336,7 @@ class EngineTest : public ::testing::Test {
   std::vector<Mr*> mrs;
   std::vector<Srq*> srqs;
   std::vector<Cq*> extra_cqs;
+  std::vector<emu::Ah*> ahs;
 };
 
 }  // namespace emu_test

@@ -6,8 +6,6 @@
 //   RetryExceeded  a peer that never answers ends in IBV_WC_RETRY_EXC_ERR;
 //   AtomicErrors   misaligned atomics and atomic local buffers of the wrong length;
 //   AsyncEvents    affiliated events readable through a file descriptor poll(2) can watch.
-#include <fcntl.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -28,8 +26,6 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint8_t kCanary = 0xab;
-constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
 bool all_canary(const uint8_t* p, size_t n) {
   return std::all_of(p, p + n, [](uint8_t c) { return c == kCanary; });
@@ -44,13 +40,6 @@ constexpr int64_t ack_timeout_us(int timeout) {
 
 class ErrorTest : public EngineTest {
  protected:
-  ibv_qp_state state_of(Qp* qp) {
-    ibv_qp_attr a{};
-    emu::QpInitAttr init;
-    EXPECT_EQ(qp->query(&a, IBV_QP_STATE, &init), 0);
-    return a.qp_state;
-  }
-
   // Bounded wait for an asynchronous state change (the peer's side of an error).
   bool wait_state(Qp* qp, ibv_qp_state s, milliseconds limit = milliseconds(1000)) {
     auto deadline = Clock::now() + limit;
@@ -62,44 +51,9 @@ class ErrorTest : public EngineTest {
     return true;
   }
 
-  // The next async event, if one arrives within the limit.
-  bool next_event(emu::AsyncEvent* ev, milliseconds limit) {
-    pollfd p{ctx->async_events().fd(), POLLIN, 0};
-    int n = ::poll(&p, 1, static_cast<int>(limit.count()));
-    if (n != 1 || (p.revents & POLLIN) == 0) return false;
-    return ctx->async_events().get(ev);
-  }
-
-  // Reads events until one of `type` about `qp` arrives or the time is up.
-  bool wait_event(ibv_event_type type, Qp* qp, milliseconds limit = milliseconds(1000)) {
-    auto deadline = Clock::now() + limit;
-    for (;;) {
-      auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) return false;
-      emu::AsyncEvent ev;
-      if (next_event(&ev, left) && ev.type == type && ev.qp == qp) return true;
-    }
-  }
-
   // a -> b, each with its own access flags; a's completions on cq, b's receives on rcq.
-  struct Pair {
-    Qp* a;
-    Qp* b;
-    Cq* rcq;
-  };
-  Pair make_pair(const ConnectOptions& ca = {}, const ConnectOptions& cb = {},
-                 ibv_qp_type type = IBV_QPT_RC) {
-    Cq* rcq = create_cq(64);
-    QpOptions oa;
-    oa.type = type;
-    QpOptions ob;
-    ob.type = type;
-    ob.recv_cq = rcq;
-    Qp* a = create_qp(oa);
-    Qp* b = create_qp(ob);
-    EXPECT_EQ(bring_up(a, b->qpn(), ca), 0);
-    EXPECT_EQ(bring_up(b, a->qpn(), cb), 0);
-    return {a, b, rcq};
+  Pair make_pair(const ConnectOptions& ca = {}, const ConnectOptions& cb = {}) {
+    return pair_with_rcq(64, {}, {}, ca, cb);
   }
 
   // A memory key that names nothing: the key of a region already deregistered. Call it
@@ -118,17 +72,26 @@ class ErrorTest : public EngineTest {
   void expect_remote_access_error(const Pair& p, uint64_t wr_id) {
     auto s = poll_n(cq, 2);
     ASSERT_GE(s.size(), 1u);
-    EXPECT_EQ(s[0].wr_id, wr_id);
-    EXPECT_EQ(s[0].status, IBV_WC_REM_ACCESS_ERR);
     EXPECT_EQ(s[0].qp_num, p.a->qpn());
     // The work request behind it is flushed: the requester is in ERR.
-    ASSERT_EQ(s.size(), 2u);
-    EXPECT_EQ(s[1].wr_id, wr_id + 1);
-    EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_TRUE(
+        CompletionsAre(s, {{wr_id, IBV_WC_REM_ACCESS_ERR}, {wr_id + 1, IBV_WC_WR_FLUSH_ERR}}));
     EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
     EXPECT_TRUE(wait_state(p.b, IBV_QPS_ERR)) << "the responder QP enters the error state";
     EXPECT_TRUE(wait_event(IBV_EVENT_QP_ACCESS_ERR, p.b));
     EXPECT_TRUE(drain(p.rcq, milliseconds(5)).empty());
+  }
+
+  // Posts two SENDs (wr_id 1 and 2) of len bytes from buf on qp and polls their completions
+  // from cq; *elapsed_us is the time from the first post to the last completion.
+  std::vector<ibv_wc> timed_two_sends(Qp* qp, void* buf, uint32_t len, Mr* mr,
+                                      int64_t* elapsed_us) {
+    auto start = Clock::now();
+    EXPECT_EQ(post_send(qp, 1, IBV_WR_SEND, buf, len, mr), 0);
+    EXPECT_EQ(post_send(qp, 2, IBV_WR_SEND, buf, len, mr), 0);
+    auto s = poll_n(cq, 2);
+    *elapsed_us = std::chrono::duration_cast<microseconds>(Clock::now() - start).count();
+    return s;
   }
 
   // Posts a WRITE of len bytes to (addr, rkey), then a SEND that must be flushed.
@@ -219,18 +182,10 @@ TEST_F(MrProtection, AtomicOnRegionWithoutRemoteAtomicIsRemoteAccessError) {
   Mr* mr = reg(&remote, sizeof(remote), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   alignas(8) uint64_t result = 0;
   Mr* ml = reg(&result, sizeof(result));
-  ibv_sge sge{reinterpret_cast<uint64_t>(&result), 8, ml->lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 1;
-  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.atomic.remote_addr = reinterpret_cast<uint64_t>(&remote);
-  wr.wr.atomic.rkey = mr->rkey;
-  wr.wr.atomic.compare_add = 1;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(p.a->post_send(&wr, &bad), 0);
+  ibv_sge sge = sge_of(&result, 8, ml);
+  ASSERT_EQ(post(p.a, atomic_wr(1, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge, 1, addr_of(&remote), mr->rkey,
+                                1, 0)),
+            0);
   ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, &result, 4, ml), 0);
   expect_remote_access_error(p, 1);
   EXPECT_EQ(remote, 7u);
@@ -264,21 +219,10 @@ TEST_F(MrProtection, InvalidLkeyAtSenderIsLocalProtectionError) {
     Mr* md = reg(dst, sizeof(dst));
     ASSERT_EQ(post_recv(p.b, 9, dst, sizeof(dst), md), 0);
     ibv_sge sge{c.addr, 32, c.lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(p.a->post_send(&wr, &bad), 0);
+    ASSERT_EQ(post(p.a, wr_of(1, IBV_WR_SEND, &sge, 1)), 0);
     ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, src, 4, ms), 0);
-    auto s = poll_n(cq, 2);
-    ASSERT_EQ(s.size(), 2u);
-    EXPECT_EQ(s[0].wr_id, 1u);
-    EXPECT_EQ(s[0].status, IBV_WC_LOC_PROT_ERR);
-    EXPECT_EQ(s[1].wr_id, 2u);
-    EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_TRUE(
+        CompletionsAre(poll_n(cq, 2), {{1, IBV_WC_LOC_PROT_ERR}, {2, IBV_WC_WR_FLUSH_ERR}}));
     EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
     EXPECT_TRUE(drain(p.rcq, milliseconds(10)).empty());
     EXPECT_TRUE(all_canary(reinterpret_cast<uint8_t*>(dst), sizeof(dst)));
@@ -295,20 +239,11 @@ TEST_F(MrProtection, ReceiveBufferWithInvalidLkeyFailsBothSides) {
   std::vector<uint8_t> dst(64, kCanary);
   reg(dst.data(), dst.size());
   uint32_t bad = dead_key();
-  ibv_sge sge{reinterpret_cast<uint64_t>(dst.data()), 64, bad};
-  ibv_recv_wr rwr{};
-  rwr.wr_id = 5;
-  rwr.sg_list = &sge;
-  rwr.num_sge = 1;
-  ibv_recv_wr* rbad = nullptr;
-  ASSERT_EQ(p.b->post_recv(&rwr, &rbad), 0);
+  ibv_sge sge{addr_of(dst.data()), 64, bad};
+  ASSERT_EQ(post_recv_sges(p.b, 5, &sge, 1), 0);
   ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 16, ms), 0);
-  ibv_wc r = poll_one(p.rcq);
-  EXPECT_EQ(r.wr_id, 5u);
-  EXPECT_EQ(r.status, IBV_WC_LOC_PROT_ERR);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.wr_id, 1u);
-  EXPECT_EQ(s.status, IBV_WC_REM_OP_ERR);
+  EXPECT_TRUE(CompletionIs(poll_one(p.rcq), {.wr_id = 5, .status = IBV_WC_LOC_PROT_ERR}));
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 1, .status = IBV_WC_REM_OP_ERR}));
   EXPECT_TRUE(all_canary(dst.data(), dst.size()));
   EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
   EXPECT_TRUE(wait_state(p.b, IBV_QPS_ERR));
@@ -323,12 +258,8 @@ TEST_F(MrProtection, ReceiveBufferTooSmallFailsBothSides) {
   Mr* md = reg(dst.data(), dst.size());
   ASSERT_EQ(post_recv(p.b, 5, dst.data(), 16, md), 0);
   ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 64, ms), 0);
-  ibv_wc r = poll_one(p.rcq);
-  EXPECT_EQ(r.wr_id, 5u);
-  EXPECT_EQ(r.status, IBV_WC_LOC_LEN_ERR);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.wr_id, 1u);
-  EXPECT_EQ(s.status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_TRUE(CompletionIs(poll_one(p.rcq), {.wr_id = 5, .status = IBV_WC_LOC_LEN_ERR}));
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 1, .status = IBV_WC_REM_INV_REQ_ERR}));
   EXPECT_TRUE(all_canary(dst.data() + 16, 48)) << "nothing past the posted buffer";
   EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
   EXPECT_TRUE(wait_state(p.b, IBV_QPS_ERR));
@@ -336,46 +267,22 @@ TEST_F(MrProtection, ReceiveBufferTooSmallFailsBothSides) {
 
 TEST_F(MrProtection, RegMrAccessFlagRules) {
   static char buf[64];
-  auto try_reg = [&](int access) {
-    Mr* mr = nullptr;
-    int err = ctx->reg_mr(pd, buf, sizeof(buf), access, &mr);
-    if (err == 0) {
-      EXPECT_EQ(ctx->dereg_mr(mr), 0);
-    } else {
-      EXPECT_EQ(mr, nullptr);
-    }
-    return err;
-  };
+  auto try_access = [&](int access) { return try_reg(pd, buf, sizeof(buf), access); };
   // ibv_reg_mr(3): remote write or remote atomic requires local write.
-  EXPECT_EQ(try_reg(IBV_ACCESS_REMOTE_WRITE), EINVAL);
-  EXPECT_EQ(try_reg(IBV_ACCESS_REMOTE_ATOMIC), EINVAL);
-  EXPECT_EQ(try_reg(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ), EINVAL);
-  EXPECT_EQ(try_reg(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE), 0);
-  EXPECT_EQ(try_reg(IBV_ACCESS_REMOTE_READ), 0) << "remote read alone is allowed";
-  EXPECT_EQ(try_reg(0), 0) << "local read only";
+  EXPECT_EQ(try_access(IBV_ACCESS_REMOTE_WRITE), EINVAL);
+  EXPECT_EQ(try_access(IBV_ACCESS_REMOTE_ATOMIC), EINVAL);
+  EXPECT_EQ(try_access(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ), EINVAL);
+  EXPECT_EQ(try_access(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE), 0);
+  EXPECT_EQ(try_access(IBV_ACCESS_REMOTE_READ), 0) << "remote read alone is allowed";
+  EXPECT_EQ(try_access(0), 0) << "local read only";
   // Bits no version of the API defines.
-  EXPECT_EQ(try_reg(IBV_ACCESS_LOCAL_WRITE | (1 << 15)), EINVAL);
-  EXPECT_EQ(try_reg(IBV_ACCESS_LOCAL_WRITE | (1 << 12)), EINVAL);
+  EXPECT_EQ(try_access(IBV_ACCESS_LOCAL_WRITE | (1 << 15)), EINVAL);
+  EXPECT_EQ(try_access(IBV_ACCESS_LOCAL_WRITE | (1 << 12)), EINVAL);
 }
 
 TEST_F(MrProtection, RegMrOfUnmappedMemoryIsEfault) {
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  void* base = ::mmap(nullptr, 3 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(base, MAP_FAILED);
-  auto* p = static_cast<uint8_t*>(base);
-  ASSERT_EQ(::mprotect(p, page, PROT_READ | PROT_WRITE), 0);
-  ASSERT_EQ(::mprotect(p + 2 * page, page, PROT_READ | PROT_WRITE), 0);
-  ASSERT_EQ(::munmap(p + page, page), 0);  // a hole in the middle
-  Mr* mr = nullptr;
-  EXPECT_EQ(ctx->reg_mr(pd, p, 3 * page, IBV_ACCESS_LOCAL_WRITE, &mr), EFAULT);
-  EXPECT_EQ(mr, nullptr);
-  EXPECT_EQ(ctx->reg_mr(pd, p + page + 8, 16, IBV_ACCESS_LOCAL_WRITE, &mr), EFAULT);
-  EXPECT_EQ(mr, nullptr);
-  // The mapped pages on either side can be registered.
-  ASSERT_EQ(ctx->reg_mr(pd, p, page, IBV_ACCESS_LOCAL_WRITE, &mr), 0);
-  EXPECT_EQ(ctx->dereg_mr(mr), 0);
-  ::munmap(p, page);
-  ::munmap(p + 2 * page, page);
+  // Three pages with a hole in the middle; the mapped pages on either side can be registered.
+  expect_reg_across_hole_is_efault(8, 16, 0);
 }
 
 TEST_F(MrProtection, RegMrOfInaccessibleMemoryIsEfault) {
@@ -420,16 +327,9 @@ TEST_F(Rnr, RetriesZeroToSixEndInRnrRetryExceeded) {
     Cq* scq = cq;
     char src[16] = "nobody listens";
     Mr* ms = reg(src, sizeof(src));
-    auto start = Clock::now();
-    ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 15, ms), 0);
-    ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, src, 15, ms), 0);
-    auto s = poll_n(scq, 2);
-    auto elapsed = std::chrono::duration_cast<microseconds>(Clock::now() - start).count();
-    ASSERT_EQ(s.size(), 2u);
-    EXPECT_EQ(s[0].wr_id, 1u);
-    EXPECT_EQ(s[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
-    EXPECT_EQ(s[1].wr_id, 2u);
-    EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+    int64_t elapsed = 0;
+    auto s = timed_two_sends(p.a, src, 15, ms, &elapsed);
+    EXPECT_TRUE(CompletionsAre(s, {{1, IBV_WC_RNR_RETRY_EXC_ERR}, {2, IBV_WC_WR_FLUSH_ERR}}));
     // Each retry waits at least the RNR timer: the retries really happened.
     EXPECT_GE(elapsed, retries * kRnrTimer12Us);
     EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
@@ -462,12 +362,7 @@ TEST_F(Rnr, RetryForeverDeliversEachMessageExactlyOnceWhenBuffersArrive) {
   std::memset(dst, 0, sizeof(dst));
   Mr* md = reg(dst, sizeof(dst));
   for (int i = 0; i < 3; ++i) ASSERT_EQ(post_recv(p.b, 10 + i, dst[i], 8, md), 0);
-  auto s = poll_n(cq, 2);
-  ASSERT_EQ(s.size(), 2u);
-  EXPECT_EQ(s[0].wr_id, 1u);
-  EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s[1].wr_id, 2u);
-  EXPECT_EQ(s[1].status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(CompletionsAre(poll_n(cq, 2), {{1, IBV_WC_SUCCESS}, {2, IBV_WC_SUCCESS}}));
   auto r = poll_n(p.rcq, 2);
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(r[0].wr_id, 10u);
@@ -493,11 +388,7 @@ TEST_F(Rnr, EmptySrqAnswersRnrAndTheMessageArrivesOnceABufferIsPosted) {
   c.min_rnr_timer = 12;
   Srq* srq = create_srq(8);
   ASSERT_NE(srq, nullptr);
-  Cq* rcq = create_cq(16);
-  QpOptions ob;
-  ob.srq = srq;
-  ob.recv_cq = rcq;
-  auto [a, b] = connected_pair({}, ob, c);
+  auto [a, b, rcq] = pair_with_rcq(16, {}, {.srq = srq}, c, c);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   char msg[16] = "through the srq";
@@ -513,15 +404,12 @@ TEST_F(Rnr, EmptySrqAnswersRnrAndTheMessageArrivesOnceABufferIsPosted) {
   Mr* md = reg(dst, sizeof(dst));
   ASSERT_EQ(post_srq_recv(srq, 10, dst[0], sizeof(dst[0]), md), 0);
   ASSERT_EQ(post_srq_recv(srq, 11, dst[1], sizeof(dst[1]), md), 0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.wr_id, 1u);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.wr_id, 10u);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.byte_len, sizeof(msg));
-  EXPECT_EQ(r.qp_num, b->qpn());
-  EXPECT_EQ(r.src_qp, a->qpn());
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 1, .status = IBV_WC_SUCCESS}));
+  EXPECT_TRUE(CompletionIs(poll_one(rcq), {.wr_id = 10,
+                                           .status = IBV_WC_SUCCESS,
+                                           .byte_len = sizeof(msg),
+                                           .qp_num = b->qpn(),
+                                           .src_qp = a->qpn()}));
   EXPECT_STREQ(dst[0], msg);
   // Exactly once: the second buffer stays on the SRQ, and no completion is repeated.
   EXPECT_TRUE(drain(rcq, milliseconds(10)).empty());
@@ -542,25 +430,14 @@ TEST_F(Rnr, EmptySrqWithRnrRetryOneEndsInRnrRetryExceeded) {
   c.min_rnr_timer = 12;  // 0.64 ms
   Srq* srq = create_srq(8);
   ASSERT_NE(srq, nullptr);
-  Cq* rcq = create_cq(16);
-  QpOptions ob;
-  ob.srq = srq;
-  ob.recv_cq = rcq;
-  auto [a, b] = connected_pair({}, ob, c);
+  auto [a, b, rcq] = pair_with_rcq(16, {}, {.srq = srq}, c, c);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   char msg[16] = "nowhere to land";
   Mr* ms = reg(msg, sizeof(msg));
-  auto start = Clock::now();
-  ASSERT_EQ(post_send(a, 1, IBV_WR_SEND, msg, sizeof(msg), ms), 0);
-  ASSERT_EQ(post_send(a, 2, IBV_WR_SEND, msg, sizeof(msg), ms), 0);
-  auto s = poll_n(cq, 2);
-  auto elapsed = std::chrono::duration_cast<microseconds>(Clock::now() - start).count();
-  ASSERT_EQ(s.size(), 2u);
-  EXPECT_EQ(s[0].wr_id, 1u);
-  EXPECT_EQ(s[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
-  EXPECT_EQ(s[1].wr_id, 2u);
-  EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+  int64_t elapsed = 0;
+  auto s = timed_two_sends(a, msg, sizeof(msg), ms, &elapsed);
+  EXPECT_TRUE(CompletionsAre(s, {{1, IBV_WC_RNR_RETRY_EXC_ERR}, {2, IBV_WC_WR_FLUSH_ERR}}));
   EXPECT_GE(elapsed, kRnrTimer12Us) << "the one retry waits for the RNR timer";
   EXPECT_EQ(state_of(a), IBV_QPS_ERR);
   EXPECT_EQ(state_of(b), IBV_QPS_RTS);
@@ -585,11 +462,7 @@ TEST_F(FlushOnError, ModifyToErrorFlushesEveryOutstandingWorkRequestOnce) {
   c.min_rnr_timer = 12;
   Cq* a_rcq = create_cq(16);
   Cq* b_rcq = create_cq(16);
-  QpOptions oa;
-  oa.recv_cq = a_rcq;
-  QpOptions ob;
-  ob.recv_cq = b_rcq;
-  auto [a, b] = connected_pair(oa, ob, c);
+  auto [a, b] = connected_pair({.recv_cq = a_rcq}, {.recv_cq = b_rcq}, c);
   char buf[16] = "stuck";
   Mr* mr = reg(buf, sizeof(buf));
   ASSERT_EQ(post_send(a, 1, IBV_WR_SEND, buf, 6, mr), 0);
@@ -601,9 +474,7 @@ TEST_F(FlushOnError, ModifyToErrorFlushesEveryOutstandingWorkRequestOnce) {
   for (int i = 0; i < 3; ++i) ASSERT_EQ(post_recv(a, 10 + i, buf, sizeof(buf), mr), 0);
   EXPECT_TRUE(drain(cq, milliseconds(5)).empty());
 
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_ERR;
-  ASSERT_EQ(a->modify(attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(move_to(a, IBV_QPS_ERR), 0);
   EXPECT_EQ(state_of(a), IBV_QPS_ERR);
   // Flushed work requests complete whether or not they asked to be signaled.
   auto s = poll_n(cq, 4);
@@ -631,13 +502,9 @@ TEST_F(FlushOnError, ModifyToErrorFlushesEveryOutstandingWorkRequestOnce) {
 
 TEST_F(FlushOnError, PostingInErrorCompletesWithFlush) {
   Cq* rcq = create_cq(16);
-  QpOptions o;
-  o.recv_cq = rcq;
-  Qp* qp = create_qp(o);
+  Qp* qp = create_qp({.recv_cq = rcq});
   ASSERT_EQ(bring_up(qp, qp->qpn()), 0);
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_ERR;
-  ASSERT_EQ(qp->modify(attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(move_to(qp, IBV_QPS_ERR), 0);
   char buf[16] = {};
   Mr* mr = reg(buf, sizeof(buf));
   EXPECT_EQ(post_send(qp, 1, IBV_WR_SEND, buf, 8, mr), 0);
@@ -645,15 +512,8 @@ TEST_F(FlushOnError, PostingInErrorCompletesWithFlush) {
       post_send(qp, 2, IBV_WR_RDMA_WRITE, buf, 8, mr, reinterpret_cast<uint64_t>(buf), mr->rkey),
       0);
   EXPECT_EQ(post_recv(qp, 3, buf, sizeof(buf), mr), 0);
-  auto s = poll_n(cq, 2);
-  ASSERT_EQ(s.size(), 2u);
-  EXPECT_EQ(s[0].wr_id, 1u);
-  EXPECT_EQ(s[0].status, IBV_WC_WR_FLUSH_ERR);
-  EXPECT_EQ(s[1].wr_id, 2u);
-  EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
-  ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.wr_id, 3u);
-  EXPECT_EQ(r.status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_TRUE(CompletionsAre(poll_n(cq, 2), {{1, IBV_WC_WR_FLUSH_ERR}, {2, IBV_WC_WR_FLUSH_ERR}}));
+  EXPECT_TRUE(CompletionIs(poll_one(rcq), {.wr_id = 3, .status = IBV_WC_WR_FLUSH_ERR}));
   EXPECT_TRUE(drain(cq, milliseconds(5)).empty());
   EXPECT_TRUE(drain(rcq, milliseconds(1)).empty());
 }
@@ -666,14 +526,9 @@ TEST_F(FlushOnError, SrqAttachedQpEnteringErrorRaisesLastWqeReached) {
   Mr* mr = reg(buf, sizeof(buf));
   ASSERT_EQ(post_srq_recv(srq, 1, buf[0], 16, mr), 0);
   ASSERT_EQ(post_srq_recv(srq, 2, buf[1], 16, mr), 0);
-  QpOptions o;
-  o.srq = srq;
-  o.recv_cq = rcq;
-  Qp* qp = create_qp(o);
+  Qp* qp = create_qp({.srq = srq, .recv_cq = rcq});
   ASSERT_EQ(bring_up(qp, qp->qpn()), 0);
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_ERR;
-  ASSERT_EQ(qp->modify(attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(move_to(qp, IBV_QPS_ERR), 0);
   EXPECT_TRUE(wait_event(IBV_EVENT_QP_LAST_WQE_REACHED, qp));
   // The buffers belong to the SRQ, not to the QP: they are not flushed.
   EXPECT_TRUE(drain(rcq, milliseconds(10)).empty());
@@ -692,16 +547,9 @@ TEST_F(RetryExceeded, DestroyedPeerEndsInRetryExceeded) {
   qps.erase(std::find(qps.begin(), qps.end(), p.b));
   char src[8] = "gone";
   Mr* ms = reg(src, sizeof(src));
-  auto start = Clock::now();
-  ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 5, ms), 0);
-  ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, src, 5, ms), 0);
-  auto s = poll_n(cq, 2);
-  auto elapsed = std::chrono::duration_cast<microseconds>(Clock::now() - start).count();
-  ASSERT_EQ(s.size(), 2u);
-  EXPECT_EQ(s[0].wr_id, 1u);
-  EXPECT_EQ(s[0].status, IBV_WC_RETRY_EXC_ERR);
-  EXPECT_EQ(s[1].wr_id, 2u);
-  EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+  int64_t elapsed = 0;
+  auto s = timed_two_sends(p.a, src, 5, ms, &elapsed);
+  EXPECT_TRUE(CompletionsAre(s, {{1, IBV_WC_RETRY_EXC_ERR}, {2, IBV_WC_WR_FLUSH_ERR}}));
   EXPECT_GE(elapsed, c.retry_cnt * ack_timeout_us(c.timeout)) << "retries wait for the timeout";
   EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
 }
@@ -711,9 +559,7 @@ TEST_F(RetryExceeded, PeerInErrorEndsInRetryExceeded) {
   c.timeout = 8;
   c.retry_cnt = 2;
   Pair p = make_pair(c, c);
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_ERR;
-  ASSERT_EQ(p.b->modify(attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(move_to(p.b, IBV_QPS_ERR), 0);
   char src[8] = "ignored";
   Mr* ms = reg(src, sizeof(src));
   std::vector<uint8_t> target(64, kCanary);
@@ -737,20 +583,15 @@ using AsyncEvents = ErrorTest;
 
 // Moves an SRQ-attached QP to ERR, which raises IBV_EVENT_QP_LAST_WQE_REACHED.
 void raise_last_wqe(Qp* qp) {
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_ERR;
-  EXPECT_EQ(qp->modify(attr, IBV_QP_STATE), 0);
+  EXPECT_EQ(move_to(qp, IBV_QPS_ERR), 0);
 }
 
 TEST_F(AsyncEvents, FdIsReadableExactlyWhileEventsArePending) {
   const int fd = ctx->async_events().fd();
-  pollfd p{fd, POLLIN, 0};
-  EXPECT_EQ(::poll(&p, 1, 0), 0) << "no event yet";
+  EXPECT_FALSE(readable(fd, 0)) << "no event yet";
   Srq* srq = create_srq(4);
-  QpOptions o;
-  o.srq = srq;
-  Qp* q1 = create_qp(o);
-  Qp* q2 = create_qp(o);
+  Qp* q1 = create_qp({.srq = srq});
+  Qp* q2 = create_qp({.srq = srq});
   ASSERT_EQ(bring_up(q1, q1->qpn()), 0);
   ASSERT_EQ(bring_up(q2, q2->qpn()), 0);
   raise_last_wqe(q1);
@@ -758,36 +599,29 @@ TEST_F(AsyncEvents, FdIsReadableExactlyWhileEventsArePending) {
 
   // Two events, delivered in order, one per read; the fd stays readable until both are read.
   for (Qp* expected : {q1, q2}) {
-    p = pollfd{fd, POLLIN, 0};
-    ASSERT_EQ(::poll(&p, 1, 1000), 1);
-    EXPECT_NE(p.revents & POLLIN, 0);
+    ASSERT_TRUE(readable(fd, 1000));
     emu::AsyncEvent ev;
     ASSERT_TRUE(ctx->async_events().get(&ev));
     EXPECT_EQ(ev.type, IBV_EVENT_QP_LAST_WQE_REACHED);
     EXPECT_EQ(ev.qp, expected);
   }
-  p = pollfd{fd, POLLIN, 0};
-  EXPECT_EQ(::poll(&p, 1, 0), 0) << "every event was read";
+  EXPECT_FALSE(readable(fd, 0)) << "every event was read";
 }
 
 TEST_F(AsyncEvents, NonBlockingFdReturnsAtOnceWhenEmpty) {
   const int fd = ctx->async_events().fd();
-  const int flags = ::fcntl(fd, F_GETFL);
+  const int flags = make_nonblocking(fd);
   ASSERT_GE(flags, 0);
-  ASSERT_EQ(::fcntl(fd, F_SETFL, flags | O_NONBLOCK), 0);
   emu::AsyncEvent ev;
   auto start = Clock::now();
   EXPECT_FALSE(ctx->async_events().get(&ev));
   EXPECT_LT(Clock::now() - start, milliseconds(500));
   // Once an event is pending, the same non-blocking read returns it.
   Srq* srq = create_srq(4);
-  QpOptions o;
-  o.srq = srq;
-  Qp* qp = create_qp(o);
+  Qp* qp = create_qp({.srq = srq});
   ASSERT_EQ(bring_up(qp, qp->qpn()), 0);
   raise_last_wqe(qp);
-  pollfd p{fd, POLLIN, 0};
-  ASSERT_EQ(::poll(&p, 1, 1000), 1);
+  ASSERT_TRUE(readable(fd, 1000));
   ASSERT_TRUE(ctx->async_events().get(&ev));
   EXPECT_EQ(ev.qp, qp);
   EXPECT_FALSE(ctx->async_events().get(&ev));
@@ -796,14 +630,10 @@ TEST_F(AsyncEvents, NonBlockingFdReturnsAtOnceWhenEmpty) {
 
 TEST_F(AsyncEvents, EpollWatchesTheFd) {
   const int fd = ctx->async_events().fd();
-  int ep = ::epoll_create1(EPOLL_CLOEXEC);
-  ASSERT_GE(ep, 0);
-  epoll_event want{};
-  want.events = EPOLLIN;
-  want.data.fd = fd;
-  ASSERT_EQ(::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &want), 0);
+  EpollWatch ep(fd, epoll_data_t{.fd = fd});
+  ASSERT_TRUE(ep.ok());
   epoll_event got{};
-  EXPECT_EQ(::epoll_wait(ep, &got, 1, 0), 0);
+  EXPECT_EQ(ep.wait(&got, 0), 0);
   // An access error at a responder is reported through the same descriptor.
   Pair p = make_pair();
   char src[8] = "bad";
@@ -812,34 +642,17 @@ TEST_F(AsyncEvents, EpollWatchesTheFd) {
       post_send(p.a, 1, IBV_WR_RDMA_WRITE, src, 8, ms, reinterpret_cast<uint64_t>(src), dead_key()),
       0);
   EXPECT_EQ(poll_one(cq).status, IBV_WC_REM_ACCESS_ERR);
-  ASSERT_EQ(::epoll_wait(ep, &got, 1, 1000), 1);
+  ASSERT_EQ(ep.wait(&got, 1000), 1);
   EXPECT_EQ(got.data.fd, fd);
   emu::AsyncEvent ev;
   ASSERT_TRUE(ctx->async_events().get(&ev));
   EXPECT_EQ(ev.type, IBV_EVENT_QP_ACCESS_ERR);
   EXPECT_EQ(ev.qp, p.b);
-  ::close(ep);
 }
 
 // --------------------------------------------------------------------------------------------
 
 using AtomicErrors = ErrorTest;
-
-// An atomic WR on `a`: `op` on the 8 bytes at remote_addr, the original value into the SGEs.
-ibv_send_wr atomic_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sge, int num_sge,
-                      uint64_t remote_addr, uint32_t rkey, uint64_t compare_add, uint64_t swap) {
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id;
-  wr.opcode = op;
-  wr.sg_list = sge;
-  wr.num_sge = num_sge;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.atomic.remote_addr = remote_addr;
-  wr.wr.atomic.rkey = rkey;
-  wr.wr.atomic.compare_add = compare_add;
-  wr.wr.atomic.swap = swap;
-  return wr;
-}
 
 // IBA 9.4.5 (atomic operations): the virtual address of an atomic must be naturally aligned
 // (8 bytes); a misaligned one is an invalid request. The responder answers with an Invalid Request
@@ -862,19 +675,14 @@ TEST_F(AtomicErrors, MisalignedRemoteAddressIsRemoteInvalidRequest) {
     uint64_t found;
     std::memcpy(&found, reinterpret_cast<const void*>(misaligned), sizeof(found));
     Pair p = make_pair();
-    ibv_sge sge{reinterpret_cast<uint64_t>(&result), sizeof(result), ml->lkey};
+    ibv_sge sge = sge_of(&result, sizeof(result), ml);
     ibv_send_wr wr = atomic_wr(1, op, &sge, 1, misaligned, mr->rkey,
                                op == IBV_WR_ATOMIC_CMP_AND_SWP ? found : 1, 0);
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(p.a->post_send(&wr, &bad), 0) << "alignment is the responder's check";
+    ASSERT_EQ(post(p.a, wr), 0) << "alignment is the responder's check";
     ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, &result, 4, ml), 0);
     auto s = poll_n(cq, 2);
-    ASSERT_EQ(s.size(), 2u);
-    EXPECT_EQ(s[0].wr_id, 1u);
-    EXPECT_EQ(s[0].status, IBV_WC_REM_INV_REQ_ERR);
+    ASSERT_TRUE(CompletionsAre(s, {{1, IBV_WC_REM_INV_REQ_ERR}, {2, IBV_WC_WR_FLUSH_ERR}}));
     EXPECT_EQ(s[0].qp_num, p.a->qpn());
-    EXPECT_EQ(s[1].wr_id, 2u);
-    EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
     EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
     EXPECT_TRUE(wait_state(p.b, IBV_QPS_ERR)) << "the responder QP enters the error state";
     EXPECT_TRUE(wait_event(IBV_EVENT_QP_REQ_ERR, p.b));
@@ -907,18 +715,12 @@ TEST_F(AtomicErrors, LocalSgeLengthOtherThanEightIsLocalLengthError) {
                                     << " with a local SGE of " << c.length << " bytes");
     std::memset(local, kCanary, sizeof(local));
     Pair p = make_pair();
-    ibv_sge sge{reinterpret_cast<uint64_t>(local), c.length, ml->lkey};
-    ibv_send_wr wr = atomic_wr(1, c.op, &sge, 1, reinterpret_cast<uint64_t>(&remote), mr->rkey,
+    ibv_sge sge = sge_of(local, c.length, ml);
+    ibv_send_wr wr = atomic_wr(1, c.op, &sge, 1, addr_of(&remote), mr->rkey,
                                c.op == IBV_WR_ATOMIC_CMP_AND_SWP ? 7 : 1, 100);
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(p.a->post_send(&wr, &bad), 0);
+    ASSERT_EQ(post(p.a, wr), 0);
     ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, local, 4, ml), 0);
-    auto s = poll_n(cq, 2);
-    ASSERT_EQ(s.size(), 2u);
-    EXPECT_EQ(s[0].wr_id, 1u);
-    EXPECT_EQ(s[0].status, IBV_WC_LOC_LEN_ERR);
-    EXPECT_EQ(s[1].wr_id, 2u);
-    EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_TRUE(CompletionsAre(poll_n(cq, 2), {{1, IBV_WC_LOC_LEN_ERR}, {2, IBV_WC_WR_FLUSH_ERR}}));
     EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
     EXPECT_EQ(remote, 7u);
     EXPECT_TRUE(all_canary(local, sizeof(local)));

@@ -1,24 +1,16 @@
 // Memory registration, as ibv_reg_mr(3) and ibv_poll_cq(3) describe it: keys, protection
 // domains, bounds and access rights, checked both by the local requester (lkey, giving
 // IBV_WC_LOC_PROT_ERR) and by the remote responder (rkey, giving IBV_WC_REM_ACCESS_ERR).
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <set>
+#include <vector>
 
 #include "tests/engine_fixture.h"
 
 namespace emu_test {
 namespace {
-
-constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-
-uint64_t addr_of(const void* p) {
-  return reinterpret_cast<uint64_t>(p);
-}
 
 class MemoryRegistration : public EngineTest {
  protected:
@@ -47,19 +39,8 @@ class MemoryRegistration : public EngineTest {
 
   int post_atomic(Qp* qp, uint64_t wr_id, ibv_wr_opcode op, uint64_t* local, Mr* local_mr,
                   uint64_t remote_addr, uint32_t rkey, uint64_t compare_add, uint64_t swap = 0) {
-    ibv_sge sge{addr_of(local), sizeof(uint64_t), local_mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.opcode = op;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.atomic.remote_addr = remote_addr;
-    wr.wr.atomic.rkey = rkey;
-    wr.wr.atomic.compare_add = compare_add;
-    wr.wr.atomic.swap = swap;
-    ibv_send_wr* bad = nullptr;
-    return qp->post_send(&wr, &bad);
+    ibv_sge sge = sge_of(local, sizeof(uint64_t), local_mr);
+    return post(qp, atomic_wr(wr_id, op, &sge, 1, remote_addr, rkey, compare_add, swap));
   }
 
   // Posts one RDMA WRITE of len bytes from src on a fresh pair and returns its completion.
@@ -73,6 +54,25 @@ class MemoryRegistration : public EngineTest {
     auto [a, b] = connected_pair();
     EXPECT_EQ(post_send(a, 1, IBV_WR_RDMA_READ, dst, len, dst_mr, remote_addr, rkey), 0);
     return poll_one(cq);
+  }
+
+  // What the remote-write bounds tests write into: 256 bytes of storage of which [64, 192) is a
+  // registered region, and 16 registered source bytes.
+  struct RegionTarget {
+    std::array<uint8_t, 256> storage{};
+    std::array<uint8_t, 16> src;
+    Mr* region_mr = nullptr;
+    Mr* src_mr = nullptr;
+    uint8_t* region() { return storage.data() + 64; }
+  };
+  void prepare(RegionTarget& t, uint8_t src_fill) {
+    t.region_mr = reg(t.region(), 128);
+    t.src.fill(src_fill);
+    t.src_mr = reg(t.src.data(), t.src.size());
+  }
+  // One RDMA WRITE of the 16 source bytes to `offset` bytes from the start of the region.
+  ibv_wc write_at(RegionTarget& t, ptrdiff_t offset) {
+    return write_once(t.src.data(), 16, t.src_mr, addr_of(t.region() + offset), t.region_mr->rkey);
   }
 
   Pd* pd2 = nullptr;
@@ -136,9 +136,7 @@ TEST_F(MemoryRegistration, DeregisteredRkeyIsRefusedEvenAfterNewRegistrations) {
   EXPECT_EQ(target[0], src);
 
   ASSERT_EQ(post_send(a, 2, IBV_WR_RDMA_WRITE, &src, 8, ms, addr_of(&target[2]), stale), 0);
-  ibv_wc refused = poll_one(cq);
-  EXPECT_EQ(refused.wr_id, 2u);
-  EXPECT_EQ(refused.status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 2, .status = IBV_WC_REM_ACCESS_ERR}));
   EXPECT_EQ(target[2], 0u) << "memory written through a deregistered rkey";
 }
 
@@ -189,19 +187,14 @@ TEST_F(MemoryRegistration, RemoteReadOfAnotherPdIsARemoteAccessError) {
 }
 
 TEST_F(MemoryRegistration, ReceiveBufferOfAnotherPdFailsTheReceive) {
-  Cq* rcq = create_cq(16);
-  QpOptions ob;
-  ob.recv_cq = rcq;
-  auto [a, b] = connected_pair({}, ob);
+  auto [a, b, rcq] = pair_with_rcq(16);
   char src[16] = "to foreign";
   char dst[16] = {};
   Mr* ms = reg(src, sizeof(src));
   Mr* foreign = reg_in(other_pd(), dst, sizeof(dst));
   ASSERT_EQ(post_recv(b, 5, dst, sizeof(dst), foreign), 0);
   ASSERT_EQ(post_send(a, 6, IBV_WR_SEND, src, 8, ms), 0);
-  ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.wr_id, 5u);
-  EXPECT_EQ(r.status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_TRUE(CompletionIs(poll_one(rcq), {.wr_id = 5, .status = IBV_WC_LOC_PROT_ERR}));
   ibv_wc s = poll_one(cq);
   EXPECT_EQ(s.wr_id, 6u);
   // ibv_poll_cq(3): a malformed WQE on the responder's receive queue.
@@ -213,43 +206,29 @@ TEST_F(MemoryRegistration, ReceiveBufferOfAnotherPdFailsTheReceive) {
 // Bounds
 
 TEST_F(MemoryRegistration, RemoteWriteEndingAtTheRegionEndIsAccepted) {
-  std::array<uint8_t, 256> storage{};
-  uint8_t* region = storage.data() + 64;  // the region: storage[64, 192)
-  Mr* mt = reg(region, 128);
-  std::array<uint8_t, 16> src;
-  src.fill(0xab);
-  Mr* ms = reg(src.data(), src.size());
-  ibv_wc wc = write_once(src.data(), 16, ms, addr_of(region + 128 - 16), mt->rkey);
+  RegionTarget t;  // the region: storage[64, 192)
+  prepare(t, 0xab);
+  ibv_wc wc = write_at(t, 128 - 16);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(storage[64 + 128 - 1], 0xab);
-  EXPECT_EQ(storage[64 + 128], 0) << "wrote past the region";
+  EXPECT_EQ(t.storage[64 + 128 - 1], 0xab);
+  EXPECT_EQ(t.storage[64 + 128], 0) << "wrote past the region";
   // The whole region in one write.
-  wc = write_once(src.data(), 16, ms, addr_of(region), mt->rkey);
+  wc = write_at(t, 0);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
 }
 
 TEST_F(MemoryRegistration, RemoteWriteOneBytePastTheRegionEndIsRefused) {
-  std::array<uint8_t, 256> storage{};
-  uint8_t* region = storage.data() + 64;
-  Mr* mt = reg(region, 128);
-  std::array<uint8_t, 16> src;
-  src.fill(0xcd);
-  Mr* ms = reg(src.data(), src.size());
-  ibv_wc wc = write_once(src.data(), 16, ms, addr_of(region + 128 - 15), mt->rkey);
-  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
-  for (size_t i = 0; i < storage.size(); ++i) EXPECT_EQ(storage[i], 0) << "byte " << i;
+  RegionTarget t;
+  prepare(t, 0xcd);
+  EXPECT_EQ(write_at(t, 128 - 15).status, IBV_WC_REM_ACCESS_ERR);
+  for (size_t i = 0; i < t.storage.size(); ++i) EXPECT_EQ(t.storage[i], 0) << "byte " << i;
 }
 
 TEST_F(MemoryRegistration, RemoteWriteOneByteBeforeTheRegionIsRefused) {
-  std::array<uint8_t, 256> storage{};
-  uint8_t* region = storage.data() + 64;
-  Mr* mt = reg(region, 128);
-  std::array<uint8_t, 16> src;
-  src.fill(0xef);
-  Mr* ms = reg(src.data(), src.size());
-  ibv_wc wc = write_once(src.data(), 16, ms, addr_of(region - 1), mt->rkey);
-  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
-  for (size_t i = 0; i < storage.size(); ++i) EXPECT_EQ(storage[i], 0) << "byte " << i;
+  RegionTarget t;
+  prepare(t, 0xef);
+  EXPECT_EQ(write_at(t, -1).status, IBV_WC_REM_ACCESS_ERR);
+  for (size_t i = 0; i < t.storage.size(); ++i) EXPECT_EQ(t.storage[i], 0) << "byte " << i;
 }
 
 TEST_F(MemoryRegistration, RemoteReadBoundsAreExact) {
@@ -389,10 +368,7 @@ TEST_F(MemoryRegistration, ReadIntoARegionWithoutLocalWriteIsALocalProtectionErr
 }
 
 TEST_F(MemoryRegistration, ReceiveIntoARegionWithoutLocalWriteFails) {
-  Cq* rcq = create_cq(16);
-  QpOptions ob;
-  ob.recv_cq = rcq;
-  auto [a, b] = connected_pair({}, ob);
+  auto [a, b, rcq] = pair_with_rcq(16);
   char src[16] = "no local write";
   char dst[16] = {};
   Mr* ms = reg(src, sizeof(src));
@@ -409,53 +385,26 @@ TEST_F(MemoryRegistration, ReceiveIntoARegionWithoutLocalWriteFails) {
 
 TEST_F(MemoryRegistration, NullPdIsInvalid) {
   char buf[64];
-  Mr* mr = nullptr;
-  EXPECT_EQ(ctx->reg_mr(nullptr, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE, &mr), EINVAL);
-  EXPECT_EQ(mr, nullptr);
+  EXPECT_EQ(try_reg(nullptr, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE), EINVAL);
 }
 
 TEST_F(MemoryRegistration, AddressRangeThatWrapsIsInvalid) {
-  Mr* mr = nullptr;
   void* near_top = reinterpret_cast<void*>(UINTPTR_MAX - 4095);
-  EXPECT_EQ(ctx->reg_mr(pd, near_top, 8192, IBV_ACCESS_LOCAL_WRITE, &mr), EINVAL);
-  EXPECT_EQ(mr, nullptr);
-  EXPECT_EQ(ctx->reg_mr(pd, reinterpret_cast<void*>(UINTPTR_MAX), 2, 0, &mr), EINVAL);
-  EXPECT_EQ(mr, nullptr);
+  EXPECT_EQ(try_reg(pd, near_top, 8192, IBV_ACCESS_LOCAL_WRITE), EINVAL);
+  EXPECT_EQ(try_reg(pd, reinterpret_cast<void*>(UINTPTR_MAX), 2, 0), EINVAL);
 }
 
 TEST_F(MemoryRegistration, RemoteWriteOrAtomicWithoutLocalWriteIsInvalid) {
   char buf[64];
-  Mr* mr = nullptr;
-  EXPECT_EQ(ctx->reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_REMOTE_WRITE, &mr), EINVAL);
-  EXPECT_EQ(mr, nullptr);
-  EXPECT_EQ(ctx->reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_REMOTE_ATOMIC, &mr), EINVAL);
-  EXPECT_EQ(mr, nullptr);
-  EXPECT_EQ(
-      ctx->reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, &mr),
-      EINVAL);
-  EXPECT_EQ(mr, nullptr);
+  EXPECT_EQ(try_reg(pd, buf, sizeof(buf), IBV_ACCESS_REMOTE_WRITE), EINVAL);
+  EXPECT_EQ(try_reg(pd, buf, sizeof(buf), IBV_ACCESS_REMOTE_ATOMIC), EINVAL);
+  EXPECT_EQ(try_reg(pd, buf, sizeof(buf), IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ),
+            EINVAL);
 }
 
 TEST_F(MemoryRegistration, UnmappedMemoryIsAFault) {
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  void* map = ::mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(map, MAP_FAILED);
-  auto* base = static_cast<uint8_t*>(map);
-  ASSERT_EQ(::munmap(base + page, page), 0);  // a hole in the middle
-
-  Mr* mr = nullptr;
-  EXPECT_EQ(ctx->reg_mr(pd, base, 3 * page, IBV_ACCESS_LOCAL_WRITE, &mr), EFAULT);
-  EXPECT_EQ(mr, nullptr);
-  EXPECT_EQ(ctx->reg_mr(pd, base + page + 16, 64, IBV_ACCESS_LOCAL_WRITE, &mr), EFAULT);
-  EXPECT_EQ(mr, nullptr);
-  // The mapped pages on either side are fine.
-  EXPECT_EQ(ctx->reg_mr(pd, base + 2 * page, page, IBV_ACCESS_LOCAL_WRITE, &mr), 0);
-  if (mr) {
-    EXPECT_EQ(ctx->dereg_mr(mr), 0);
-  }
-
-  ::munmap(base, page);
-  ::munmap(base + 2 * page, page);
+  // Three pages with a hole in the middle; the mapped pages on either side are fine.
+  expect_reg_across_hole_is_efault(16, 64, 2);
 }
 
 }  // namespace

@@ -5,10 +5,9 @@
 //
 // The table below is written from the specification, independently of the engine's own table:
 // a disagreement between the two is a failure of the engine.
-#include <poll.h>
-
 #include <chrono>
 #include <functional>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -25,91 +24,56 @@ constexpr ibv_qp_type kTypes[] = {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD};
 constexpr ibv_qp_state kStates[] = {IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS,
                                     IBV_QPS_SQD,   IBV_QPS_SQE,  IBV_QPS_ERR};
 
-// Every attribute bit of ibv_modify_qp other than IBV_QP_STATE.
-constexpr int kAttrBits[] = {IBV_QP_CUR_STATE,
-                             IBV_QP_EN_SQD_ASYNC_NOTIFY,
-                             IBV_QP_ACCESS_FLAGS,
-                             IBV_QP_PKEY_INDEX,
-                             IBV_QP_PORT,
-                             IBV_QP_QKEY,
-                             IBV_QP_AV,
-                             IBV_QP_PATH_MTU,
-                             IBV_QP_TIMEOUT,
-                             IBV_QP_RETRY_CNT,
-                             IBV_QP_RNR_RETRY,
-                             IBV_QP_RQ_PSN,
-                             IBV_QP_MAX_QP_RD_ATOMIC,
-                             IBV_QP_ALT_PATH,
-                             IBV_QP_MIN_RNR_TIMER,
-                             IBV_QP_SQ_PSN,
-                             IBV_QP_MAX_DEST_RD_ATOMIC,
-                             IBV_QP_PATH_MIG_STATE,
-                             IBV_QP_CAP,
-                             IBV_QP_DEST_QPN};
+// Every attribute bit of ibv_modify_qp other than IBV_QP_STATE, with its name; it reads as the
+// bit itself.
+struct AttrBit {
+  int bit;
+  const char* name;
+  constexpr operator int() const { return bit; }
+};
+
+#define EMU_TEST_BIT(b) \
+  AttrBit {             \
+    b, #b               \
+  }
+constexpr AttrBit kAttrBits[] = {EMU_TEST_BIT(IBV_QP_CUR_STATE),
+                                 EMU_TEST_BIT(IBV_QP_EN_SQD_ASYNC_NOTIFY),
+                                 EMU_TEST_BIT(IBV_QP_ACCESS_FLAGS),
+                                 EMU_TEST_BIT(IBV_QP_PKEY_INDEX),
+                                 EMU_TEST_BIT(IBV_QP_PORT),
+                                 EMU_TEST_BIT(IBV_QP_QKEY),
+                                 EMU_TEST_BIT(IBV_QP_AV),
+                                 EMU_TEST_BIT(IBV_QP_PATH_MTU),
+                                 EMU_TEST_BIT(IBV_QP_TIMEOUT),
+                                 EMU_TEST_BIT(IBV_QP_RETRY_CNT),
+                                 EMU_TEST_BIT(IBV_QP_RNR_RETRY),
+                                 EMU_TEST_BIT(IBV_QP_RQ_PSN),
+                                 EMU_TEST_BIT(IBV_QP_MAX_QP_RD_ATOMIC),
+                                 EMU_TEST_BIT(IBV_QP_ALT_PATH),
+                                 EMU_TEST_BIT(IBV_QP_MIN_RNR_TIMER),
+                                 EMU_TEST_BIT(IBV_QP_SQ_PSN),
+                                 EMU_TEST_BIT(IBV_QP_MAX_DEST_RD_ATOMIC),
+                                 EMU_TEST_BIT(IBV_QP_PATH_MIG_STATE),
+                                 EMU_TEST_BIT(IBV_QP_CAP),
+                                 EMU_TEST_BIT(IBV_QP_DEST_QPN)};
+#undef EMU_TEST_BIT
 
 const char* type_name(ibv_qp_type t) {
-  switch (t) {
-    case IBV_QPT_RC:
-      return "RC";
-    case IBV_QPT_UC:
-      return "UC";
-    case IBV_QPT_UD:
-      return "UD";
-    default:
-      return "?";
-  }
+  return t == IBV_QPT_RC ? "RC" : t == IBV_QPT_UC ? "UC" : t == IBV_QPT_UD ? "UD" : "?";
 }
 
 const char* state_name(ibv_qp_state s) {
-  switch (s) {
-    case IBV_QPS_RESET:
-      return "RESET";
-    case IBV_QPS_INIT:
-      return "INIT";
-    case IBV_QPS_RTR:
-      return "RTR";
-    case IBV_QPS_RTS:
-      return "RTS";
-    case IBV_QPS_SQD:
-      return "SQD";
-    case IBV_QPS_SQE:
-      return "SQE";
-    case IBV_QPS_ERR:
-      return "ERR";
-    default:
-      return "?";
-  }
+  // Indexed by the enumeration, IBV_QPS_RESET = 0 ... IBV_QPS_ERR = 6.
+  static constexpr const char* kNames[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+  const auto i = static_cast<size_t>(s);
+  return i < std::size(kNames) ? kNames[i] : "?";
 }
 
 const char* bit_name(int bit) {
-  switch (bit) {
-#define EMU_TEST_BIT(b) \
-  case b:               \
-    return #b;
-    EMU_TEST_BIT(IBV_QP_CUR_STATE)
-    EMU_TEST_BIT(IBV_QP_EN_SQD_ASYNC_NOTIFY)
-    EMU_TEST_BIT(IBV_QP_ACCESS_FLAGS)
-    EMU_TEST_BIT(IBV_QP_PKEY_INDEX)
-    EMU_TEST_BIT(IBV_QP_PORT)
-    EMU_TEST_BIT(IBV_QP_QKEY)
-    EMU_TEST_BIT(IBV_QP_AV)
-    EMU_TEST_BIT(IBV_QP_PATH_MTU)
-    EMU_TEST_BIT(IBV_QP_TIMEOUT)
-    EMU_TEST_BIT(IBV_QP_RETRY_CNT)
-    EMU_TEST_BIT(IBV_QP_RNR_RETRY)
-    EMU_TEST_BIT(IBV_QP_RQ_PSN)
-    EMU_TEST_BIT(IBV_QP_MAX_QP_RD_ATOMIC)
-    EMU_TEST_BIT(IBV_QP_ALT_PATH)
-    EMU_TEST_BIT(IBV_QP_MIN_RNR_TIMER)
-    EMU_TEST_BIT(IBV_QP_SQ_PSN)
-    EMU_TEST_BIT(IBV_QP_MAX_DEST_RD_ATOMIC)
-    EMU_TEST_BIT(IBV_QP_PATH_MIG_STATE)
-    EMU_TEST_BIT(IBV_QP_CAP)
-    EMU_TEST_BIT(IBV_QP_DEST_QPN)
-#undef EMU_TEST_BIT
-    default:
-      return "?";
+  for (const AttrBit& b : kAttrBits) {
+    if (b.bit == bit) return b.name;
   }
+  return "?";
 }
 
 std::string trace(ibv_qp_type t, ibv_qp_state from, ibv_qp_state to, int bit = 0) {
@@ -191,16 +155,11 @@ class QpStateMachine : public EngineTest {
     ibv_qp_attr a{};
     a.qp_state = to;
     a.cur_qp_state = state_of(qp);
-    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                        IBV_ACCESS_REMOTE_ATOMIC;
+    a.qp_access_flags = kAllAccess;
     a.pkey_index = 0;
     a.port_num = 1;
-    a.qkey = 0x11111111;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = gid();
-    a.ah_attr.grh.sgid_index = 0;
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.port_num = 1;
+    a.qkey = kQkey;
+    a.ah_attr = loopback_ah_attr(gid());
     a.alt_ah_attr = a.ah_attr;
     a.alt_port_num = 1;
     a.alt_pkey_index = 0;
@@ -219,13 +178,6 @@ class QpStateMachine : public EngineTest {
     a.en_sqd_async_notify = 0;
     a.cap = qp->cap();
     return a;
-  }
-
-  ibv_qp_state state_of(Qp* qp) {
-    ibv_qp_attr a{};
-    emu::QpInitAttr init;
-    EXPECT_EQ(qp->query(&a, IBV_QP_STATE, &init), 0);
-    return a.qp_state;
   }
 
   // Moves qp to `to` with exactly the attributes the specification requires, plus `extra`.
@@ -252,21 +204,6 @@ class QpStateMachine : public EngineTest {
     if (s == IBV_QPS_RTS) return qp;
     EXPECT_EQ(step(qp, IBV_QPS_SQD), 0);
     return qp;
-  }
-
-  // Reads async events until one of `type` about `qp` arrives or the time is up.
-  bool wait_event(ibv_event_type type, Qp* qp, milliseconds limit) {
-    auto deadline = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-      auto left =
-          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return false;
-      pollfd p{ctx->async_events().fd(), POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      emu::AsyncEvent ev;
-      if (!ctx->async_events().get(&ev)) continue;
-      if (ev.type == type && ev.qp == qp) return true;
-    }
   }
 };
 
@@ -411,32 +348,24 @@ TEST_F(QpStateMachine, AnyStateMayGoToResetOrError) {
 }
 
 TEST_F(QpStateMachine, RtsToSqdHoldsNewWorkUntilBackToRts) {
-  Cq* rcq = create_cq(16);
-  auto [a, b] = connected_pair({}, QpOptions{.recv_cq = rcq});
+  auto [a, b, rcq] = pair_with_rcq(16);
   char src[32] = "held while drained";
   char dst[32] = {};
   Mr* ms = reg(src, sizeof(src));
   Mr* md = reg(dst, sizeof(dst));
   ASSERT_EQ(post_recv(b, 1, dst, sizeof(dst), md), 0);
 
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_SQD;
-  ASSERT_EQ(a->modify(attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(move_to(a, IBV_QPS_SQD), 0);
   EXPECT_EQ(state_of(a), IBV_QPS_SQD);
   // Posting is allowed in SQD, but the send queue does not start new work requests.
   ASSERT_EQ(post_send(a, 2, IBV_WR_SEND, src, 19, ms), 0);
   EXPECT_TRUE(drain(cq, milliseconds(30)).empty());
   EXPECT_TRUE(drain(rcq, milliseconds(1)).empty());
 
-  attr.qp_state = IBV_QPS_RTS;
-  ASSERT_EQ(a->modify(attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(move_to(a, IBV_QPS_RTS), 0);
   EXPECT_EQ(state_of(a), IBV_QPS_RTS);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.wr_id, 2u);
-  ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.wr_id, 1u);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 2, .status = IBV_WC_SUCCESS}));
+  EXPECT_TRUE(CompletionIs(poll_one(rcq), {.wr_id = 1, .status = IBV_WC_SUCCESS}));
   EXPECT_STREQ(dst, "held while drained");
 }
 
@@ -453,8 +382,7 @@ TEST_F(QpStateMachine, SqDrainedWaitsForTheMessageInFlight) {
   // The peer has no receive buffer: the SEND is RNR-NAKed and retried for ever (rnr_retry 7).
   ConnectOptions c;
   c.min_rnr_timer = 14;  // 1.28 ms between retries
-  Cq* rcq = create_cq(16);
-  auto [a, b] = connected_pair({}, QpOptions{.recv_cq = rcq}, c);
+  auto [a, b, rcq] = pair_with_rcq(16, {}, {}, c, c);
   char src[16] = "in flight";
   char dst[16] = {};
   Mr* ms = reg(src, sizeof(src));
@@ -469,9 +397,7 @@ TEST_F(QpStateMachine, SqDrainedWaitsForTheMessageInFlight) {
   EXPECT_FALSE(wait_event(IBV_EVENT_SQ_DRAINED, a, milliseconds(20)));
 
   ASSERT_EQ(post_recv(b, 2, dst, sizeof(dst), md), 0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.wr_id, 1u);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 1, .status = IBV_WC_SUCCESS}));
   EXPECT_TRUE(wait_event(IBV_EVENT_SQ_DRAINED, a, milliseconds(1000)));
   EXPECT_EQ(poll_one(rcq).status, IBV_WC_SUCCESS);
   EXPECT_STREQ(dst, "in flight");
@@ -667,26 +593,13 @@ TEST_F(QpStateMachine, PostSendBeforeRtsIsRefused) {
   char rx[64] = {};
   Mr* mr = reg(buf, sizeof(buf));
   Mr* mrx = reg(rx, sizeof(rx));
-  ibv_ah_attr ah_attr{};
-  ah_attr.is_global = 1;
-  ah_attr.grh.dgid = gid();
-  ah_attr.grh.hop_limit = 1;
-  ah_attr.port_num = 1;
-  emu::Ah* ah = nullptr;
-  ASSERT_EQ(ctx->create_ah(pd, ah_attr, &ah), 0);
+  emu::Ah* ah = create_ah();
+  ASSERT_NE(ah, nullptr);
   for (ibv_qp_type t : kTypes) {
-    Cq* rcq = create_cq(4);
-    auto [x, y] = connected_pair(QpOptions{.type = t}, QpOptions{.type = t, .recv_cq = rcq});
-    ibv_sge sge{reinterpret_cast<uint64_t>(buf), sizeof(buf), mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.ud.ah = &ah->ibv;
-    wr.wr.ud.remote_qpn = y->qpn();
-    wr.wr.ud.remote_qkey = 0x11111111;
+    auto [x, y, rcq] = pair_with_rcq(4, {.type = t}, {.type = t});
+    ibv_sge sge = sge_of(buf, sizeof(buf), mr);
+    ibv_send_wr wr = wr_of(1, IBV_WR_SEND, &sge, 1);
+    address_ud(wr, ah, y->qpn());
     for (ibv_qp_state s : {IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPS_RTR}) {
       SCOPED_TRACE(trace(t, s, s));
       Qp* qp = qp_in(t, s);
@@ -706,7 +619,6 @@ TEST_F(QpStateMachine, PostSendBeforeRtsIsRefused) {
     EXPECT_EQ(s.status, IBV_WC_SUCCESS) << type_name(t);
     EXPECT_EQ(poll_one(rcq).wr_id, 9u) << type_name(t);
   }
-  EXPECT_EQ(ctx->destroy_ah(ah), 0);
 }
 
 TEST_F(QpStateMachine, PostRecvRefusedInResetAllowedFromInit) {
@@ -716,11 +628,8 @@ TEST_F(QpStateMachine, PostRecvRefusedInResetAllowedFromInit) {
     SCOPED_TRACE(type_name(t));
     Qp* qp = create_qp(QpOptions{.type = t});
     ASSERT_NE(qp, nullptr);
-    ibv_sge sge{reinterpret_cast<uint64_t>(buf), sizeof(buf), mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = 1;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    ibv_sge sge = sge_of(buf, sizeof(buf), mr);
+    ibv_recv_wr wr = recv_wr_of(1, &sge, 1);
     ibv_recv_wr* bad = nullptr;
     EXPECT_EQ(qp->post_recv(&wr, &bad), EINVAL);
     EXPECT_EQ(bad, &wr);
@@ -736,14 +645,7 @@ TEST_F(QpStateMachine, PostRecvRefusedInResetAllowedFromInit) {
 TEST_F(QpStateMachine, CreateQpRejectsCapabilitiesBeyondTheDevice) {
   const ibv_device_attr& dev = Context::device_attr();
   auto attempt = [&](auto spoil) {
-    emu::QpInitAttr init;
-    init.send_cq = cq;
-    init.recv_cq = cq;
-    init.qp_type = IBV_QPT_RC;
-    init.cap.max_send_wr = 4;
-    init.cap.max_recv_wr = 4;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
+    emu::QpInitAttr init = rc_qp_init(cq, cq, 4);
     spoil(init);
     Qp* qp = nullptr;
     int err = ctx->create_qp(pd, init, &qp);
@@ -788,9 +690,7 @@ TEST_F(QpStateMachine, ResetDiscardsWorkRequestsWithoutCompletions) {
   ASSERT_EQ(post_recv(a, 3, old_rx, sizeof(old_rx), mo), 0);
   EXPECT_TRUE(drain(cq, milliseconds(5)).empty());
 
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_RESET;
-  ASSERT_EQ(a->modify(attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(move_to(a, IBV_QPS_RESET), 0);
   EXPECT_EQ(state_of(a), IBV_QPS_RESET);
   EXPECT_TRUE(drain(cq, milliseconds(20)).empty()) << "RESET generates no completion";
   EXPECT_TRUE(drain(a_rcq, milliseconds(1)).empty());
@@ -804,12 +704,8 @@ TEST_F(QpStateMachine, ResetDiscardsWorkRequestsWithoutCompletions) {
   ASSERT_EQ(bring_up(a, b->qpn(), c), 0);
   std::strcpy(src, "new");
   ASSERT_EQ(post_send(a, 5, IBV_WR_SEND, src, 4, ms), 0);
-  ibv_wc s = poll_one(cq);
-  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(s.wr_id, 5u);
-  ibv_wc r = poll_one(b_rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.wr_id, 4u);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 5, .status = IBV_WC_SUCCESS}));
+  EXPECT_TRUE(CompletionIs(poll_one(b_rcq), {.wr_id = 4, .status = IBV_WC_SUCCESS}));
   EXPECT_STREQ(rx, "new");
 
   char back[16] = "reply";
@@ -819,9 +715,7 @@ TEST_F(QpStateMachine, ResetDiscardsWorkRequestsWithoutCompletions) {
   ASSERT_EQ(post_recv(a, 6, rx2, sizeof(rx2), m2), 0);
   ASSERT_EQ(post_send(b, 7, IBV_WR_SEND, back, 6, mb), 0);
   EXPECT_EQ(poll_one(cq).wr_id, 7u);
-  r = poll_one(a_rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.wr_id, 6u);
+  EXPECT_TRUE(CompletionIs(poll_one(a_rcq), {.wr_id = 6, .status = IBV_WC_SUCCESS}));
   EXPECT_STREQ(rx2, "reply");
   for (char ch : old_rx) EXPECT_EQ(ch, 0x5a);
 }
@@ -848,59 +742,12 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // RESET -> ERR, and the Send Queue Error state (SQE) of UC and UD QPs.
 
-constexpr uint32_t kQkey = 0x11111111;  // the Q_Key the fixture gives UD QPs
-constexpr uint32_t kGrh = 40;           // a UD receive buffer starts with the 40-byte GRH
-
-// An address handle for the node's own GID, where every QP of a test lives. It is destroyed
-// with the scope, before the fixture's TearDown deallocates the PD.
-class LoopbackAh {
- public:
-  LoopbackAh(Context& ctx, Pd* pd, const ibv_gid& gid) : ctx_(ctx) {
-    ibv_ah_attr attr{};
-    attr.is_global = 1;
-    attr.grh.dgid = gid;
-    attr.grh.hop_limit = 1;
-    attr.port_num = 1;
-    EXPECT_EQ(ctx_.create_ah(pd, attr, &ah_), 0);
-  }
-  ~LoopbackAh() {
-    if (ah_ != nullptr) {
-      EXPECT_EQ(ctx_.destroy_ah(ah_), 0);
-    }
-  }
-  LoopbackAh(const LoopbackAh&) = delete;
-  LoopbackAh& operator=(const LoopbackAh&) = delete;
-  emu::Ah* get() const { return ah_; }
-
- private:
-  Context& ctx_;
-  emu::Ah* ah_ = nullptr;
-};
-
-uint64_t addr_of(const void* p) {
-  return reinterpret_cast<uint64_t>(p);
-}
-
 // A signaled SEND of the SGE from `from` to `to`: a UD WR names its destination, a UC QP has
 // it already (and `ah` is unused).
 ibv_send_wr send_wr(Qp* from, Qp* to, emu::Ah* ah, uint64_t wr_id, ibv_sge* sge) {
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id;
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = sge;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  if (from->type() == IBV_QPT_UD) {
-    wr.wr.ud.ah = &ah->ibv;
-    wr.wr.ud.remote_qpn = to->qpn();
-    wr.wr.ud.remote_qkey = kQkey;
-  }
+  ibv_send_wr wr = wr_of(wr_id, IBV_WR_SEND, sge, 1);
+  if (from->type() == IBV_QPT_UD) address_ud(wr, ah, to->qpn());
   return wr;
-}
-
-int post_chain(Qp* qp, ibv_send_wr* first) {
-  ibv_send_wr* bad = nullptr;
-  return qp->post_send(first, &bad);
 }
 
 // The kernel's qp_state_table (drivers/infiniband/core/verbs.c) has no RESET -> ERR entry,
@@ -940,8 +787,8 @@ TEST_F(QpStateMachine, UdSendErrorEntersSqeWhereSendsFlushAndReceivesGoOn) {
                                QpOptions{.type = IBV_QPT_UD, .recv_cq = b_rcq});
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
-  LoopbackAh ah(*ctx, pd, gid());
-  ASSERT_NE(ah.get(), nullptr);
+  emu::Ah* ah = create_ah();
+  ASSERT_NE(ah, nullptr);
   std::vector<char> src(mtu + 1, 's');
   std::vector<char> b_rx(kGrh + mtu + 1, 0);
   std::vector<char> a_rx(kGrh + 32, 0);
@@ -955,40 +802,30 @@ TEST_F(QpStateMachine, UdSendErrorEntersSqeWhereSendsFlushAndReceivesGoOn) {
   // One byte more than the MTU (IBV_WC_LOC_LEN_ERR), with a valid message behind it.
   ibv_sge too_long{addr_of(src.data()), mtu + 1, ms->lkey};
   ibv_sge fine{addr_of(src.data()), 8, ms->lkey};
-  ibv_send_wr second = send_wr(a, b, ah.get(), 2, &fine);
-  ibv_send_wr first = send_wr(a, b, ah.get(), 1, &too_long);
+  ibv_send_wr second = send_wr(a, b, ah, 2, &fine);
+  ibv_send_wr first = send_wr(a, b, ah, 1, &too_long);
   first.next = &second;
-  ASSERT_EQ(post_chain(a, &first), 0) << "the length fails the WR's execution, not the post";
-  auto s = poll_n(cq, 2);
-  ASSERT_EQ(s.size(), 2u);
-  EXPECT_EQ(s[0].wr_id, 1u);
-  EXPECT_EQ(s[0].status, IBV_WC_LOC_LEN_ERR);
-  EXPECT_EQ(s[1].wr_id, 2u);
-  EXPECT_EQ(s[1].status, IBV_WC_WR_FLUSH_ERR);
+  ASSERT_EQ(post(a, first), 0) << "the length fails the WR's execution, not the post";
+  EXPECT_TRUE(CompletionsAre(poll_n(cq, 2), {{1, IBV_WC_LOC_LEN_ERR}, {2, IBV_WC_WR_FLUSH_ERR}}));
   EXPECT_EQ(state_of(a), IBV_QPS_SQE);
 
   // A send posted in SQE is accepted and flushed; nothing leaves the QP.
-  ibv_send_wr third = send_wr(a, b, ah.get(), 3, &fine);
-  ASSERT_EQ(post_chain(a, &third), 0);
-  ibv_wc f = poll_one(cq);
-  EXPECT_EQ(f.wr_id, 3u);
-  EXPECT_EQ(f.status, IBV_WC_WR_FLUSH_ERR);
-  EXPECT_EQ(f.qp_num, a->qpn());
+  ibv_send_wr third = send_wr(a, b, ah, 3, &fine);
+  ASSERT_EQ(post(a, third), 0);
+  EXPECT_TRUE(
+      CompletionIs(poll_one(cq), {.wr_id = 3, .status = IBV_WC_WR_FLUSH_ERR, .qp_num = a->qpn()}));
   EXPECT_TRUE(drain(b_rcq, milliseconds(10)).empty()) << "a flushed send reached the peer";
 
   // Receiving is unaffected: a buffer posted in SQE takes a message sent to a.
   ASSERT_EQ(post_recv(a, 200, a_rx.data(), static_cast<uint32_t>(a_rx.size()), ma), 0);
   ibv_sge h{addr_of(hello), sizeof(hello), mh->lkey};
-  ibv_send_wr to_a = send_wr(b, a, ah.get(), 4, &h);
-  ASSERT_EQ(post_chain(b, &to_a), 0);
-  ibv_wc bs = poll_one(cq);
-  EXPECT_EQ(bs.wr_id, 4u);
-  EXPECT_EQ(bs.status, IBV_WC_SUCCESS);
-  ibv_wc r = poll_one(a_rcq);
-  EXPECT_EQ(r.wr_id, 200u);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.byte_len, kGrh + sizeof(hello));
-  EXPECT_EQ(r.src_qp, b->qpn());
+  ibv_send_wr to_a = send_wr(b, a, ah, 4, &h);
+  ASSERT_EQ(post(b, to_a), 0);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 4, .status = IBV_WC_SUCCESS}));
+  EXPECT_TRUE(CompletionIs(poll_one(a_rcq), {.wr_id = 200,
+                                             .status = IBV_WC_SUCCESS,
+                                             .byte_len = kGrh + sizeof(hello),
+                                             .src_qp = b->qpn()}));
   EXPECT_STREQ(a_rx.data() + kGrh, hello);
   EXPECT_EQ(state_of(a), IBV_QPS_SQE) << "a receive does not leave SQE";
   EXPECT_EQ(state_of(b), IBV_QPS_RTS);
@@ -1004,8 +841,8 @@ TEST_F(QpStateMachine, SqeToRtsResumesSendingWithStateAloneOrWithCurrentState) {
     auto [a, b] = connected_pair(QpOptions{.type = t}, QpOptions{.type = t, .recv_cq = b_rcq});
     ASSERT_NE(a, nullptr);
     ASSERT_NE(b, nullptr);
-    LoopbackAh ah(*ctx, pd, gid());
-    ASSERT_NE(ah.get(), nullptr);
+    emu::Ah* ah = create_ah();
+    ASSERT_NE(ah, nullptr);
     char msg[16] = "sending again";
     char short_region[16] = {};
     std::vector<char> rx(3 * (kGrh + sizeof(msg)), 0);
@@ -1016,11 +853,9 @@ TEST_F(QpStateMachine, SqeToRtsResumesSendingWithStateAloneOrWithCurrentState) {
     // A gather entry running past its region: IBV_WC_LOC_PROT_ERR, and a goes to SQE.
     auto fail_a_send = [&](uint64_t id) {
       ibv_sge outside{addr_of(short_region), sizeof(short_region), mshort->lkey};
-      ibv_send_wr wr = send_wr(a, b, ah.get(), id, &outside);
-      ASSERT_EQ(post_chain(a, &wr), 0);
-      ibv_wc wc = poll_one(cq);
-      EXPECT_EQ(wc.wr_id, id);
-      EXPECT_EQ(wc.status, IBV_WC_LOC_PROT_ERR);
+      ibv_send_wr wr = send_wr(a, b, ah, id, &outside);
+      ASSERT_EQ(post(a, wr), 0);
+      EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = id, .status = IBV_WC_LOC_PROT_ERR}));
       ASSERT_EQ(state_of(a), IBV_QPS_SQE);
     };
     // A message from a that must arrive at b, in receive slot `slot`.
@@ -1028,15 +863,11 @@ TEST_F(QpStateMachine, SqeToRtsResumesSendingWithStateAloneOrWithCurrentState) {
       char* buf = rx.data() + slot * (kGrh + sizeof(msg));
       ASSERT_EQ(post_recv(b, id, buf, kGrh + sizeof(msg), mrx), 0);
       ibv_sge sge{addr_of(msg), sizeof(msg), mm->lkey};
-      ibv_send_wr wr = send_wr(a, b, ah.get(), id, &sge);
-      ASSERT_EQ(post_chain(a, &wr), 0);
-      ibv_wc wc = poll_one(cq);
-      EXPECT_EQ(wc.wr_id, id);
-      EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-      ibv_wc r = poll_one(b_rcq);
-      EXPECT_EQ(r.wr_id, id);
-      EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-      EXPECT_EQ(r.src_qp, a->qpn());
+      ibv_send_wr wr = send_wr(a, b, ah, id, &sge);
+      ASSERT_EQ(post(a, wr), 0);
+      EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = id, .status = IBV_WC_SUCCESS}));
+      EXPECT_TRUE(CompletionIs(poll_one(b_rcq),
+                               {.wr_id = id, .status = IBV_WC_SUCCESS, .src_qp = a->qpn()}));
       EXPECT_STREQ(buf + (t == IBV_QPT_UD ? kGrh : 0), msg);
     };
 
@@ -1081,11 +912,11 @@ TEST_F(QpStateMachine, SqeMayGoOnlyToRtsResetOrError) {
       SCOPED_TRACE(trace(t, IBV_QPS_SQE, exit_to));
       auto [a, b] = connected_pair(QpOptions{.type = t}, QpOptions{.type = t});
       ASSERT_NE(a, nullptr);
-      LoopbackAh ah(*ctx, pd, gid());
-      ASSERT_NE(ah.get(), nullptr);
+      emu::Ah* ah = create_ah();
+      ASSERT_NE(ah, nullptr);
       ibv_sge outside{addr_of(buf), sizeof(buf), mr->lkey};
-      ibv_send_wr wr = send_wr(a, b, ah.get(), 1, &outside);
-      ASSERT_EQ(post_chain(a, &wr), 0);
+      ibv_send_wr wr = send_wr(a, b, ah, 1, &outside);
+      ASSERT_EQ(post(a, wr), 0);
       EXPECT_EQ(poll_one(cq).status, IBV_WC_LOC_PROT_ERR);
       ASSERT_EQ(state_of(a), IBV_QPS_SQE);
       for (ibv_qp_state to : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_SQD, IBV_QPS_SQE}) {

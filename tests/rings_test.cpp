@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "emu/mpsc_ring.h"
@@ -49,17 +51,77 @@ void backoff() {
   std::this_thread::yield();
 }
 
+// The single-thread checks both rings pass.
+
+// A ring asked for `requested` slots has `granted`, for each pair.
+template <template <typename> class Ring>
+void expect_capacities(std::initializer_list<std::pair<size_t, size_t>> requested_granted) {
+  for (auto [requested, granted] : requested_granted) {
+    EXPECT_EQ(Ring<int>(requested).capacity(), granted) << "requested " << requested;
+  }
+}
+
+// n items pushed come out in the order pushed.
+template <typename Ring>
+void expect_fifo(Ring& r, int n) {
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(r.try_push(i));
+  for (int i = 0; i < n; ++i) {
+    int v = -1;
+    ASSERT_TRUE(r.try_pop(v));
+    EXPECT_EQ(v, i);
+  }
+}
+
+// A ring filled to its `slots` refuses pushes and emplaces; one pop frees one slot, which takes
+// one push and no more; everything comes out in order.
+template <typename Ring>
+void expect_full_rejects_push(Ring& r, int slots) {
+  for (int i = 0; i < slots; ++i) ASSERT_TRUE(r.try_push(i));
+  EXPECT_EQ(r.size(), static_cast<size_t>(slots));
+  EXPECT_FALSE(r.try_push(slots));
+  EXPECT_FALSE(r.try_emplace(slots));
+  int v;
+  ASSERT_TRUE(r.try_pop(v));
+  EXPECT_EQ(v, 0);
+  EXPECT_TRUE(r.try_push(slots));  // one slot freed, one push accepted
+  EXPECT_FALSE(r.try_push(slots + 1));
+  for (int i = 1; i <= slots; ++i) {
+    ASSERT_TRUE(r.try_pop(v));
+    EXPECT_EQ(v, i);
+  }
+  EXPECT_TRUE(r.empty());
+}
+
+// 1000 laps on a ring of 8 slots, each pushing 1 to 8 items and popping them again: fill levels
+// vary from lap to lap, so the indices cross the end of the array at every offset, with the ring
+// both nearly empty and completely full. on_filled(fill) runs once a lap's items are in;
+// *pushed counts the items.
+template <typename Ring, typename OnFilled>
+void cycle_fill_levels(Ring& r, OnFilled on_filled, uint64_t* pushed) {
+  uint64_t next_in = 0, next_out = 0;
+  for (int round = 0; round < 1000; ++round) {
+    const int fill = 1 + round % 8;
+    for (int i = 0; i < fill; ++i) ASSERT_TRUE(r.try_push(next_in++));
+    if (fill == 8) {
+      EXPECT_FALSE(r.try_push(next_in));
+    }
+    on_filled(fill);
+    for (int i = 0; i < fill; ++i) {
+      uint64_t v;
+      ASSERT_TRUE(r.try_pop(v));
+      ASSERT_EQ(v, next_out++);
+    }
+    EXPECT_TRUE(r.empty());
+    *pushed = next_in;
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // SpscRing, single thread
 
 TEST(Rings, SpscCapacityRoundsToPowerOfTwo) {
-  EXPECT_EQ(SpscRing<int>(0).capacity(), 1u);
-  EXPECT_EQ(SpscRing<int>(1).capacity(), 1u);
-  EXPECT_EQ(SpscRing<int>(2).capacity(), 2u);
-  EXPECT_EQ(SpscRing<int>(3).capacity(), 4u);
-  EXPECT_EQ(SpscRing<int>(1000).capacity(), 1024u);
-  EXPECT_EQ(SpscRing<int>(1024).capacity(), 1024u);
-  EXPECT_EQ(SpscRing<int>(1025).capacity(), 2048u);
+  expect_capacities<SpscRing>(
+      {{0, 1}, {1, 1}, {2, 2}, {3, 4}, {1000, 1024}, {1024, 1024}, {1025, 2048}});
 }
 
 TEST(Rings, SpscRejectsAbsurdCapacity) {
@@ -68,12 +130,7 @@ TEST(Rings, SpscRejectsAbsurdCapacity) {
 
 TEST(Rings, SpscFifoOrder) {
   SpscRing<int> r(16);
-  for (int i = 0; i < 16; ++i) ASSERT_TRUE(r.try_push(i));
-  for (int i = 0; i < 16; ++i) {
-    int v = -1;
-    ASSERT_TRUE(r.try_pop(v));
-    EXPECT_EQ(v, i);
-  }
+  expect_fifo(r, 16);
 }
 
 TEST(Rings, SpscEmptyPopFails) {
@@ -87,20 +144,7 @@ TEST(Rings, SpscEmptyPopFails) {
 
 TEST(Rings, SpscFullRejectsPush) {
   SpscRing<int> r(5);  // rounded up to 8, all of them usable
-  for (int i = 0; i < 8; ++i) ASSERT_TRUE(r.try_push(i));
-  EXPECT_EQ(r.size(), 8u);
-  EXPECT_FALSE(r.try_push(8));
-  EXPECT_FALSE(r.try_emplace(8));
-  int v;
-  ASSERT_TRUE(r.try_pop(v));
-  EXPECT_EQ(v, 0);
-  EXPECT_TRUE(r.try_push(8));  // one slot freed, one push accepted
-  EXPECT_FALSE(r.try_push(9));
-  for (int i = 1; i <= 8; ++i) {
-    ASSERT_TRUE(r.try_pop(v));
-    EXPECT_EQ(v, i);
-  }
-  EXPECT_TRUE(r.empty());
+  expect_full_rejects_push(r, 8);
 }
 
 TEST(Rings, SpscCapacityOne) {
@@ -150,24 +194,11 @@ TEST(Rings, SpscSizeTracksContents) {
 }
 
 TEST(Rings, SpscWrapAround) {
-  // Fill levels vary from lap to lap, so the indices cross the end of the array at every
-  // offset, with the ring both nearly empty and completely full.
   SpscRing<uint64_t> r(8);
-  uint64_t next_in = 0, next_out = 0;
-  for (int round = 0; round < 1000; ++round) {
-    const int fill = 1 + round % 8;
-    for (int i = 0; i < fill; ++i) ASSERT_TRUE(r.try_push(next_in++));
-    if (fill == 8) {
-      EXPECT_FALSE(r.try_push(next_in));
-    }
-    for (int i = 0; i < fill; ++i) {
-      uint64_t v;
-      ASSERT_TRUE(r.try_pop(v));
-      ASSERT_EQ(v, next_out++);
-    }
-    EXPECT_TRUE(r.empty());
-  }
-  EXPECT_GT(next_in, 8u * 100);
+  uint64_t pushed = 0;
+  cycle_fill_levels(
+      r, [](int) {}, &pushed);
+  EXPECT_GT(pushed, 8u * 100);
 }
 
 TEST(Rings, SpscEmplaceConstructsInPlace) {
@@ -209,12 +240,7 @@ TEST(Rings, SpscDestroysEveryElementOnce) {
 
 TEST(Rings, MpscCapacityRoundsToPowerOfTwo) {
   // Two at least: the slot sequence numbers need two slots to tell "full" from "free".
-  EXPECT_EQ(MpscRing<int>(0).capacity(), 2u);
-  EXPECT_EQ(MpscRing<int>(1).capacity(), 2u);
-  EXPECT_EQ(MpscRing<int>(2).capacity(), 2u);
-  EXPECT_EQ(MpscRing<int>(3).capacity(), 4u);
-  EXPECT_EQ(MpscRing<int>(1000).capacity(), 1024u);
-  EXPECT_EQ(MpscRing<int>(4096).capacity(), 4096u);
+  expect_capacities<MpscRing>({{0, 2}, {1, 2}, {2, 2}, {3, 4}, {1000, 1024}, {4096, 4096}});
 }
 
 TEST(Rings, MpscRejectsAbsurdCapacity) {
@@ -223,32 +249,15 @@ TEST(Rings, MpscRejectsAbsurdCapacity) {
 
 TEST(Rings, MpscFifoOrder) {
   MpscRing<int> r(16);
-  for (int i = 0; i < 16; ++i) ASSERT_TRUE(r.try_push(i));
-  for (int i = 0; i < 16; ++i) {
-    int v = -1;
-    ASSERT_TRUE(r.try_pop(v));
-    EXPECT_EQ(v, i);
-  }
+  expect_fifo(r, 16);
   int v;
   EXPECT_FALSE(r.try_pop(v));
 }
 
 TEST(Rings, MpscFullRejectsPush) {
   MpscRing<int> r(3);  // rounded up to 4
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(r.try_push(i));
-  EXPECT_EQ(r.size(), 4u);
-  EXPECT_FALSE(r.try_push(4));
-  EXPECT_FALSE(r.try_emplace(4));
+  expect_full_rejects_push(r, 4);
   int v;
-  ASSERT_TRUE(r.try_pop(v));
-  EXPECT_EQ(v, 0);
-  EXPECT_TRUE(r.try_push(4));
-  EXPECT_FALSE(r.try_push(5));
-  for (int i = 1; i <= 4; ++i) {
-    ASSERT_TRUE(r.try_pop(v));
-    EXPECT_EQ(v, i);
-  }
-  EXPECT_TRUE(r.empty());
   EXPECT_FALSE(r.try_pop(v));
 }
 
@@ -270,21 +279,9 @@ TEST(Rings, MpscSmallestRing) {
 
 TEST(Rings, MpscWrapAround) {
   MpscRing<uint64_t> r(8);
-  uint64_t next_in = 0, next_out = 0;
-  for (int round = 0; round < 1000; ++round) {
-    const int fill = 1 + round % 8;
-    for (int i = 0; i < fill; ++i) ASSERT_TRUE(r.try_push(next_in++));
-    if (fill == 8) {
-      EXPECT_FALSE(r.try_push(next_in));
-    }
-    EXPECT_EQ(r.size(), static_cast<size_t>(fill));
-    for (int i = 0; i < fill; ++i) {
-      uint64_t v;
-      ASSERT_TRUE(r.try_pop(v));
-      ASSERT_EQ(v, next_out++);
-    }
-    EXPECT_TRUE(r.empty());
-  }
+  uint64_t pushed = 0;
+  cycle_fill_levels(
+      r, [&](int fill) { EXPECT_EQ(r.size(), static_cast<size_t>(fill)); }, &pushed);
 }
 
 TEST(Rings, MpscEmplaceConstructsInPlace) {

@@ -16,8 +16,6 @@
 // sender's completion is written only once that acknowledgement arrived. So once the sender's
 // completion is polled, the receiver has taken its buffer and any limit event that take
 // raised is already queued: the tests check counts and events at that point without sleeping.
-#include <fcntl.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -57,8 +55,7 @@ class SrqFixture : public EngineTest {
     ASSERT_NE(smr, nullptr);
     // Non-blocking, as a program polling its async descriptor would make it: get() then
     // answers "no event" at once instead of hanging the test.
-    int fd = ctx->async_events().fd();
-    ASSERT_EQ(::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+    ASSERT_GE(make_nonblocking(ctx->async_events().fd()), 0);
   }
 
   struct Pair {
@@ -69,13 +66,7 @@ class SrqFixture : public EngineTest {
   // A sender (completing on the fixture's cq) connected to a receiver attached to srq whose
   // receive completions go to rcq, so that waiting for the sender never reaps a receive.
   Pair pair_on(Srq* srq) {
-    QpOptions s;
-    s.send_cq = cq;
-    s.recv_cq = cq;
-    QpOptions r;
-    r.srq = srq;
-    r.recv_cq = rcq;
-    auto [a, b] = connected_pair(s, r);
+    auto [a, b] = connected_pair({}, {.srq = srq, .recv_cq = rcq});
     return Pair{a, b};
   }
 
@@ -92,6 +83,19 @@ class SrqFixture : public EngineTest {
     return post_srq_recv(srq, id, recv_slot(id), kRecvSlot, rmr);
   }
 
+  // Posts buffers first .. last-1, up to the first refusal.
+  ::testing::AssertionResult post_bufs(Srq* srq, uint64_t first, uint64_t last) {
+    for (uint64_t id = first; id < last; ++id) {
+      if (int err = post_buf(srq, id)) {
+        return ::testing::AssertionFailure() << "buffer " << id << " refused with " << err;
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  // The SGE of receive buffer id.
+  ibv_sge buf_sge(uint64_t id) { return sge_of(recv_slot(id), kRecvSlot, rmr); }
+
   // Posts SEND number msg; its payload starts with msg so the receiver can tell it apart.
   int send_msg(Qp* sender, uint64_t msg) {
     std::memset(send_slot(msg), 0, kSendSlot);
@@ -105,6 +109,11 @@ class SrqFixture : public EngineTest {
     ibv_wc wc = poll_one(cq);
     ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "send " << msg;
     ASSERT_EQ(wc.wr_id, msg);
+  }
+
+  // Delivers messages first .. last-1, one after the other.
+  void deliver_range(Qp* sender, uint64_t first, uint64_t last) {
+    for (uint64_t msg = first; msg < last; ++msg) deliver(sender, msg);
   }
 
   // The message number a receive buffer holds.
@@ -143,6 +152,65 @@ class SrqFixture : public EngineTest {
       ++n;
     }
     return n;
+  }
+
+  // Sends messages 0 .. n-1 round-robin over the senders of ps, at most `window` of them
+  // unacknowledged, reaping the senders' completions from cq, until every one completed or the
+  // deadline passed. A refused post counts in post_errors, a failed completion in send_errors.
+  void stream_sends(const std::vector<Pair>& ps, uint64_t n, uint64_t window,
+                    Clock::time_point deadline, std::atomic<int>& post_errors,
+                    std::atomic<int>& send_errors) {
+    uint64_t posted = 0, done = 0;
+    while (done < n && Clock::now() < deadline) {
+      while (posted < n && posted - done < window) {
+        if (send_msg(ps[posted % ps.size()].sender, posted) != 0) ++post_errors;
+        ++posted;
+      }
+      ibv_wc wc[16];
+      int k = cq->poll(16, wc);
+      for (int i = 0; i < k; ++i) {
+        if (wc[i].status != IBV_WC_SUCCESS) ++send_errors;
+        ++done;
+      }
+    }
+  }
+
+  // What a reaper of the receive completions of messages 0 .. n-1 saw: how often each buffer
+  // completed and each message landed.
+  struct Tally {
+    explicit Tally(uint64_t n) : buffer_seen(n, 0), message_seen(n, 0) {}
+    std::vector<int> buffer_seen;
+    std::vector<int> message_seen;
+    std::atomic<uint64_t> reaped{0};
+    std::atomic<int> errors{0};
+  };
+
+  // Reaps rcq, `batch` completions per poll, until every buffer of the tally completed or the
+  // deadline passed.
+  void reap_receives(Tally& t, int batch, Clock::time_point deadline) {
+    const uint64_t n = t.buffer_seen.size();
+    while (t.reaped.load() < n && Clock::now() < deadline) {
+      ibv_wc wc[32];
+      int k = rcq->poll(std::min(batch, 32), wc);
+      for (int i = 0; i < k; ++i) {
+        if (wc[i].status != IBV_WC_SUCCESS || wc[i].wr_id >= n) {
+          ++t.errors;
+          continue;
+        }
+        ++t.buffer_seen[wc[i].wr_id];
+        uint64_t msg = payload_of(wc[i].wr_id);
+        if (msg < n) ++t.message_seen[msg];
+      }
+      t.reaped.fetch_add(static_cast<uint64_t>(k));
+    }
+  }
+
+  // Every buffer completed exactly once, and every message landed in exactly one buffer.
+  static void expect_each_once(const Tally& t) {
+    for (uint64_t i = 0; i < t.buffer_seen.size(); ++i) {
+      EXPECT_EQ(t.buffer_seen[i], 1) << "buffer " << i;
+      EXPECT_EQ(t.message_seen[i], 1) << "message " << i;
+    }
   }
 
   static ::testing::AssertionResult CountsAre(Srq* srq, uint32_t max_wr, uint32_t available,
@@ -185,7 +253,7 @@ TEST_F(SrqQuery, WorkedExample_10_3_3_Then_10_2_3_Then_10_2_2) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 3; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 3));
   EXPECT_TRUE(CountsAre(srq, 10, 3, 3));
   EXPECT_EQ(query(srq).max_wr, 10u);
 
@@ -193,9 +261,7 @@ TEST_F(SrqQuery, WorkedExample_10_3_3_Then_10_2_3_Then_10_2_2) {
   // The receiver's CQ is not polled: the buffer is taken, its completion unreaped.
   EXPECT_TRUE(CountsAre(srq, 10, 2, 3));
 
-  ibv_wc wc = poll_one(rcq);
-  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(wc.wr_id, 0u);
+  EXPECT_TRUE(CompletionIs(poll_one(rcq), {.wr_id = 0, .status = IBV_WC_SUCCESS}));
   EXPECT_EQ(payload_of(0), 100u);
   EXPECT_TRUE(CountsAre(srq, 10, 2, 2));
 }
@@ -206,7 +272,7 @@ TEST_F(SrqQuery, CountsSumOverSeveralQpsSharingTheSrq) {
   Srq* srq = create_srq(16);
   ASSERT_NE(srq, nullptr);
   std::vector<Pair> ps = pairs_on(srq, 3);
-  for (uint64_t id = 0; id < 9; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 9));
   EXPECT_TRUE(CountsAre(srq, 16, 9, 9));
 
   for (size_t i = 0; i < ps.size(); ++i) deliver(ps[i].sender, i);
@@ -229,7 +295,7 @@ TEST_F(SrqQuery, ErrorCompletionCountsAsOutstandingUntilReaped) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 4; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 4));
 
   // A message longer than the buffer: the receive completes with IBV_WC_LOC_LEN_ERR.
   char* long_src = send_area.data() + size_t{kSlots} * kSendSlot;
@@ -239,9 +305,7 @@ TEST_F(SrqQuery, ErrorCompletionCountsAsOutstandingUntilReaped) {
   EXPECT_NE(s.status, IBV_WC_SUCCESS);
   EXPECT_TRUE(CountsAre(srq, 10, 3, 4));
 
-  ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.wr_id, 0u);
-  EXPECT_EQ(r.status, IBV_WC_LOC_LEN_ERR);
+  EXPECT_TRUE(CompletionIs(poll_one(rcq), {.wr_id = 0, .status = IBV_WC_LOC_LEN_ERR}));
   EXPECT_TRUE(CountsAre(srq, 10, 3, 3));
 }
 
@@ -253,13 +317,11 @@ TEST_F(SrqQuery, QpErrorLeavesSrqBuffersAndUnreapedCompletionsCounted) {
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
   Pair q = pair_on(srq);
-  for (uint64_t id = 0; id < 4; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 4));
   deliver(p.sender, 1);
   EXPECT_TRUE(CountsAre(srq, 10, 3, 4));
 
-  ibv_qp_attr err{};
-  err.qp_state = IBV_QPS_ERR;
-  ASSERT_EQ(p.receiver->modify(err, IBV_QP_STATE), 0);
+  ASSERT_EQ(move_to(p.receiver, IBV_QPS_ERR), 0);
   EXPECT_TRUE(CountsAre(srq, 10, 3, 4));
 
   std::vector<ibv_wc> wcs = poll_n(rcq, 1);
@@ -272,10 +334,8 @@ TEST_F(SrqQuery, QpErrorLeavesSrqBuffersAndUnreapedCompletionsCounted) {
   EXPECT_TRUE(CountsAre(srq, 10, 3, 3));
 
   deliver(q.sender, 2);
-  ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.wr_id, 1u);
-  EXPECT_EQ(r.qp_num, q.receiver->qpn());
+  EXPECT_TRUE(CompletionIs(poll_one(rcq),
+                           {.wr_id = 1, .status = IBV_WC_SUCCESS, .qp_num = q.receiver->qpn()}));
   EXPECT_TRUE(CountsAre(srq, 10, 2, 2));
 }
 
@@ -286,15 +346,9 @@ TEST_F(SrqQuery, DestroyingTheCqAccountsItsDroppedCompletions) {
   ASSERT_NE(srq, nullptr);
   Cq* doomed = create_cq(64);
   ASSERT_NE(doomed, nullptr);
-  QpOptions s;
-  QpOptions r;
-  r.srq = srq;
-  r.recv_cq = doomed;
-  auto [sender, receiver] = connected_pair(s, r);
-  for (uint64_t id = 0; id < 5; ++id) ASSERT_EQ(post_buf(srq, id), 0);
-  deliver(sender, 1);
-  deliver(sender, 2);
-  deliver(sender, 3);
+  auto [sender, receiver] = connected_pair({}, {.srq = srq, .recv_cq = doomed});
+  ASSERT_TRUE(post_bufs(srq, 0, 5));
+  deliver_range(sender, 1, 4);
   EXPECT_TRUE(CountsAre(srq, 10, 2, 5));
 
   ASSERT_EQ(ctx->destroy_qp(receiver), 0);
@@ -304,7 +358,7 @@ TEST_F(SrqQuery, DestroyingTheCqAccountsItsDroppedCompletions) {
   EXPECT_TRUE(CountsAre(srq, 10, 2, 2));
 
   // The freed entries can be posted again: 8 more fit, the ninth does not.
-  for (uint64_t id = 10; id < 18; ++id) ASSERT_EQ(post_buf(srq, id), 0) << id;
+  ASSERT_TRUE(post_bufs(srq, 10, 18));
   EXPECT_EQ(post_buf(srq, 18), ENOMEM);
   EXPECT_TRUE(CountsAre(srq, 10, 10, 10));
 }
@@ -317,7 +371,7 @@ TEST_F(SrqResize, GrowKeepsEveryPostedBufferInOrder) {
   Srq* srq = create_srq(4);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 4; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 4));
   EXPECT_EQ(post_buf(srq, 4), ENOMEM);
   // Consume two and post two more, so that the oldest buffer is not at the start.
   deliver(p.sender, 0);
@@ -330,10 +384,10 @@ TEST_F(SrqResize, GrowKeepsEveryPostedBufferInOrder) {
   ASSERT_EQ(resize(srq, 9), 0);
   EXPECT_EQ(query(srq).max_wr, 9u);
   EXPECT_TRUE(CountsAre(srq, 9, 4, 4));
-  for (uint64_t id = 6; id < 11; ++id) ASSERT_EQ(post_buf(srq, id), 0) << id;
+  ASSERT_TRUE(post_bufs(srq, 6, 11));
   EXPECT_EQ(post_buf(srq, 11), ENOMEM);
 
-  for (uint64_t msg = 2; msg < 11; ++msg) deliver(p.sender, msg);
+  deliver_range(p.sender, 2, 11);
   std::vector<ibv_wc> wcs = poll_n(rcq, 9);
   ASSERT_EQ(wcs.size(), 9u);
   for (size_t i = 0; i < wcs.size(); ++i) {
@@ -349,7 +403,7 @@ TEST_F(SrqResize, ShrinkToExactlyOutstandingIsAllowed) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 4; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 4));
   deliver(p.sender, 0);
   EXPECT_TRUE(CountsAre(srq, 10, 3, 4));
 
@@ -361,7 +415,7 @@ TEST_F(SrqResize, ShrinkToExactlyOutstandingIsAllowed) {
   EXPECT_TRUE(CountsAre(srq, 4, 3, 3));
   ASSERT_EQ(post_buf(srq, 4), 0);
 
-  for (uint64_t msg = 1; msg < 5; ++msg) deliver(p.sender, msg);
+  deliver_range(p.sender, 1, 5);
   std::vector<ibv_wc> wcs = poll_n(rcq, 4);
   ASSERT_EQ(wcs.size(), 4u);
   for (size_t i = 0; i < wcs.size(); ++i) EXPECT_EQ(wcs[i].wr_id, i + 1);
@@ -373,7 +427,7 @@ TEST_F(SrqResize, ShrinkBelowOutstandingFailsAndChangesNothing) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 5; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 5));
   deliver(p.sender, 0);
   deliver(p.sender, 1);
   EXPECT_TRUE(CountsAre(srq, 10, 3, 5));
@@ -385,11 +439,11 @@ TEST_F(SrqResize, ShrinkBelowOutstandingFailsAndChangesNothing) {
   EXPECT_TRUE(CountsAre(srq, 10, 3, 5));
 
   // Still 10 entries: 5 more posts fit, the sixth does not.
-  for (uint64_t id = 5; id < 10; ++id) ASSERT_EQ(post_buf(srq, id), 0) << id;
+  ASSERT_TRUE(post_bufs(srq, 5, 10));
   EXPECT_EQ(post_buf(srq, 10), ENOMEM);
 
   // Every buffer is intact and handed out in order.
-  for (uint64_t msg = 2; msg < 10; ++msg) deliver(p.sender, msg);
+  deliver_range(p.sender, 2, 10);
   std::vector<ibv_wc> wcs = poll_n(rcq, 10);
   ASSERT_EQ(wcs.size(), 10u);
   for (size_t i = 0; i < wcs.size(); ++i) {
@@ -406,7 +460,7 @@ TEST_F(SrqResize, ShrinkBelowArmedLimitFailsAndChangesNothing) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 6; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 6));
   ASSERT_EQ(arm(srq, 4), 0);
   ASSERT_EQ(take_limit_events(srq), 0);
 
@@ -431,7 +485,7 @@ TEST_F(SrqResize, ShrinkEqualToLimitIsAllowed) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 4; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 4));
   ASSERT_EQ(arm(srq, 4), 0);
   ASSERT_EQ(take_limit_events(srq), 0);
 
@@ -452,24 +506,21 @@ TEST_F(SrqResize, SuccessfulShrinkReallyShrinks) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 2; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 2));
 
   ASSERT_EQ(resize(srq, 5), 0);
   EXPECT_EQ(query(srq).max_wr, 5u);
   EXPECT_TRUE(CountsAre(srq, 5, 2, 2));
-  for (uint64_t id = 2; id < 5; ++id) ASSERT_EQ(post_buf(srq, id), 0) << id;
+  ASSERT_TRUE(post_bufs(srq, 2, 5));
 
-  ibv_sge sge{reinterpret_cast<uint64_t>(recv_slot(5)), kRecvSlot, rmr->lkey};
-  ibv_recv_wr wr{};
-  wr.wr_id = 5;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  ibv_sge sge = buf_sge(5);
+  ibv_recv_wr wr = recv_wr_of(5, &sge, 1);
   ibv_recv_wr* bad = nullptr;
   EXPECT_EQ(srq->post_recv(&wr, &bad), ENOMEM);
   EXPECT_EQ(bad, &wr);
   EXPECT_TRUE(CountsAre(srq, 5, 5, 5));
 
-  for (uint64_t msg = 0; msg < 5; ++msg) deliver(p.sender, msg);
+  deliver_range(p.sender, 0, 5);
   std::vector<ibv_wc> wcs = poll_n(rcq, 5);
   ASSERT_EQ(wcs.size(), 5u);
   for (size_t i = 0; i < wcs.size(); ++i) EXPECT_EQ(wcs[i].wr_id, i);
@@ -481,15 +532,15 @@ TEST_F(SrqResize, ShrinkKeepsBuffersInOrderAfterWrap) {
   Srq* srq = create_srq(6);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 6; ++id) ASSERT_EQ(post_buf(srq, id), 0);
-  for (uint64_t msg = 0; msg < 4; ++msg) deliver(p.sender, msg);
+  ASSERT_TRUE(post_bufs(srq, 0, 6));
+  deliver_range(p.sender, 0, 4);
   ASSERT_EQ(poll_n(rcq, 4).size(), 4u);
-  for (uint64_t id = 6; id < 8; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 6, 8));
   EXPECT_TRUE(CountsAre(srq, 6, 4, 4));
 
   ASSERT_EQ(resize(srq, 4), 0);
   EXPECT_EQ(post_buf(srq, 8), ENOMEM);
-  for (uint64_t msg = 4; msg < 8; ++msg) deliver(p.sender, msg);
+  deliver_range(p.sender, 4, 8);
   std::vector<ibv_wc> wcs = poll_n(rcq, 4);
   ASSERT_EQ(wcs.size(), 4u);
   for (size_t i = 0; i < wcs.size(); ++i) {
@@ -530,48 +581,17 @@ TEST_F(SrqResize, ResizeDuringTrafficLosesNoBuffer) {
 
   std::atomic<int> send_errors{0};
   std::atomic<int> post_send_errors{0};
-  std::thread traffic([&] {
-    uint64_t posted = 0, done = 0;
-    while (done < kMsgs && Clock::now() < deadline) {
-      while (posted < kMsgs && posted - done < kWindow) {
-        if (send_msg(ps[posted % kQps].sender, posted) != 0) ++post_send_errors;
-        ++posted;
-      }
-      ibv_wc wc[16];
-      int n = cq->poll(16, wc);
-      for (int i = 0; i < n; ++i) {
-        if (wc[i].status != IBV_WC_SUCCESS) ++send_errors;
-        ++done;
-      }
-    }
-  });
+  std::thread traffic(
+      [&] { stream_sends(ps, kMsgs, kWindow, deadline, post_send_errors, send_errors); });
 
-  std::vector<int> buffer_seen(kMsgs, 0);
-  std::vector<int> message_seen(kMsgs, 0);
-  std::atomic<uint64_t> reaped{0};
-  std::atomic<int> recv_errors{0};
-  std::thread reaper([&] {
-    while (reaped.load() < kMsgs && Clock::now() < deadline) {
-      ibv_wc wc[16];
-      int n = rcq->poll(16, wc);
-      for (int i = 0; i < n; ++i) {
-        if (wc[i].status != IBV_WC_SUCCESS || wc[i].wr_id >= kMsgs) {
-          ++recv_errors;
-          continue;
-        }
-        ++buffer_seen[wc[i].wr_id];
-        uint64_t msg = payload_of(wc[i].wr_id);
-        if (msg < kMsgs) ++message_seen[msg];
-      }
-      reaped.fetch_add(static_cast<uint64_t>(n));
-    }
-  });
+  Tally tally(kMsgs);
+  std::thread reaper([&] { reap_receives(tally, 16, deadline); });
 
   // This thread is the only poster, so between counts() and the resize the outstanding count
   // can only fall: a target >= the outstanding count read just before must succeed.
   uint64_t next_id = 0;
   int grows = 0, shrinks = 0, resize_errors = 0;
-  while (reaped.load() < kMsgs && Clock::now() < deadline) {
+  while (tally.reaped.load() < kMsgs && Clock::now() < deadline) {
     while (next_id < kMsgs && post_buf(srq, next_id) == 0) ++next_id;
     Srq::Counts c = srq->counts();
     uint32_t target = std::min<uint32_t>(c.max_wr + 32, 256);
@@ -589,15 +609,12 @@ TEST_F(SrqResize, ResizeDuringTrafficLosesNoBuffer) {
 
   EXPECT_EQ(post_send_errors.load(), 0);
   EXPECT_EQ(send_errors.load(), 0);
-  EXPECT_EQ(recv_errors.load(), 0);
+  EXPECT_EQ(tally.errors.load(), 0);
   EXPECT_EQ(resize_errors, 0);
   EXPECT_GT(grows, 0);
   EXPECT_GT(shrinks, 0);
-  ASSERT_EQ(reaped.load(), kMsgs) << "not every buffer completed before the deadline";
-  for (uint64_t i = 0; i < kMsgs; ++i) {
-    EXPECT_EQ(buffer_seen[i], 1) << "buffer " << i;
-    EXPECT_EQ(message_seen[i], 1) << "message " << i;
-  }
+  ASSERT_EQ(tally.reaped.load(), kMsgs) << "not every buffer completed before the deadline";
+  expect_each_once(tally);
   Srq::Counts c = srq->counts();
   EXPECT_EQ(c.available, 0u);
   EXPECT_EQ(c.outstanding, 0u);
@@ -611,7 +628,7 @@ TEST_F(SrqLimit, FiresOnceWhenAvailableDropsBelowNotAtEqual) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 5; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 5));
   ASSERT_EQ(arm(srq, 3), 0);
   EXPECT_EQ(take_limit_events(srq), 0);
   EXPECT_EQ(query(srq).srq_limit, 3u);
@@ -632,7 +649,7 @@ TEST_F(SrqLimit, EventNamesTheSrqAndDisarmsIt) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 2; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 2));
   ASSERT_EQ(arm(srq, 2), 0);
   deliver(p.sender, 0);
 
@@ -651,7 +668,7 @@ TEST_F(SrqLimit, EventNamesTheSrqAndDisarmsIt) {
 TEST_F(SrqLimit, FiresImmediatelyWhenAlreadyBelowAtArming) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
-  for (uint64_t id = 0; id < 2; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 2));
   ASSERT_EQ(arm(srq, 3), 0);
   EXPECT_EQ(take_limit_events(srq), 1);
   EXPECT_EQ(query(srq).srq_limit, 0u);
@@ -678,14 +695,14 @@ TEST_F(SrqLimit, NeverFiresAgainUntilRearmed) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 3; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 3));
   ASSERT_EQ(arm(srq, 3), 0);
   deliver(p.sender, 0);  // 2 left
   EXPECT_EQ(take_limit_events(srq), 1);
   ASSERT_EQ(poll_n(rcq, 1).size(), 1u);
 
-  for (uint64_t id = 3; id < 8; ++id) ASSERT_EQ(post_buf(srq, id), 0);  // 7 on the SRQ
-  for (uint64_t msg = 1; msg < 7; ++msg) deliver(p.sender, msg);        // down to 1
+  ASSERT_TRUE(post_bufs(srq, 3, 8));  // 7 on the SRQ
+  deliver_range(p.sender, 1, 7);      // down to 1
   EXPECT_EQ(take_limit_events(srq), 0);
   EXPECT_EQ(ctx->async_events().pending(), 0u);
 }
@@ -695,7 +712,7 @@ TEST_F(SrqLimit, RearmingFiresAgain) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 6; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 6));
   ASSERT_EQ(arm(srq, 5), 0);
   deliver(p.sender, 0);  // 5 left: equal
   EXPECT_EQ(take_limit_events(srq), 0);
@@ -723,7 +740,7 @@ TEST_F(SrqLimit, LimitAboveMaxWrIsEinval) {
   // The SRQ is empty, so an armed limit of 11 would have fired at once.
   EXPECT_EQ(take_limit_events(srq), 0);
 
-  for (uint64_t id = 0; id < 10; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 10));
   EXPECT_EQ(arm(srq, 10), 0);
   EXPECT_EQ(query(srq).srq_limit, 10u);
   EXPECT_EQ(take_limit_events(srq), 0);
@@ -734,11 +751,11 @@ TEST_F(SrqLimit, LimitZeroDisarms) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 4; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 4));
   ASSERT_EQ(arm(srq, 3), 0);
   ASSERT_EQ(arm(srq, 0), 0);
   EXPECT_EQ(query(srq).srq_limit, 0u);
-  for (uint64_t msg = 0; msg < 4; ++msg) deliver(p.sender, msg);
+  deliver_range(p.sender, 0, 4);
   EXPECT_EQ(take_limit_events(srq), 0);
 }
 
@@ -764,7 +781,7 @@ TEST_F(SrqLimit, CreateWithLimitArmsIt) {
 TEST_F(ModifySrq, ValidMaxWrWithInvalidLimitChangesNeither) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
-  for (uint64_t id = 0; id < 2; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 2));
   ibv_srq_attr a{};
   a.max_wr = 6;     // valid on its own: >= the 2 outstanding
   a.srq_limit = 7;  // valid against the old max_wr 10, not against the new 6
@@ -783,8 +800,8 @@ TEST_F(ModifySrq, InvalidMaxWrWithValidLimitChangesNeither) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 5; ++id) ASSERT_EQ(post_buf(srq, id), 0);
-  for (uint64_t msg = 0; msg < 3; ++msg) deliver(p.sender, msg);
+  ASSERT_TRUE(post_bufs(srq, 0, 5));
+  deliver_range(p.sender, 0, 3);
   EXPECT_TRUE(CountsAre(srq, 10, 2, 5));
 
   ibv_srq_attr a{};
@@ -809,7 +826,7 @@ TEST_F(ModifySrq, InvalidMaxWrWithValidLimitChangesNeither) {
 TEST_F(ModifySrq, BothValidAreAppliedTogether) {
   Srq* srq = create_srq(10);
   ASSERT_NE(srq, nullptr);
-  for (uint64_t id = 0; id < 6; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 6));
   ibv_srq_attr a{};
   a.max_wr = 8;
   a.srq_limit = 5;
@@ -875,10 +892,8 @@ TEST_F(SrqPost, BeyondMaxWrIsEnomemWithBadWrAtTheRefusedWr) {
   std::array<ibv_sge, 6> sges;
   std::array<ibv_recv_wr, 6> wrs{};
   for (size_t i = 0; i < wrs.size(); ++i) {
-    sges[i] = ibv_sge{reinterpret_cast<uint64_t>(recv_slot(i + 1)), kRecvSlot, rmr->lkey};
-    wrs[i].wr_id = i + 1;
-    wrs[i].sg_list = &sges[i];
-    wrs[i].num_sge = 1;
+    sges[i] = buf_sge(i + 1);
+    wrs[i] = recv_wr_of(i + 1, &sges[i], 1);
     wrs[i].next = i + 1 < wrs.size() ? &wrs[i + 1] : nullptr;
   }
   ibv_recv_wr* bad = nullptr;
@@ -886,7 +901,7 @@ TEST_F(SrqPost, BeyondMaxWrIsEnomemWithBadWrAtTheRefusedWr) {
   EXPECT_EQ(bad, &wrs[3]);
   EXPECT_TRUE(CountsAre(srq, 4, 4, 4));
 
-  for (uint64_t msg = 0; msg < 4; ++msg) deliver(p.sender, msg);
+  deliver_range(p.sender, 0, 4);
   std::vector<ibv_wc> wcs = poll_n(rcq, 4);
   ASSERT_EQ(wcs.size(), 4u);
   for (size_t i = 0; i < wcs.size(); ++i) EXPECT_EQ(wcs[i].wr_id, i);
@@ -899,7 +914,7 @@ TEST_F(SrqPost, UnreapedCompletionsOccupyEntries) {
   Srq* srq = create_srq(3);
   ASSERT_NE(srq, nullptr);
   Pair p = pair_on(srq);
-  for (uint64_t id = 0; id < 3; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 3));
   deliver(p.sender, 0);
   EXPECT_TRUE(CountsAre(srq, 3, 2, 3));
   EXPECT_EQ(post_buf(srq, 3), ENOMEM);
@@ -916,17 +931,9 @@ TEST_F(SrqPost, NumSgeAboveMaxSgeIsEinval) {
   ASSERT_GE(max_sge, 1u);
   ASSERT_LT(max_sge, emu::kMaxSge);
   std::vector<ibv_sge> sges(max_sge + 1);
-  for (size_t i = 0; i < sges.size(); ++i) {
-    sges[i] = ibv_sge{reinterpret_cast<uint64_t>(recv_slot(i)), kRecvSlot, rmr->lkey};
-  }
-  ibv_recv_wr ok{};
-  ok.wr_id = 1;
-  ok.sg_list = sges.data();
-  ok.num_sge = static_cast<int>(max_sge);
-  ibv_recv_wr too_many{};
-  too_many.wr_id = 2;
-  too_many.sg_list = sges.data();
-  too_many.num_sge = static_cast<int>(max_sge + 1);
+  for (size_t i = 0; i < sges.size(); ++i) sges[i] = buf_sge(i);
+  ibv_recv_wr ok = recv_wr_of(1, sges.data(), static_cast<int>(max_sge));
+  ibv_recv_wr too_many = recv_wr_of(2, sges.data(), static_cast<int>(max_sge + 1));
   ok.next = &too_many;
 
   ibv_recv_wr* bad = nullptr;
@@ -945,7 +952,7 @@ TEST_F(SrqPost, BuffersAreTakenInFifoOrderAcrossQps) {
   Srq* srq = create_srq(16);
   ASSERT_NE(srq, nullptr);
   std::vector<Pair> ps = pairs_on(srq, 3);
-  for (uint64_t id = 0; id < 9; ++id) ASSERT_EQ(post_buf(srq, id), 0);
+  ASSERT_TRUE(post_bufs(srq, 0, 9));
   for (uint64_t msg = 0; msg < 9; ++msg) deliver(ps[msg % 3].sender, msg);
   std::vector<ibv_wc> wcs = poll_n(rcq, 9);
   ASSERT_EQ(wcs.size(), 9u);
@@ -992,10 +999,8 @@ TEST_F(SrqConcurrency, ManyPostersManyQpsOnePollerEveryBufferOnce) {
         size_t n = std::min(kChain, ids.size() - next);
         for (size_t i = 0; i < n; ++i) {
           uint64_t id = ids[next + i];
-          sges[i] = ibv_sge{reinterpret_cast<uint64_t>(recv_slot(id)), kRecvSlot, rmr->lkey};
-          wrs[i].wr_id = id;
-          wrs[i].sg_list = &sges[i];
-          wrs[i].num_sge = 1;
+          sges[i] = buf_sge(id);
+          wrs[i] = recv_wr_of(id, &sges[i], 1);
           wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
         }
         ibv_recv_wr* bad = nullptr;
@@ -1014,45 +1019,13 @@ TEST_F(SrqConcurrency, ManyPostersManyQpsOnePollerEveryBufferOnce) {
   }
 
   std::atomic<int> send_errors{0};
-  std::thread sender([&] {
-    uint64_t posted = 0, done = 0;
-    while (done < kMsgs && Clock::now() < deadline) {
-      while (posted < kMsgs && posted - done < kWindow) {
-        if (send_msg(ps[posted % kQps].sender, posted) != 0) ++send_errors;
-        ++posted;
-      }
-      ibv_wc wc[16];
-      int n = cq->poll(16, wc);
-      for (int i = 0; i < n; ++i) {
-        if (wc[i].status != IBV_WC_SUCCESS) ++send_errors;
-        ++done;
-      }
-    }
-  });
+  std::thread sender([&] { stream_sends(ps, kMsgs, kWindow, deadline, send_errors, send_errors); });
 
-  std::vector<int> buffer_seen(kMsgs, 0);
-  std::vector<int> message_seen(kMsgs, 0);
-  std::atomic<uint64_t> reaped{0};
-  std::atomic<int> recv_errors{0};
-  std::thread poller([&] {
-    while (reaped.load() < kMsgs && Clock::now() < deadline) {
-      ibv_wc wc[32];
-      int n = rcq->poll(32, wc);
-      for (int i = 0; i < n; ++i) {
-        if (wc[i].status != IBV_WC_SUCCESS || wc[i].wr_id >= kMsgs) {
-          ++recv_errors;
-          continue;
-        }
-        ++buffer_seen[wc[i].wr_id];
-        uint64_t msg = payload_of(wc[i].wr_id);
-        if (msg < kMsgs) ++message_seen[msg];
-      }
-      reaped.fetch_add(static_cast<uint64_t>(n));
-    }
-  });
+  Tally tally(kMsgs);
+  std::thread poller([&] { reap_receives(tally, 32, deadline); });
 
   int inconsistent = 0;
-  while (reaped.load() < kMsgs && Clock::now() < deadline) {
+  while (tally.reaped.load() < kMsgs && Clock::now() < deadline) {
     Srq::Counts c = srq->counts();
     if (c.max_wr != kMaxWr || c.available > c.outstanding || c.outstanding > c.max_wr) {
       ++inconsistent;
@@ -1066,12 +1039,9 @@ TEST_F(SrqConcurrency, ManyPostersManyQpsOnePollerEveryBufferOnce) {
   EXPECT_EQ(inconsistent, 0);
   EXPECT_EQ(post_errors.load(), 0);
   EXPECT_EQ(send_errors.load(), 0);
-  EXPECT_EQ(recv_errors.load(), 0);
-  ASSERT_EQ(reaped.load(), kMsgs) << "not every buffer completed before the deadline";
-  for (uint64_t i = 0; i < kMsgs; ++i) {
-    EXPECT_EQ(buffer_seen[i], 1) << "buffer " << i;
-    EXPECT_EQ(message_seen[i], 1) << "message " << i;
-  }
+  EXPECT_EQ(tally.errors.load(), 0);
+  ASSERT_EQ(tally.reaped.load(), kMsgs) << "not every buffer completed before the deadline";
+  expect_each_once(tally);
   EXPECT_TRUE(CountsAre(srq, kMaxWr, 0, 0));
   EXPECT_TRUE(drain(rcq).empty());
 }
@@ -1093,10 +1063,8 @@ TEST_F(SrqDestroy, BusyWhileAQpIsAttachedAndDestroyableOnceTheLastIsGone) {
 
   ASSERT_EQ(post_buf(srq, 0), 0);
   deliver(p.sender, 42);
-  ibv_wc r = poll_one(rcq);
-  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
-  EXPECT_EQ(r.wr_id, 0u);
-  EXPECT_EQ(r.qp_num, p.receiver->qpn());
+  EXPECT_TRUE(CompletionIs(poll_one(rcq),
+                           {.wr_id = 0, .status = IBV_WC_SUCCESS, .qp_num = p.receiver->qpn()}));
   EXPECT_EQ(payload_of(0), 42u);
   EXPECT_TRUE(CountsAre(srq, 8, 0, 0));
 

@@ -12,6 +12,7 @@
 #include "emu/node.h"
 #include "emu/qp.h"
 #include "emu/srq.h"
+#include "tests/rc_connect.h"
 
 namespace {
 
@@ -47,45 +48,15 @@ class Bed {
   }
 
   Qp* make_qp(Srq* srq, uint32_t depth) {
-    QpInitAttr init;
-    init.send_cq = send_cq_;
-    init.recv_cq = recv_cq_;
-    init.srq = srq;
-    init.cap.max_send_wr = depth;
-    init.cap.max_recv_wr = srq ? 0 : depth;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
     Qp* qp = nullptr;
-    ctx_.create_qp(pd_, init, &qp);
+    ctx_.create_qp(pd_, emu_test::rc_qp_init(send_cq_, recv_cq_, depth, srq), &qp);
     qps_.push_back(qp);
     return qp;
   }
 
+  // RESET -> INIT -> RTR -> RTS as a program sets up an RC connection, with remote write access.
   void connect(Qp* qp, uint32_t remote) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_4096;
-    a.dest_qp_num = remote;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 1;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.grh.dgid = gid_;
-    qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    qp->modify(a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                      IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+    emu_test::connect_qp(qp, remote, gid_, emu_test::program_options(IBV_ACCESS_REMOTE_WRITE));
   }
 
   void post_send(Qp* qp, uint32_t len) {

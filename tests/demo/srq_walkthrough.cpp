@@ -14,6 +14,7 @@
 #include "emu/node.h"
 #include "emu/qp.h"
 #include "emu/srq.h"
+#include "tests/rc_connect.h"
 
 namespace {
 
@@ -35,6 +36,7 @@ class Walkthrough {
     check(ctx_.create_cq(64, nullptr, nullptr, 0, &send_cq_), "create_cq");
     check(ctx_.create_cq(64, nullptr, nullptr, 0, &recv_cq_), "create_cq");
     check(ctx_.reg_mr(pd_, buffers_, sizeof(buffers_), IBV_ACCESS_LOCAL_WRITE, &mr_), "reg_mr");
+    check(ctx_.query_gid(1, 0, &gid_), "query_gid");
     // Events are read without blocking: the demo shows how many fired, including none.
     int fd = ctx_.async_events().fd();
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -112,48 +114,17 @@ class Walkthrough {
 
  private:
   Qp* make_qp(Srq* srq) {
-    QpInitAttr init;
-    init.send_cq = send_cq_;
-    init.recv_cq = recv_cq_;
-    init.srq = srq;
-    init.qp_type = IBV_QPT_RC;
-    init.cap.max_send_wr = 16;
-    init.cap.max_recv_wr = srq ? 0 : 16;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
     Qp* qp = nullptr;
-    check(ctx_.create_qp(pd_, init, &qp), "create_qp");
+    check(ctx_.create_qp(pd_, emu_test::rc_qp_init(send_cq_, recv_cq_, 16, srq), &qp), "create_qp");
     return qp;
   }
 
+  // RESET -> INIT -> RTR -> RTS as a program sets up an RC connection, with local access only.
   void connect(Qp* qp, uint32_t remote_qpn) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
-    check(qp->modify(a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-          "modify INIT");
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_4096;
-    a.dest_qp_num = remote_qpn;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 1;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.port_num = 1;
-    check(ctx_.query_gid(1, 0, &a.ah_attr.grh.dgid), "query_gid");
-    check(qp->modify(a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-          "modify RTR");
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    check(qp->modify(a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                            IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC),
-          "modify RTS");
+    const char* step = "connect";
+    int err = emu_test::connect_qp(qp, remote_qpn, gid_,
+                                   emu_test::program_options(IBV_ACCESS_LOCAL_WRITE), &step);
+    if (err != 0) die(step, err);
   }
 
   void post_buffer() {
@@ -234,6 +205,7 @@ class Walkthrough {
   Srq* srq_ = nullptr;
   Qp* endpoint_ = nullptr;
   Qp* peer_ = nullptr;
+  ibv_gid gid_{};
   char buffers_[16][64] = {};
   uint64_t next_buffer_ = 0;
 };
