@@ -57,24 +57,33 @@ for b in json.load(sys.stdin)["benchmarks"]:
   fi
 }
 
-bench_rings() {
+# Builds, then runs the benchmark binary build/tests/bench/$1 with the remaining arguments
+# plus random interleaving and aggregates only, and prints "<run name> <median items/s>"
+# lines (see medians).
+run_medians() {
   build
-  local bin=build/tests/bench/ring_bench
+  local bin="build/tests/bench/$1"
+  shift
   if [[ ! -x $bin ]]; then
     echo "bench: $bin was not built (is EMURDMA_BENCH on?)" >&2
     exit 1
   fi
   local json
   json="$(mktemp)"
-  # shellcheck disable=SC2064  # expand now: json is local
-  trap "rm -f '$json'" EXIT
+  echo "bench: running $bin (about half a minute)" >&2
+  "$bin" "$@" --benchmark_enable_random_interleaving=true \
+    --benchmark_report_aggregates_only=true --benchmark_format=json >"$json"
+  medians <"$json"
+  rm -f "$json"
+}
+
+bench_rings() {
   # Many short repetitions in random order spread both queues over the whole run, so that a
   # change in the machine's state (two noisy virtual cores, whose cross-core latency varies
   # several-fold over time) hits both alike; the medians then discard the outliers.
-  echo "bench: running $bin (about half a minute)" >&2
-  "$bin" --benchmark_filter='^ring_spsc/' --benchmark_repetitions=21 --benchmark_min_time=0.05 \
-    --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
-    --benchmark_format=json >"$json"
+  local figures
+  figures="$(run_medians ring_bench --benchmark_filter='^ring_spsc/' \
+    --benchmark_repetitions=21 --benchmark_min_time=0.05)"
 
   # run name ring_spsc/<impl>/<capacity>/real_time -> Mops per (impl, capacity).
   declare -A mops=()
@@ -82,7 +91,7 @@ bench_rings() {
   while read -r name ips; do
     key="$(cut -d/ -f2,3 <<<"$name")"
     mops[$key]="$(awk -v v="$ips" 'BEGIN { printf "%.1f", v / 1e6 }')"
-  done < <(medians <"$json")
+  done <<<"$figures"
 
   printf '%-10s %12s %12s %8s\n' capacity "ours Mops" "boost Mops" ratio
   local cap
@@ -102,26 +111,14 @@ bench_rings() {
 }
 
 bench_engine() {
-  build
-  local bin=build/tests/bench/engine_bench
-  if [[ ! -x $bin ]]; then
-    echo "bench: $bin was not built (is EMURDMA_BENCH on?)" >&2
-    exit 1
-  fi
-  local json
-  json="$(mktemp)"
-  # shellcheck disable=SC2064  # expand now: json is local
-  trap "rm -f '$json'" EXIT
-  echo "bench: running $bin (about half a minute)" >&2
-  "$bin" --benchmark_repetitions=9 --benchmark_min_time=0.1 \
-    --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
-    --benchmark_format=json >"$json"
+  local figures
+  figures="$(run_medians engine_bench --benchmark_repetitions=9 --benchmark_min_time=0.1)"
 
   declare -A rate=()
   local name ips
   while read -r name ips; do
     rate[$name]="$ips"
-  done < <(medians <"$json")
+  done <<<"$figures"
   local send="${rate[engine_send/8]:-}" one="${rate[srq_rate/1]:-}" many="${rate[srq_rate/1000]:-}"
   if [[ -z $send || -z $one || -z $many ]]; then
     echo "bench: missing median figures in the engine benchmark output" >&2
