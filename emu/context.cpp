@@ -288,7 +288,6 @@ int Context::create_qp(Pd* pd, const QpInitAttr& init, Qp** out) {
   auto qp = std::make_unique<Qp>(*this, pd, init);
   uint32_t qpn = node_.register_qp(qp.get());
   if (qpn == 0) return ENOMEM;
-  qp->set_qpn(qpn);
   pd->use_count.fetch_add(1);
   init.send_cq->use_count.fetch_add(1);
   init.recv_cq->use_count.fetch_add(1);
