@@ -9,6 +9,7 @@
 #include "emu/log.h"
 #include "emu/qp.h"
 #include "transports/loopback/loopback_transport.h"
+#include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace emu {
@@ -58,8 +59,12 @@ std::unique_ptr<Transport> transport_from_environment() {
     auto tcp = make_tcp_transport(addr && *addr ? addr : "127.0.0.1");
     if (tcp) return tcp;
     spdlog::error("EMURDMA_TRANSPORT=tcp: no listener could be opened; using loopback");
+  } else if (want == "shm") {
+    auto shm = make_shm_transport(shm_options_from_environment());
+    if (shm) return shm;
+    spdlog::error("EMURDMA_TRANSPORT=shm: no attach socket could be opened; using loopback");
   } else if (!want.empty() && want != "loopback") {
-    spdlog::error("EMURDMA_TRANSPORT={} is not available (this build has: loopback, tcp); "
+    spdlog::error("EMURDMA_TRANSPORT={} is not available (this build has: loopback, shm, tcp); "
                   "using loopback",
                   want);
   }

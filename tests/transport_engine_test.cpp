@@ -1,0 +1,437 @@
+// Two engine nodes in one process, each on its own transport of a real kind (shared memory,
+// shared memory forced to its chunked path, TCP), exchanging every RC operation: what the
+// engine guarantees must not depend on the transport under it. The multi-process tests
+// (tests/mp) repeat the scenarios between processes.
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "emu/context.h"
+#include "emu/cq.h"
+#include "emu/node.h"
+#include "emu/qp.h"
+#include "emu/srq.h"
+#include "tests/rc_connect.h"
+#include "tests/test_util.h"
+#include "transports/shm/shm_transport.h"
+#include "transports/tcp/tcp_transport.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using emu::Context;
+using emu::Cq;
+using emu::Mr;
+using emu::Qp;
+using emu::Srq;
+using emu_test::addr_of;
+using emu_test::ConnectOptions;
+using emu_test::kAllAccess;
+using emu_test::pattern;
+
+std::unique_ptr<emu::Transport> make_transport(const std::string& kind) {
+  if (kind == "tcp") return emu::make_tcp_transport("127.0.0.1");
+  emu::ShmOptions o;
+  o.single_copy = kind != "shm_chunked";
+  return emu::make_shm_transport(o);
+}
+
+bool drop_connections(emu::Transport& t) {
+  return emu::shm_drop_connections(t) || emu::tcp_drop_connections(t);
+}
+
+struct Side {
+  std::unique_ptr<emu::Node> node;
+  std::unique_ptr<Context> ctx;
+  emu::Pd* pd = nullptr;
+  Cq* cq = nullptr;
+  std::vector<Qp*> qps;
+  std::vector<Mr*> mrs;
+  std::vector<Srq*> srqs;
+
+  void set_up(const std::string& kind) {
+    auto t = make_transport(kind);
+    ASSERT_NE(t, nullptr);
+    node = std::make_unique<emu::Node>(std::move(t));
+    ctx = std::make_unique<Context>(*node);
+    ASSERT_EQ(ctx->alloc_pd(&pd), 0);
+    ASSERT_EQ(ctx->create_cq(4096, nullptr, nullptr, 0, &cq), 0);
+  }
+  ibv_gid gid() const {
+    ibv_gid g{};
+    ctx->query_gid(1, 0, &g);
+    return g;
+  }
+  Mr* reg(void* addr, size_t len, int access = kAllAccess) {
+    Mr* mr = nullptr;
+    EXPECT_EQ(ctx->reg_mr(pd, addr, len, access, &mr), 0);
+    if (mr) mrs.push_back(mr);
+    return mr;
+  }
+  Srq* create_srq(uint32_t max_wr) {
+    ibv_srq_init_attr init{};
+    init.attr.max_wr = max_wr;
+    init.attr.max_sge = 1;
+    Srq* srq = nullptr;
+    EXPECT_EQ(ctx->create_srq(pd, init, &srq), 0);
+    if (srq) srqs.push_back(srq);
+    return srq;
+  }
+  Qp* create_qp(Srq* srq = nullptr, uint32_t depth = 256) {
+    Qp* qp = nullptr;
+    emu::QpInitAttr init = emu_test::rc_qp_init(cq, cq, depth, srq);
+    init.cap.max_send_sge = 4;
+    EXPECT_EQ(ctx->create_qp(pd, init, &qp), 0);
+    if (qp) qps.push_back(qp);
+    return qp;
+  }
+  void tear_down() {
+    if (!ctx) return;
+    for (auto it = qps.rbegin(); it != qps.rend(); ++it) EXPECT_EQ(ctx->destroy_qp(*it), 0);
+    for (Mr* mr : mrs) EXPECT_EQ(ctx->dereg_mr(mr), 0);
+    for (Srq* s : srqs) EXPECT_EQ(ctx->destroy_srq(s), 0);
+    EXPECT_EQ(ctx->destroy_cq(cq), 0);
+    EXPECT_EQ(ctx->dealloc_pd(pd), 0);
+    ctx.reset();
+    node.reset();
+  }
+};
+
+class TransportEngineTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    a.set_up(GetParam());
+    b.set_up(GetParam());
+  }
+  void TearDown() override {
+    a.tear_down();
+    b.tear_down();
+  }
+
+  std::pair<Qp*, Qp*> pair(const ConnectOptions& o = {}, Srq* b_srq = nullptr,
+                           uint32_t depth = 256) {
+    Qp* qa = a.create_qp(nullptr, depth);
+    Qp* qb = b.create_qp(b_srq, depth);
+    if (qa == nullptr || qb == nullptr) return {nullptr, nullptr};
+    EXPECT_EQ(emu_test::connect_qp(qa, qb->qpn(), b.gid(), o), 0);
+    EXPECT_EQ(emu_test::connect_qp(qb, qa->qpn(), a.gid(), o), 0);
+    return {qa, qb};
+  }
+
+  // Polls (which drives progress) until n completions or the limit; never waits for ever.
+  static std::vector<ibv_wc> poll_n(Cq* c, size_t n, std::chrono::milliseconds limit = 5000ms) {
+    std::vector<ibv_wc> out;
+    const auto deadline = Clock::now() + limit;
+    while (out.size() < n && Clock::now() < deadline) {
+      ibv_wc wc[32];
+      const int got = c->poll(static_cast<int>(std::min<size_t>(32, n - out.size())), wc);
+      for (int i = 0; i < got; ++i) out.push_back(wc[i]);
+    }
+    return out;
+  }
+
+  static int post(Qp* qp, uint64_t id, ibv_wr_opcode op, const void* buf, uint32_t len, Mr* mr,
+                  uint64_t remote_addr = 0, uint32_t rkey = 0) {
+    ibv_sge sge = emu_test::sge_of(buf, len, mr);
+    ibv_send_wr wr = emu_test::wr_of(id, op, &sge, 1);
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = rkey;
+    return emu_test::post(qp, wr);
+  }
+
+  template <typename Queue>
+  static int post_recv(Queue* q, uint64_t id, void* buf, uint32_t len, Mr* mr) {
+    ibv_sge sge = emu_test::sge_of(buf, len, mr);
+    return emu_test::post_recv_sges(q, id, &sge, 1);
+  }
+
+  static ibv_qp_state state_of(Qp* qp) {
+    ibv_qp_attr attr{};
+    emu::QpInitAttr init;
+    EXPECT_EQ(qp->query(&attr, IBV_QP_STATE, &init), 0);
+    return attr.qp_state;
+  }
+
+  Side a, b;
+};
+
+// Every size class a transport treats differently: inside a ring record, at the boundary,
+// by address or in chunks, and big.
+TEST_P(TransportEngineTest, SendWriteAndReadOfEverySizeArriveIntact) {
+  auto [qa, qb] = pair();
+  ASSERT_NE(qa, nullptr);
+  constexpr size_t kBig = 8 << 20;
+  std::vector<uint8_t> src = pattern(kBig, 3), dst(kBig, 0);
+  Mr* a_mr = a.reg(src.data(), src.size());
+  Mr* b_mr = b.reg(dst.data(), dst.size());
+  ASSERT_TRUE(a_mr && b_mr);
+  uint64_t id = 1;
+  for (uint32_t len : {0u, 1u, 8u, 256u, 8192u, 8193u, 65536u, 200000u, uint32_t{kBig}}) {
+    SCOPED_TRACE("length " + std::to_string(len));
+    std::fill(dst.begin(), dst.end(), 0);
+    ASSERT_EQ(post_recv(qb, id, dst.data(), static_cast<uint32_t>(kBig), b_mr), 0);
+    ASSERT_EQ(post(qa, id, IBV_WR_SEND, src.data(), len, a_mr), 0);
+    auto r = poll_n(b.cq, 1);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(r[0].opcode, IBV_WC_RECV);
+    EXPECT_EQ(r[0].byte_len, len);
+    EXPECT_EQ(std::memcmp(dst.data(), src.data(), len), 0);
+    EXPECT_EQ(dst[len == kBig ? 0 : len], len == kBig ? src[0] : 0);  // nothing beyond
+    auto s = poll_n(a.cq, 1);
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+    ++id;
+
+    std::fill(dst.begin(), dst.end(), 0);
+    ASSERT_EQ(
+        post(qa, id, IBV_WR_RDMA_WRITE, src.data(), len, a_mr, addr_of(dst.data()), b_mr->rkey), 0);
+    s = poll_n(a.cq, 1);
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(std::memcmp(dst.data(), src.data(), len), 0);
+    ++id;
+
+    std::vector<uint8_t> back(len + 1, 0xee);
+    Mr* back_mr = a.reg(back.data(), back.size());
+    ASSERT_EQ(
+        post(qa, id, IBV_WR_RDMA_READ, back.data(), len, back_mr, addr_of(dst.data()), b_mr->rkey),
+        0);
+    s = poll_n(a.cq, 1);
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(s[0].opcode, IBV_WC_RDMA_READ);
+    EXPECT_EQ(std::memcmp(back.data(), src.data(), len), 0);
+    EXPECT_EQ(back[len], 0xee);
+    ++id;
+  }
+}
+
+// A message gathered from several pieces of the sender's memory lands contiguously.
+TEST_P(TransportEngineTest, GatheredPiecesArriveInOrder) {
+  auto [qa, qb] = pair();
+  ASSERT_NE(qa, nullptr);
+  std::vector<uint8_t> src = pattern(1 << 20, 7), dst(1 << 20, 0);
+  Mr* a_mr = a.reg(src.data(), src.size());
+  Mr* b_mr = b.reg(dst.data(), dst.size());
+  ibv_sge sges[4] = {
+      emu_test::sge_of(&src[300000], 100000, a_mr), emu_test::sge_of(&src[0], 20000, a_mr),
+      emu_test::sge_of(&src[700000], 3, a_mr), emu_test::sge_of(&src[500000], 150000, a_mr)};
+  ibv_send_wr wr = emu_test::wr_of(1, IBV_WR_RDMA_WRITE, sges, 4);
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = addr_of(dst.data());
+  wr.wr.rdma.rkey = b_mr->rkey;
+  ASSERT_EQ(emu_test::post(qa, wr), 0);
+  auto s = poll_n(a.cq, 1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+  size_t at = 0;
+  for (const ibv_sge& g : sges) {
+    EXPECT_EQ(std::memcmp(&dst[at], reinterpret_cast<void*>(g.addr), g.length), 0);
+    at += g.length;
+  }
+  EXPECT_EQ(dst[at], 0);
+}
+
+TEST_P(TransportEngineTest, AtomicsExecuteAtTheTarget) {
+  auto [qa, qb] = pair();
+  ASSERT_NE(qa, nullptr);
+  alignas(8) uint64_t result = 0;
+  alignas(8) uint64_t target = 100;
+  Mr* r_mr = a.reg(&result, 8);
+  Mr* t_mr = b.reg(&target, 8);
+  ibv_sge sge = emu_test::sge_of(&result, 8, r_mr);
+  ibv_send_wr wr = emu_test::atomic_wr(1, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge, 1, addr_of(&target),
+                                       t_mr->rkey, 5, 0);
+  ASSERT_EQ(emu_test::post(qa, wr), 0);
+  auto s = poll_n(a.cq, 1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(result, 100u);
+  EXPECT_EQ(target, 105u);
+  wr = emu_test::atomic_wr(2, IBV_WR_ATOMIC_CMP_AND_SWP, &sge, 1, addr_of(&target), t_mr->rkey, 105,
+                           9);
+  ASSERT_EQ(emu_test::post(qa, wr), 0);
+  s = poll_n(a.cq, 1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(result, 105u);
+  EXPECT_EQ(target, 9u);
+}
+
+// Both directions at once, many large writes in flight: the rings fill, answers are held
+// back and flushed, and every byte and every completion arrives exactly once.
+TEST_P(TransportEngineTest, FullRingsInBothDirectionsLoseNothing) {
+  constexpr int kQps = 4;
+  constexpr int kWrites = 200;
+  constexpr uint32_t kLen = 60000;
+  std::vector<std::pair<Qp*, Qp*>> qps;
+  for (int i = 0; i < kQps; ++i) qps.push_back(pair({}, nullptr, kWrites));
+  std::vector<uint8_t> a_src = pattern(kLen, 1), b_src = pattern(kLen, 2);
+  std::vector<std::vector<uint8_t>> a_dst(kQps, std::vector<uint8_t>(kLen)),
+      b_dst(kQps, std::vector<uint8_t>(kLen));
+  Mr* a_src_mr = a.reg(a_src.data(), kLen);
+  Mr* b_src_mr = b.reg(b_src.data(), kLen);
+  std::vector<Mr*> a_dst_mr, b_dst_mr;
+  for (int i = 0; i < kQps; ++i) {
+    a_dst_mr.push_back(a.reg(a_dst[i].data(), kLen));
+    b_dst_mr.push_back(b.reg(b_dst[i].data(), kLen));
+  }
+  std::thread b_side([&] {
+    for (int w = 0; w < kWrites; ++w) {
+      for (int i = 0; i < kQps; ++i) {
+        ASSERT_EQ(post(qps[i].second, w, IBV_WR_RDMA_WRITE, b_src.data(), kLen, b_src_mr,
+                       addr_of(a_dst[i].data()), a_dst_mr[i]->rkey),
+                  0);
+      }
+    }
+  });
+  for (int w = 0; w < kWrites; ++w) {
+    for (int i = 0; i < kQps; ++i) {
+      ASSERT_EQ(post(qps[i].first, w, IBV_WR_RDMA_WRITE, a_src.data(), kLen, a_src_mr,
+                     addr_of(b_dst[i].data()), b_dst_mr[i]->rkey),
+                0);
+    }
+  }
+  b_side.join();
+  auto a_done = poll_n(a.cq, kQps * kWrites, 30000ms);
+  auto b_done = poll_n(b.cq, kQps * kWrites, 30000ms);
+  ASSERT_EQ(a_done.size(), size_t{kQps * kWrites});
+  ASSERT_EQ(b_done.size(), size_t{kQps * kWrites});
+  // Each side's completions: every (QP, wr_id) exactly once.
+  for (const auto* done : {&a_done, &b_done}) {
+    std::map<std::pair<uint32_t, uint64_t>, int> seen;
+    for (const ibv_wc& wc : *done) {
+      EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+      ++seen[{wc.qp_num, wc.wr_id}];
+    }
+    EXPECT_EQ(seen.size(), size_t{kQps * kWrites});
+  }
+  for (int i = 0; i < kQps; ++i) {
+    EXPECT_EQ(a_dst[i], b_src);
+    EXPECT_EQ(b_dst[i], a_src);
+  }
+  EXPECT_TRUE(poll_n(a.cq, 1, 20ms).empty());
+}
+
+TEST_P(TransportEngineTest, RnrRetriesUntilABufferIsPosted) {
+  ConnectOptions o;
+  o.rnr_retry = 7;  // for ever
+  auto [qa, qb] = pair(o);
+  ASSERT_NE(qa, nullptr);
+  std::vector<uint8_t> src = pattern(256, 9), dst(256, 0);
+  Mr* a_mr = a.reg(src.data(), src.size());
+  Mr* b_mr = b.reg(dst.data(), dst.size());
+  ASSERT_EQ(post(qa, 1, IBV_WR_SEND, src.data(), 256, a_mr), 0);
+  EXPECT_TRUE(poll_n(a.cq, 1, 30ms).empty());
+  ASSERT_EQ(post_recv(qb, 2, dst.data(), 256, b_mr), 0);
+  auto s = poll_n(a.cq, 1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+  auto r = poll_n(b.cq, 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(dst, src);
+}
+
+// A program that blocks (no polling) still gets its completion: the transport's own thread
+// delivers it.
+TEST_P(TransportEngineTest, DeliveryNeedsNoPollingOnTheReceiver) {
+  auto [qa, qb] = pair();
+  ASSERT_NE(qa, nullptr);
+  std::vector<uint8_t> src = pattern(100000, 4), dst(100000, 0);
+  Mr* a_mr = a.reg(src.data(), src.size());
+  Mr* b_mr = b.reg(dst.data(), dst.size());
+  for (int round = 0; round < 3; ++round) {
+    std::fill(dst.begin(), dst.end(), 0);
+    // Let both transports' threads go to sleep before the write arrives.
+    std::this_thread::sleep_for(20ms);
+    ASSERT_EQ(post(qa, round, IBV_WR_RDMA_WRITE, src.data(), 100000, a_mr, addr_of(dst.data()),
+                   b_mr->rkey),
+              0);
+    const auto deadline = Clock::now() + 5s;
+    while (dst != src && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    EXPECT_EQ(dst, src);  // b never polled
+    auto s = poll_n(a.cq, 1);
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+  }
+}
+
+TEST_P(TransportEngineTest, SrqSharedByQpsCountsExactly) {
+  Srq* srq = b.create_srq(10);
+  ASSERT_NE(srq, nullptr);
+  auto [qa1, qb1] = pair({}, srq);
+  auto [qa2, qb2] = pair({}, srq);
+  ASSERT_NE(qa2, nullptr);
+  std::vector<uint8_t> src = pattern(64, 4), dst(3 * 64, 0);
+  Mr* a_mr = a.reg(src.data(), src.size());
+  Mr* b_mr = b.reg(dst.data(), dst.size());
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(post_recv(srq, 10 + i, &dst[64 * i], 64, b_mr), 0);
+  ASSERT_EQ(post(qa1, 1, IBV_WR_SEND, src.data(), 64, a_mr), 0);
+  ASSERT_EQ(poll_n(a.cq, 1).size(), 1u);
+  auto c = srq->counts();
+  EXPECT_EQ(c.available, 2u);
+  EXPECT_EQ(c.outstanding, 3u);
+  ASSERT_EQ(post(qa2, 2, IBV_WR_SEND, src.data(), 64, a_mr), 0);
+  ASSERT_EQ(poll_n(a.cq, 1).size(), 1u);
+  auto r = poll_n(b.cq, 2);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_NE(r[0].qp_num, r[1].qp_num);
+  c = srq->counts();
+  EXPECT_EQ(c.available, 1u);
+  EXPECT_EQ(c.outstanding, 1u);
+}
+
+TEST_P(TransportEngineTest, DroppedLinkFlushesEveryOutstandingRequestOnce) {
+  ConnectOptions o;
+  o.rnr_retry = 7;
+  auto [qa, qb] = pair(o);
+  ASSERT_NE(qa, nullptr);
+  std::vector<uint8_t> buf(4 * 256, 1);
+  Mr* a_mr = a.reg(buf.data(), buf.size());
+  ASSERT_EQ(post_recv(qa, 100, &buf[0], 256, a_mr), 0);
+  ASSERT_EQ(post_recv(qa, 101, &buf[256], 256, a_mr), 0);
+  for (uint64_t id = 1; id <= 3; ++id)
+    ASSERT_EQ(post(qa, id, IBV_WR_SEND, &buf[512], 256, a_mr), 0);
+  EXPECT_TRUE(poll_n(a.cq, 1, 20ms).empty());
+  ASSERT_TRUE(drop_connections(b.node->transport()));
+  auto wcs = poll_n(a.cq, 5);
+  ASSERT_EQ(wcs.size(), 5u);
+  std::map<uint64_t, int> seen;
+  for (const ibv_wc& wc : wcs) {
+    ++seen[wc.wr_id];
+    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << "wr_id " << wc.wr_id;
+  }
+  for (uint64_t id : {1, 2, 3, 100, 101}) EXPECT_EQ(seen[id], 1) << "wr_id " << id;
+  EXPECT_EQ(state_of(qa), IBV_QPS_ERR);
+  EXPECT_EQ(state_of(qb), IBV_QPS_ERR);
+  EXPECT_TRUE(poll_n(a.cq, 1, 30ms).empty());
+}
+
+TEST_P(TransportEngineTest, PeerNodeGoneMovesQpsToErrorWithoutHang) {
+  auto [qa, qb] = pair();
+  ASSERT_NE(qa, nullptr);
+  std::vector<uint8_t> buf(256, 1);
+  Mr* a_mr = a.reg(buf.data(), buf.size());
+  ASSERT_EQ(post_recv(qa, 100, buf.data(), 256, a_mr), 0);
+  b.tear_down();
+  auto wcs = poll_n(a.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 100u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(state_of(qa), IBV_QPS_ERR);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, TransportEngineTest,
+                         ::testing::Values("shm", "shm_chunked", "tcp"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace

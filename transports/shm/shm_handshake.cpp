@@ -1,0 +1,164 @@
+#include "transports/shm/shm_handshake.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+
+namespace emu::shm {
+
+namespace {
+
+constexpr uint64_t kProbeValue = 0x21616d6472756d65ull;  // "emurdma!"
+const volatile uint64_t probe_value = kProbeValue;
+
+socklen_t abstract_address(const std::string& name, sockaddr_un* sa) {
+  std::memset(sa, 0, sizeof *sa);
+  sa->sun_family = AF_UNIX;
+  // A leading NUL puts the name in the abstract namespace: nothing on disk to clean up after
+  // a crash, and the name dies with the socket.
+  const size_t n = std::min(name.size(), sizeof(sa->sun_path) - 1);
+  std::memcpy(sa->sun_path + 1, name.data(), n);
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+}
+
+std::string errno_text(const char* what) {
+  return std::string(what) + ": " + std::strerror(errno);
+}
+
+}  // namespace
+
+int listen_at(const std::string& name, std::string* why) {
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    *why = errno_text("socket");
+    return -1;
+  }
+  sockaddr_un sa;
+  const socklen_t len = abstract_address(name, &sa);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), len) != 0 || ::listen(fd, 128) != 0) {
+    *why = errno_text("bind/listen");
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int dial(const std::string& name, std::string* why) {
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *why = errno_text("socket");
+    return -1;
+  }
+  sockaddr_un sa;
+  const socklen_t len = abstract_address(name, &sa);
+  int rc;
+  do {
+    rc = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), len);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    *why = errno_text("connect");
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+pid_t same_user_peer(int fd, std::string* why) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    *why = errno_text("SO_PEERCRED");
+    return -1;
+  }
+  if (cred.uid != ::geteuid()) {
+    *why = "peer pid " + std::to_string(cred.pid) + " runs as uid " + std::to_string(cred.uid) +
+           ", not ours (" + std::to_string(::geteuid()) + ")";
+    return -1;
+  }
+  return cred.pid;
+}
+
+bool send_message(int fd, const void* msg, size_t len, const int* fds, int nfds) {
+  iovec iov{const_cast<void*>(msg), len};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  if (nfds > 0) {
+    mh.msg_control = control;
+    mh.msg_controllen = CMSG_SPACE(static_cast<size_t>(nfds) * sizeof(int));
+    cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(static_cast<size_t>(nfds) * sizeof(int));
+    std::memcpy(CMSG_DATA(c), fds, static_cast<size_t>(nfds) * sizeof(int));
+  }
+  ssize_t n;
+  do {
+    n = ::sendmsg(fd, &mh, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(len);
+}
+
+bool receive_message(int fd, void* msg, size_t len, int* fds, int nfds,
+                     std::chrono::milliseconds timeout, std::string* why) {
+  pollfd p{fd, POLLIN, 0};
+  int ready;
+  do {
+    ready = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  } while (ready < 0 && errno == EINTR);
+  if (ready <= 0) {
+    *why = ready == 0 ? "no answer in time" : errno_text("poll");
+    return false;
+  }
+  iovec iov{msg, len};
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = ::recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  int got = 0;
+  int received[4];
+  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const int count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int i = 0; i < count && got < 4; ++i) {
+      std::memcpy(&received[got++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+  }
+  const bool ok = n == static_cast<ssize_t>(len) && got == nfds &&
+                  (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) == 0;
+  if (!ok) {
+    for (int i = 0; i < got; ++i) ::close(received[i]);
+    *why = n < 0    ? errno_text("recvmsg")
+           : n == 0 ? std::string("peer closed the connection")
+                    : std::string("malformed handshake message");
+    return false;
+  }
+  for (int i = 0; i < nfds; ++i) fds[i] = received[i];
+  return true;
+}
+
+bool can_read_memory_of(pid_t pid, uint64_t addr) {
+  uint64_t value = 0;
+  iovec local{&value, sizeof value};
+  iovec remote{reinterpret_cast<void*>(addr), sizeof value};
+  return ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == sizeof value && value == kProbeValue;
+}
+
+uint64_t probe_address() {
+  return reinterpret_cast<uint64_t>(const_cast<const uint64_t*>(&probe_value));
+}
+
+}  // namespace emu::shm

@@ -1,0 +1,358 @@
+#include "transports/shm/shm_link.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "transports/shm/shm_payload.h"
+
+namespace emu::shm {
+
+namespace {
+
+bool is_answer(FrameOp op) {
+  return op == FrameOp::kAck || op == FrameOp::kNak || op == FrameOp::kReadResponse ||
+         op == FrameOp::kAtomicResponse;
+}
+
+// Copies len bytes starting offset bytes into the payload described by iov.
+void gather(const iovec* iov, size_t n, uint64_t offset, uint8_t* dst, uint64_t len) {
+  for (size_t i = 0; i < n && len > 0; ++i) {
+    if (offset >= iov[i].iov_len) {
+      offset -= iov[i].iov_len;
+      continue;
+    }
+    const uint64_t piece = std::min<uint64_t>(iov[i].iov_len - offset, len);
+    std::memcpy(dst, static_cast<const uint8_t*>(iov[i].iov_base) + offset, piece);
+    dst += piece;
+    len -= piece;
+    offset = 0;
+  }
+}
+
+struct ChunkHead {
+  uint64_t bytes;
+};
+
+// The largest record a held frame can need next: wait_for_room asks for this much, which
+// is never more than an empty ring holds.
+constexpr uint32_t kLargestRecord =
+    record_size(sizeof(RecordHead) + std::max<size_t>(sizeof(ChunkHead) + kChunkBytes,
+                                                      sizeof(FrameRecord) + kInlineMax));
+
+}  // namespace
+
+ShmLink::ShmLink(LinkOwner& owner, LinkSetup setup)
+    : owner_(owner),
+      segment_(std::move(setup.segment)),
+      socket_fd_(setup.socket_fd),
+      peer_doorbell_fd_(setup.peer_doorbell_fd),
+      peer_pid_(setup.peer_pid),
+      peer_(setup.peer) {
+  const auto out = setup.dialer ? Segment::kDialerToAcceptor : Segment::kAcceptorToDialer;
+  const auto in = setup.dialer ? Segment::kAcceptorToDialer : Segment::kDialerToAcceptor;
+  producer_ = RingProducer(segment_->control(out), segment_->data(out));
+  consumer_ = RingConsumer(segment_->control(in), segment_->data(in));
+  incoming_ = segment_->control(in);
+}
+
+ShmLink::~ShmLink() {
+  ::close(socket_fd_);
+  ::close(peer_doorbell_fd_);
+}
+
+bool ShmLink::mark_down() {
+  return up_.exchange(false, std::memory_order_acq_rel);
+}
+
+void ShmLink::set_we_read_in_place(bool can) {
+  incoming_->consumer_single_copy.store(can ? 1 : 0, std::memory_order_release);
+}
+
+void ShmLink::ring_peer_doorbell() {
+  const uint64_t one = 1;
+  // The counter cannot overflow in practice; a failed write means the peer is gone, which
+  // its socket reports.
+  [[maybe_unused]] ssize_t n = ::write(peer_doorbell_fd_, &one, sizeof one);
+}
+
+bool ShmLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
+  // Once down, frames are lost as on a cut wire: the QPs learn it from on_link_down.
+  if (!up()) return true;
+  uint64_t total = 0;
+  for (size_t i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
+  if (total > kMaxPayload) return true;  // the engine never builds such a frame
+  const bool answer = is_answer(header.op);
+  bool wake = false;
+  {
+    std::lock_guard lock(send_lock_);
+    if (!backlog_.empty()) {
+      // Frames keep their order: nothing overtakes what is held.
+      if (!answer) return false;
+      hold(header, iov, iovcnt, total, nullptr);
+      return true;
+    }
+    Outgoing progress;
+    if (emit(header, iov, iovcnt, total, &progress) == Emit::kBlocked) {
+      // A request not yet begun can be refused (the engine retries it from progress); an
+      // answer, or a chunked frame already begun, is held and flushed as room appears.
+      if (!answer && !progress.started) return false;
+      hold(header, iov, iovcnt, total, &progress);
+      if (producer_.wait_for_room(kLargestRecord)) flush_locked();
+    }
+    wake = producer_.take_consumer_sleeping();
+  }
+  if (wake) ring_peer_doorbell();
+  return true;
+}
+
+ShmLink::Emit ShmLink::emit(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
+                            Outgoing* progress) {
+  if (!progress->started) {
+    if (total <= kInlineMax)
+      return write_inline(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
+    if (iovcnt <= kMaxRemoteIov && producer_.consumer_single_copy()) {
+      return write_remote(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
+    }
+    if (!write_frame_record(kFrameStaged, h, total)) return Emit::kBlocked;
+    progress->started = true;
+  }
+  while (progress->sent < total) {
+    const uint64_t chunk = std::min<uint64_t>(kChunkBytes, total - progress->sent);
+    uint8_t* p = producer_.reserve(record_size(sizeof(RecordHead) + sizeof(ChunkHead) + chunk));
+    if (p == nullptr) return Emit::kBlocked;
+    const ChunkHead ch{chunk};
+    std::memcpy(p, &ch, sizeof ch);
+    gather(iov, iovcnt, progress->sent, p + sizeof ch, chunk);
+    producer_.commit(kChunk);
+    progress->sent += chunk;
+  }
+  return Emit::kDone;
+}
+
+bool ShmLink::write_inline(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total) {
+  uint8_t* p = producer_.reserve(record_size(sizeof(RecordHead) + sizeof(FrameRecord) + total));
+  if (p == nullptr) return false;
+  const FrameRecord fr{h, static_cast<uint32_t>(total), 0};
+  std::memcpy(p, &fr, sizeof fr);
+  gather(iov, iovcnt, 0, p + sizeof fr, total);
+  producer_.commit(kFrameInline);
+  return true;
+}
+
+bool ShmLink::write_remote(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total) {
+  uint8_t* p = producer_.reserve(
+      record_size(sizeof(RecordHead) + sizeof(FrameRecord) + iovcnt * sizeof(RemoteIov)));
+  if (p == nullptr) return false;
+  const FrameRecord fr{h, static_cast<uint32_t>(total), static_cast<uint32_t>(iovcnt)};
+  std::memcpy(p, &fr, sizeof fr);
+  auto* out = p + sizeof fr;
+  for (size_t i = 0; i < iovcnt; ++i) {
+    const RemoteIov r{reinterpret_cast<uint64_t>(iov[i].iov_base), iov[i].iov_len};
+    std::memcpy(out + i * sizeof r, &r, sizeof r);
+  }
+  producer_.commit(kFrameRemote);
+  return true;
+}
+
+bool ShmLink::write_frame_record(uint32_t kind, const FrameHeader& h, uint64_t total) {
+  uint8_t* p = producer_.reserve(record_size(sizeof(RecordHead) + sizeof(FrameRecord)));
+  if (p == nullptr) return false;
+  const FrameRecord fr{h, static_cast<uint32_t>(total), 0};
+  std::memcpy(p, &fr, sizeof fr);
+  producer_.commit(kind);
+  return true;
+}
+
+void ShmLink::hold(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
+                   const Outgoing* progress) {
+  Outgoing o;
+  o.header = h;
+  o.total = total;
+  if (progress != nullptr) {
+    o.sent = progress->sent;
+    o.started = progress->started;
+  }
+  if (total <= kInlineMax) {
+    // Small payloads may live in the send queue (inline data): copy them now.
+    o.bytes.resize(total);
+    gather(iov, iovcnt, 0, o.bytes.data(), total);
+  } else {
+    o.iov.assign(iov, iov + iovcnt);
+  }
+  backlog_.push_back(std::move(o));
+  backlog_size_.store(backlog_.size(), std::memory_order_release);
+}
+
+bool ShmLink::flush_locked() {
+  bool wrote = false;
+  while (!backlog_.empty()) {
+    Outgoing& o = backlog_.front();
+    iovec one{o.bytes.data(), o.bytes.size()};
+    const iovec* iov = o.bytes.empty() ? o.iov.data() : &one;
+    const size_t n = o.bytes.empty() ? o.iov.size() : 1;
+    const uint64_t sent_before = o.sent;
+    const bool started_before = o.started;
+    const Emit e = emit(o.header, iov, n, o.total, &o);
+    wrote |= o.sent != sent_before || o.started != started_before;
+    if (e == Emit::kBlocked) {
+      if (producer_.wait_for_room(kLargestRecord)) continue;  // room appeared meanwhile
+      break;
+    }
+    wrote = true;
+    backlog_.pop_front();
+    backlog_size_.store(backlog_.size(), std::memory_order_release);
+  }
+  return wrote;
+}
+
+bool ShmLink::flush_backlog() {
+  if (!has_backlog() || !up()) return false;
+  bool wrote;
+  bool wake;
+  {
+    std::lock_guard lock(send_lock_);
+    wrote = flush_locked();
+    wake = wrote && producer_.take_consumer_sleeping();
+  }
+  if (wake) ring_peer_doorbell();
+  return wrote;
+}
+
+void ShmLink::announce_sleep() {
+  consumer_.announce_sleep();
+}
+
+void ShmLink::cancel_sleep() {
+  consumer_.cancel_sleep();
+}
+
+bool ShmLink::incoming_pending() const {
+  // Sequentially consistent: pairs with the producer's tail store (see announce_sleep).
+  return incoming_->tail.load(std::memory_order_seq_cst) !=
+         incoming_->head.load(std::memory_order_acquire);
+}
+
+size_t ShmLink::drain(size_t budget) {
+  if (!up() || !drain_lock_.try_lock()) return 0;
+  size_t records = 0;
+  bool wake_peer = false;
+  std::string why;
+  while (records < budget) {
+    uint64_t available = 0;
+    const RecordHead* rec = consumer_.front(&available);
+    if (rec == nullptr) break;
+    // The peer could rewrite the head at any time: read it once.
+    const uint32_t size = rec->size;
+    const uint32_t kind = rec->kind;
+    if (size < sizeof(RecordHead) || size % 8 != 0 || size > available) {
+      why = "record of " + std::to_string(size) + " bytes where " + std::to_string(available) +
+            " are published";
+      break;
+    }
+    const auto* body = reinterpret_cast<const uint8_t*>(rec + 1);
+    if (!deliver(body, size - static_cast<uint32_t>(sizeof(RecordHead)), kind, &why)) break;
+    wake_peer |= consumer_.pop(size);
+    ++records;
+  }
+  drain_lock_.unlock();
+  if (wake_peer) ring_peer_doorbell();
+  if (!why.empty()) owner_.link_failed(*this, why);
+  return records;
+}
+
+bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why) {
+  FrameSink* sink = owner_.sink();
+  if (kind == kChunk) return deliver_staged_chunk(body, body_bytes, why);
+  if (kind != kFrameInline && kind != kFrameRemote && kind != kFrameStaged) {
+    *why = "unknown record kind " + std::to_string(kind);
+    return false;
+  }
+  if (body_bytes < sizeof(FrameRecord) || staging_) {
+    *why = staging_ ? "a frame inside a chunked frame" : "short frame record";
+    return false;
+  }
+  FrameRecord fr;
+  std::memcpy(&fr, body, sizeof fr);
+  const uint8_t* rest = body + sizeof fr;
+  const uint32_t rest_bytes = body_bytes - static_cast<uint32_t>(sizeof fr);
+
+  if (kind == kFrameInline) {
+    if (fr.payload_bytes > kInlineMax || fr.payload_bytes > rest_bytes) {
+      *why = "inline payload of " + std::to_string(fr.payload_bytes) + " bytes overruns its record";
+      return false;
+    }
+    BytesPayload payload(rest, fr.payload_bytes);
+    if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
+    return true;
+  }
+
+  if (kind == kFrameRemote) {
+    if (fr.iov_count == 0 || fr.iov_count > kMaxRemoteIov ||
+        uint64_t{fr.iov_count} * sizeof(RemoteIov) > rest_bytes) {
+      *why = "remote payload with " + std::to_string(fr.iov_count) + " pieces";
+      return false;
+    }
+    RemoteIov iov[kMaxRemoteIov];
+    std::memcpy(iov, rest, fr.iov_count * sizeof(RemoteIov));
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < fr.iov_count; ++i) {
+      if (iov[i].len > kMaxPayload) sum = kMaxPayload + 1;
+      sum += iov[i].len;
+    }
+    if (sum != fr.payload_bytes || sum > kMaxPayload) {
+      *why = "remote payload pieces do not add up to its length";
+      return false;
+    }
+    RemotePayload payload(peer_pid_, iov, fr.iov_count);
+    if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
+    if (payload.failed()) {
+      *why = "the peer's memory could not be read (process gone?)";
+      return false;
+    }
+    return true;
+  }
+
+  // kFrameStaged: the payload follows in chunks.
+  if (fr.payload_bytes > kMaxPayload) {
+    *why = "chunked payload of " + std::to_string(fr.payload_bytes) + " bytes";
+    return false;
+  }
+  staged_header_ = fr.header;
+  staged_.resize(fr.payload_bytes);
+  staged_filled_ = 0;
+  staging_ = true;
+  if (fr.payload_bytes == 0) return deliver_staged_chunk(nullptr, 0, why);
+  return true;
+}
+
+bool ShmLink::deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std::string* why) {
+  if (!staging_) {
+    *why = "a chunk outside a chunked frame";
+    return false;
+  }
+  if (body != nullptr) {
+    ChunkHead ch{};
+    if (body_bytes < sizeof ch) {
+      *why = "short chunk record";
+      return false;
+    }
+    std::memcpy(&ch, body, sizeof ch);
+    if (ch.bytes == 0 || ch.bytes > body_bytes - sizeof ch ||
+        ch.bytes > staged_.size() - staged_filled_) {
+      *why = "chunk of " + std::to_string(ch.bytes) + " bytes overruns its frame";
+      return false;
+    }
+    std::memcpy(staged_.data() + staged_filled_, body + sizeof ch, ch.bytes);
+    staged_filled_ += ch.bytes;
+  }
+  if (staged_filled_ < staged_.size()) return true;
+  staging_ = false;
+  BytesPayload payload(staged_.data(), staged_.size());
+  if (FrameSink* sink = owner_.sink()) sink->on_frame(*this, staged_header_, payload);
+  std::vector<uint8_t>().swap(staged_);
+  return true;
+}
+
+}  // namespace emu::shm

@@ -1,0 +1,141 @@
+// One attached peer process: the shared segment, our producer side of one ring and consumer
+// side of the other, the Unix socket whose end tells us the peer is gone, and the peer's
+// doorbell.
+//
+// Sending (Link::send) takes the link's send lock, a spin lock: the ring write is a few
+// stores. Payloads up to kInlineMax are copied into the ring; larger ones go by address
+// (the receiver pulls them with process_vm_readv) when the receiver could read our memory at
+// attach, else in chunks. When the ring is full a request is refused (the engine retries it
+// from progress) while an answer, which must never be refused, waits in a backlog that the
+// transport flushes as the peer frees space.
+//
+// Receiving (drain) is done by whichever thread gets the link's drain lock first: the
+// transport's receiver thread or a program thread polling a CQ. Records are read in place:
+// the engine copies payloads straight from the ring (or the sender's memory) to their
+// destination.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "emu/spin_lock.h"
+#include "emu/transport.h"
+#include "transports/shm/shm_ring.h"
+#include "transports/shm/shm_segment.h"
+#include "transports/shm/shm_wire.h"
+
+namespace emu::shm {
+
+class ShmLink;
+
+// What a link needs from its transport.
+class LinkOwner {
+ public:
+  virtual ~LinkOwner() = default;
+  virtual FrameSink* sink() = 0;
+  // The link cannot go on (malformed record, unreadable peer): take it down.
+  virtual void link_failed(ShmLink& link, const std::string& why) = 0;
+};
+
+struct LinkSetup {
+  std::unique_ptr<Segment> segment;
+  bool dialer = false;
+  int socket_fd = -1;         // the handshake socket, kept open; taken by the link
+  int peer_doorbell_fd = -1;  // the peer's eventfd; taken by the link
+  pid_t peer_pid = 0;         // from SO_PEERCRED
+  Gid peer;
+};
+
+class ShmLink : public Link {
+ public:
+  ShmLink(LinkOwner& owner, LinkSetup setup);
+  ~ShmLink() override;
+  ShmLink(const ShmLink&) = delete;
+  ShmLink& operator=(const ShmLink&) = delete;
+
+  // Link
+  bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) override;
+  const Gid& peer() const override { return peer_; }
+  bool up() const override { return up_.load(std::memory_order_acquire); }
+
+  // Delivers up to budget incoming frames to the sink; 0 when another thread is draining.
+  size_t drain(size_t budget);
+  // Writes what the backlog holds as far as the ring allows; true if anything was written.
+  bool flush_backlog();
+  bool has_backlog() const { return backlog_size_.load(std::memory_order_acquire) != 0; }
+
+  // The receiver thread's wake-up protocol (shm_ring.h).
+  void announce_sleep();
+  void cancel_sleep();
+  bool incoming_pending() const;
+
+  // Whether the peer reads our large payloads in place (it could read our memory).
+  bool peer_reads_in_place() const { return producer_.consumer_single_copy(); }
+  void set_we_read_in_place(bool can);
+
+  int socket_fd() const { return socket_fd_; }
+  // Returns once no thread is delivering from this link.
+  void wait_for_drain() {
+    drain_lock_.lock();
+    drain_lock_.unlock();
+  }
+  // Marks the link down; true for the call that did it.
+  bool mark_down();
+
+ private:
+  // A frame on its way out: the caller's iovecs, or (in the backlog) copies of them, and how
+  // far a chunked payload got.
+  struct Outgoing {
+    FrameHeader header{};
+    std::vector<uint8_t> bytes;  // backlog only: the payload, when small enough to copy
+    std::vector<iovec> iov;      // backlog only: the caller's iovecs otherwise
+    uint64_t total = 0;
+    uint64_t sent = 0;     // payload bytes written so far (chunked)
+    bool started = false;  // chunked: the frame record is written
+  };
+  enum class Emit { kDone, kBlocked };
+
+  Emit emit(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
+            Outgoing* progress);
+  bool write_inline(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
+  bool write_remote(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
+  bool write_frame_record(uint32_t kind, const FrameHeader& h, uint64_t total);
+  bool flush_locked();
+  void hold(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
+            const Outgoing* progress);
+  void ring_peer_doorbell();
+
+  bool deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why);
+  bool deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std::string* why);
+
+  LinkOwner& owner_;
+  std::unique_ptr<Segment> segment_;
+  int socket_fd_;
+  int peer_doorbell_fd_;
+  pid_t peer_pid_;
+  Gid peer_;
+  std::atomic<bool> up_{true};
+
+  SpinLock send_lock_;
+  RingProducer producer_;
+  std::deque<Outgoing> backlog_;  // under send_lock_
+  std::atomic<size_t> backlog_size_{0};
+
+  SpinLock drain_lock_;
+  RingConsumer consumer_;
+  RingControl* incoming_;
+  // The chunked frame being reassembled (under drain_lock_).
+  bool staging_ = false;
+  FrameHeader staged_header_{};
+  std::vector<uint8_t> staged_;
+  uint64_t staged_filled_ = 0;
+};
+
+}  // namespace emu::shm

@@ -1,0 +1,58 @@
+#include "transports/shm/shm_payload.h"
+
+namespace emu::shm {
+
+RemotePayload::RemotePayload(pid_t pid, const RemoteIov* iov, uint32_t n)
+    : pid_(pid), iov_(iov), n_(n) {
+  for (uint32_t k = 0; k < n; ++k) left_ += iov[k].len;
+}
+
+void RemotePayload::advance(size_t len) {
+  len = len < left_ ? len : left_;
+  left_ -= len;
+  while (len > 0) {
+    const uint64_t in_this = iov_[i_].len - off_;
+    if (len < in_this) {
+      off_ += len;
+      return;
+    }
+    len -= in_this;
+    ++i_;
+    off_ = 0;
+  }
+  while (i_ < n_ && iov_[i_].len == off_) {
+    ++i_;
+    off_ = 0;
+  }
+}
+
+void RemotePayload::read(void* dst, size_t len) {
+  len = len < left_ ? len : left_;
+  auto* out = static_cast<uint8_t*>(dst);
+  while (len > 0 && !failed_) {
+    // The remote pieces that cover the next len bytes (the kernel takes up to IOV_MAX).
+    iovec remote[kMaxRemoteIov];
+    uint32_t count = 0;
+    uint64_t covered = 0;
+    for (uint32_t k = i_; k < n_ && count < kMaxRemoteIov && covered < len; ++k) {
+      const uint64_t start = k == i_ ? off_ : 0;
+      uint64_t piece = iov_[k].len - start;
+      if (piece > len - covered) piece = len - covered;
+      remote[count++] = iovec{reinterpret_cast<void*>(iov_[k].addr + start), piece};
+      covered += piece;
+    }
+    iovec local{out, covered};
+    const ssize_t n = ::process_vm_readv(pid_, &local, 1, remote, count, 0);
+    if (n <= 0) {
+      failed_ = true;
+      std::memset(out, 0, len);
+      advance(len);
+      return;
+    }
+    out += n;
+    len -= static_cast<size_t>(n);
+    advance(static_cast<size_t>(n));
+  }
+}
+
+}  // namespace emu::shm

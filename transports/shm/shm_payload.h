@@ -1,0 +1,62 @@
+// The three ways a payload reaches the engine from a ring (PayloadSource, emu/transport.h):
+// bytes inside the ring, bytes still in the sender's memory (read with process_vm_readv,
+// straight into the destination), and bytes reassembled from chunks.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "emu/transport.h"
+#include "transports/shm/shm_wire.h"
+
+namespace emu::shm {
+
+// Payload bytes at p (inside the ring, or a reassembly buffer).
+class BytesPayload : public PayloadSource {
+ public:
+  BytesPayload(const uint8_t* p, size_t n) : p_(p), left_(n) {}
+  size_t size() const override { return left_; }
+  void read(void* dst, size_t len) override {
+    len = len < left_ ? len : left_;
+    std::memcpy(dst, p_, len);
+    p_ += len;
+    left_ -= len;
+  }
+  void skip(size_t len) override {
+    len = len < left_ ? len : left_;
+    p_ += len;
+    left_ -= len;
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t left_;
+};
+
+// Payload in the address space of process pid, described by iov. If the process has gone
+// (or unmapped the memory) a read fills the rest with zeros and failed() turns true: the
+// receiver then drops the link, so that nothing built on those bytes is acknowledged.
+class RemotePayload : public PayloadSource {
+ public:
+  RemotePayload(pid_t pid, const RemoteIov* iov, uint32_t n);
+  size_t size() const override { return left_; }
+  void read(void* dst, size_t len) override;
+  void skip(size_t len) override { advance(len); }
+  bool failed() const { return failed_; }
+
+ private:
+  void advance(size_t len);
+
+  pid_t pid_;
+  const RemoteIov* iov_;
+  uint32_t n_;
+  uint32_t i_ = 0;
+  uint64_t off_ = 0;  // within iov_[i_]
+  size_t left_ = 0;
+  bool failed_ = false;
+};
+
+}  // namespace emu::shm

@@ -1,0 +1,116 @@
+// A single-producer/single-consumer ring of variable-length records, laid out in memory that
+// two processes map (the segment of a process pair, shm_segment.h). One ring carries one
+// direction; the producer and consumer each serialise their own side with a lock of their
+// own process, so the ring itself is wait-free for both.
+//
+// Records are 8-byte aligned, start with a RecordHead and never wrap: when a record does not
+// fit before the end of the data area the producer fills the rest with a padding record and
+// starts again at offset 0. Indices run freely (64 bits); offset = index & (capacity - 1).
+//
+// Besides the two indices the control block holds the two flags of the wake-up protocol
+// (docs/wire.md, "Shared memory"): the consumer sets `consumer_sleeping` just before it
+// blocks, and a producer that finds it set clears it and rings the consumer's doorbell; the
+// producer sets `producer_waiting` when the ring is too full for what it holds back, and the
+// consumer that frees space clears it and rings the producer's doorbell. While both sides are
+// busy neither flag is set and no system call is made.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace emu::shm {
+
+inline constexpr size_t kCacheUnit = 128;  // see emu/spsc_ring.h: adjacent-line prefetch
+
+struct RecordHead {
+  uint32_t size;  // whole record in bytes, head included, multiple of 8
+  uint32_t kind;  // RecordKind (shm_wire.h); kPadding fills the end of the data area
+};
+inline constexpr uint32_t kPaddingRecord = 0;
+
+struct RingControl {
+  alignas(kCacheUnit) std::atomic<uint64_t> tail;  // producer: bytes published
+  std::atomic<uint32_t> producer_waiting;
+  alignas(kCacheUnit) std::atomic<uint64_t> head;  // consumer: bytes released
+  std::atomic<uint32_t> consumer_sleeping;
+  // Set by the consumer when it can read the producer's memory with process_vm_readv: the
+  // producer may then describe large payloads by address instead of copying them.
+  std::atomic<uint32_t> consumer_single_copy;
+  alignas(kCacheUnit) uint64_t capacity;  // bytes of data, a power of two; written at creation
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+// Bytes a ring of `capacity` data bytes occupies (control block + data).
+constexpr size_t ring_footprint(size_t capacity) {
+  return sizeof(RingControl) + capacity;
+}
+
+// The producer's view of a ring. Not thread-safe: the caller holds its process's send lock.
+class RingProducer {
+ public:
+  RingProducer() = default;
+  RingProducer(RingControl* control, uint8_t* data);
+
+  // Room for a record of `size` bytes (a multiple of 8, at most max_record()), or nullptr when
+  // the ring is too full now. The record is invisible to the consumer until commit().
+  uint8_t* reserve(uint32_t size);
+  // Publishes the record last reserved (its head is written here).
+  void commit(uint32_t kind);
+  // Whether the consumer can read our memory (RingControl::consumer_single_copy).
+  bool consumer_single_copy() const;
+  // Asks to be woken when the consumer frees space: returns true when there is already room
+  // for `size` bytes (the caller should retry instead of sleeping).
+  bool wait_for_room(uint32_t size);
+  // True (once) if the consumer announced it sleeps: the caller must ring its doorbell.
+  bool take_consumer_sleeping();
+  uint32_t max_record() const { return static_cast<uint32_t>(capacity_ / 4); }
+
+ private:
+  bool fits(uint32_t size);
+
+  RingControl* control_ = nullptr;
+  uint8_t* data_ = nullptr;
+  uint64_t capacity_ = 0;
+  uint64_t tail_ = 0;        // our own index (the shared one lags until commit)
+  uint64_t head_cache_ = 0;  // last value of control->head we read
+  uint8_t* reserved_ = nullptr;
+  uint32_t reserved_size_ = 0;
+};
+
+// The consumer's view of a ring. Not thread-safe: the caller holds its process's drain lock.
+class RingConsumer {
+ public:
+  RingConsumer() = default;
+  RingConsumer(RingControl* control, const uint8_t* data);
+
+  // The oldest unconsumed record, padding skipped, or nullptr when the ring is empty.
+  // *bytes_available says how many bytes lie between the record and the producer's index:
+  // the caller validates the record's size against it before trusting anything in it.
+  const RecordHead* front(uint64_t* bytes_available);
+  // Releases the record front() returned, of `size` bytes. Returns true when the producer
+  // had asked to be woken (the caller rings its doorbell).
+  bool pop(uint32_t size);
+  bool empty();
+  // The wake-up protocol (see the file comment).
+  void announce_sleep();
+  void cancel_sleep();
+  void set_single_copy(bool can) {
+    control_->consumer_single_copy.store(can ? 1 : 0, std::memory_order_release);
+  }
+
+ private:
+  RingControl* control_ = nullptr;
+  const uint8_t* data_ = nullptr;
+  uint64_t capacity_ = 0;
+  uint64_t head_ = 0;
+  uint64_t tail_cache_ = 0;
+};
+
+// Rounds a record's byte count up to the ring's 8-byte alignment.
+constexpr uint32_t record_size(size_t bytes) {
+  return static_cast<uint32_t>((bytes + 7) & ~7ull);
+}
+
+}  // namespace emu::shm

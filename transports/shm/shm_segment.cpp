@@ -1,0 +1,117 @@
+#include "transports/shm/shm_segment.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "transports/shm/shm_wire.h"
+
+namespace emu::shm {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x6d68732d756d65ull;  // "emu-shm"
+
+struct alignas(kCacheUnit) SegmentHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t reserved;
+  uint64_t ring_bytes;
+};
+
+size_t footprint(uint64_t ring_bytes) {
+  return sizeof(SegmentHeader) + 2 * ring_footprint(ring_bytes);
+}
+
+std::string errno_text(const char* what) {
+  return std::string(what) + ": " + std::strerror(errno);
+}
+
+}  // namespace
+
+std::unique_ptr<Segment> Segment::create(uint64_t ring_bytes, int* fd, std::string* why) {
+  const size_t bytes = footprint(ring_bytes);
+  const int memfd = ::memfd_create("emurdma-shm", MFD_CLOEXEC);
+  if (memfd < 0) {
+    *why = errno_text("memfd_create");
+    return nullptr;
+  }
+  // memfds are created 0777 less the umask: only our user may map this one.
+  if (::fchmod(memfd, 0600) != 0 || ::ftruncate(memfd, static_cast<off_t>(bytes)) != 0) {
+    *why = errno_text("memfd set-up");
+    ::close(memfd);
+    return nullptr;
+  }
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  if (base == MAP_FAILED) {
+    *why = errno_text("mmap");
+    ::close(memfd);
+    return nullptr;
+  }
+  auto* header = new (base) SegmentHeader{kMagic, kProtocolVersion, 0, ring_bytes};
+  (void)header;
+  std::unique_ptr<Segment> s(new Segment(base, bytes, ring_bytes));
+  for (Direction d : {kDialerToAcceptor, kAcceptorToDialer}) {
+    auto* c = new (s->control(d)) RingControl{};
+    c->capacity = ring_bytes;
+  }
+  *fd = memfd;
+  return s;
+}
+
+std::unique_ptr<Segment> Segment::attach(int fd, std::string* why) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    *why = errno_text("fstat");
+    return nullptr;
+  }
+  if (static_cast<size_t>(st.st_size) < sizeof(SegmentHeader)) {
+    *why = "segment too small";
+    return nullptr;
+  }
+  const size_t bytes = static_cast<size_t>(st.st_size);
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    *why = errno_text("mmap");
+    return nullptr;
+  }
+  const auto* header = static_cast<const SegmentHeader*>(base);
+  const uint64_t ring_bytes = header->ring_bytes;
+  const bool power_of_two = ring_bytes >= 4096 && (ring_bytes & (ring_bytes - 1)) == 0;
+  if (header->magic != kMagic || header->version != kProtocolVersion || !power_of_two ||
+      ring_bytes > (uint64_t{1} << 30) || footprint(ring_bytes) != bytes) {
+    *why = "segment header not recognised (other version?)";
+    ::munmap(base, bytes);
+    return nullptr;
+  }
+  std::unique_ptr<Segment> s(new Segment(base, bytes, ring_bytes));
+  for (Direction d : {kDialerToAcceptor, kAcceptorToDialer}) {
+    if (s->control(d)->capacity != ring_bytes) {
+      *why = "ring header not recognised";
+      return nullptr;
+    }
+  }
+  return s;
+}
+
+Segment::~Segment() {
+  ::munmap(base_, bytes_);
+}
+
+size_t Segment::ring_offset(Direction d) const {
+  return sizeof(SegmentHeader) + static_cast<size_t>(d) * ring_footprint(ring_bytes_);
+}
+
+RingControl* Segment::control(Direction d) const {
+  return reinterpret_cast<RingControl*>(base_ + ring_offset(d));
+}
+
+uint8_t* Segment::data(Direction d) const {
+  return base_ + ring_offset(d) + sizeof(RingControl);
+}
+
+}  // namespace emu::shm

@@ -1,0 +1,422 @@
+#include "transports/shm/shm_transport.h"
+
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "emu/limits.h"
+#include "emu/spin_lock.h"
+#include "transports/shm/shm_gid.h"
+#include "transports/shm/shm_handshake.h"
+#include "transports/shm/shm_link.h"
+#include "transports/shm/shm_segment.h"
+#include "transports/shm/shm_wire.h"
+
+namespace emu {
+
+namespace {
+
+using namespace shm;
+using Clock = std::chrono::steady_clock;
+
+// Send-queue inline data is always copied into the ring, so no frame references memory a
+// destroyed QP frees: quiesce() has nothing to wait for.
+static_assert(kMaxInline <= kInlineMax);
+
+constexpr size_t kMaxLinks = 4096;
+constexpr size_t kDrainBudget = 64;
+// After traffic the receiver thread spins this long before it sleeps.
+constexpr auto kSpin = std::chrono::microseconds(20);
+// While a program thread polls, the receiver thread only looks in this often.
+constexpr int kPollingProgramNapMs = 1;
+// A sleeping receiver thread needs no timeout (the doorbell wakes it); this is a safety net.
+constexpr int kSleepCapMs = 1000;
+constexpr std::chrono::milliseconds kHandshakeTimeout{2000};
+
+std::atomic<uint32_t> next_instance{1};
+
+class ShmTransport : public Transport, public LinkOwner {
+ public:
+  ShmTransport(const ShmOptions& options, int listen_fd, const ShmAddress& address)
+      : options_(options),
+        address_(address),
+        gid_(gid_of(address, options.ipv4)),
+        listen_fd_(listen_fd),
+        doorbell_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+        active_(new std::atomic<ShmLink*>[kMaxLinks]) {
+    if (doorbell_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+    for (size_t i = 0; i < kMaxLinks; ++i) active_[i].store(nullptr, std::memory_order_relaxed);
+    spdlog::debug("shm: listening as {}", socket_name(address_));
+    receiver_ = std::thread([this] { receiver_main(); });
+  }
+
+  ~ShmTransport() override {
+    stopping_.store(true, std::memory_order_release);
+    ring_own_doorbell();
+    receiver_.join();
+    ::close(listen_fd_);
+    std::lock_guard lock(links_mutex_);
+    for (auto& link : owned_) link->mark_down();
+    owned_.clear();  // closes the sockets: the peers see the end
+    ::close(doorbell_fd_);
+  }
+
+  std::string name() const override { return "shm"; }
+  Gid local_gid() const override { return gid_; }
+
+  void set_sink(FrameSink* sink) override {
+    {
+      std::lock_guard lock(sink_mutex_);
+      sink_.store(sink, std::memory_order_release);
+    }
+    // A delivery that loaded the old sink runs under a drain lock: wait those out.
+    std::vector<std::shared_ptr<ShmLink>> all;
+    {
+      std::lock_guard lock(links_mutex_);
+      all = owned_;
+    }
+    for (auto& link : all) link->wait_for_drain();
+  }
+
+  FrameSink* sink() override { return sink_.load(std::memory_order_acquire); }
+
+  std::shared_ptr<Link> connect(const Gid& peer) override {
+    const std::optional<ShmAddress> addr = address_of(peer);
+    if (!addr) return nullptr;
+    if (auto link = canonical(peer)) return link;
+    std::lock_guard dial_lock(dial_mutex_);
+    if (auto link = canonical(peer)) return link;
+    std::string why;
+    auto link = dial_peer(peer, *addr, &why);
+    if (!link) {
+      spdlog::warn("shm: cannot attach to {}: {}", socket_name(*addr), why);
+      return nullptr;
+    }
+    return link;
+  }
+
+  size_t progress() override {
+    // Tells the receiver thread a program polls, so it keeps out of the way.
+    if (!program_polls_.load(std::memory_order_relaxed)) {
+      program_polls_.store(true, std::memory_order_relaxed);
+    }
+    return drain_all();
+  }
+
+  void quiesce() override {}
+
+  // LinkOwner
+  void link_failed(ShmLink& link, const std::string& why) override {
+    if (!link.mark_down()) return;
+    spdlog::warn("shm: link to peer down: {}", why);
+    {
+      std::lock_guard lock(links_mutex_);
+      auto it = by_peer_.find(link.peer().raw);
+      if (it != by_peer_.end() && it->second.get() == &link) by_peer_.erase(it);
+      links_version_.fetch_add(1, std::memory_order_release);
+    }
+    ring_own_doorbell();
+    std::lock_guard lock(sink_mutex_);
+    if (FrameSink* s = sink_.load(std::memory_order_acquire)) s->on_link_down(link);
+  }
+
+  void drop_connections() {
+    std::vector<std::shared_ptr<ShmLink>> all;
+    {
+      std::lock_guard lock(links_mutex_);
+      all = owned_;
+    }
+    for (auto& link : all) {
+      if (!link->up()) continue;
+      // The peer sees its socket end, exactly as when this process dies.
+      ::shutdown(link->socket_fd(), SHUT_RDWR);
+      link_failed(*link, "connections dropped on request");
+    }
+  }
+
+ private:
+  std::shared_ptr<Link> canonical(const Gid& peer) {
+    std::lock_guard lock(links_mutex_);
+    auto it = by_peer_.find(peer.raw);
+    if (it != by_peer_.end() && it->second->up()) return it->second;
+    return nullptr;
+  }
+
+  void ring_own_doorbell() {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(doorbell_fd_, &one, sizeof one);
+  }
+
+  std::shared_ptr<ShmLink> dial_peer(const Gid& peer, const ShmAddress& addr, std::string* why) {
+    const int fd = dial(socket_name(addr), why);
+    if (fd < 0) return nullptr;
+    LinkSetup setup;
+    setup.dialer = true;
+    setup.socket_fd = fd;
+    setup.peer = peer;
+    setup.peer_pid = same_user_peer(fd, why);
+    int memfd = -1;
+    if (setup.peer_pid > 0) setup.segment = Segment::create(kRingBytes, &memfd, why);
+    if (!setup.segment) {
+      ::close(fd);
+      return nullptr;
+    }
+    Hello hello{kHandshakeMagic, kProtocolVersion, gid_.raw, probe_address()};
+    const int fds[2] = {memfd, doorbell_fd_};
+    const bool sent = send_message(fd, &hello, sizeof hello, fds, 2);
+    ::close(memfd);
+    Welcome welcome{};
+    if (!sent || !receive_message(fd, &welcome, sizeof welcome, &setup.peer_doorbell_fd, 1,
+                                  kHandshakeTimeout, why)) {
+      if (!sent) *why = "the handshake could not be sent";
+      ::close(fd);
+      return nullptr;
+    }
+    if (welcome.magic != kHandshakeMagic || welcome.version != kProtocolVersion ||
+        welcome.gid != peer.raw) {
+      *why = "the peer answered with another protocol version or GID";
+      ::close(fd);
+      ::close(setup.peer_doorbell_fd);
+      return nullptr;
+    }
+    const pid_t pid = setup.peer_pid;
+    auto link = std::make_shared<ShmLink>(*this, std::move(setup));
+    link->set_we_read_in_place(options_.single_copy && can_read_memory_of(pid, welcome.probe_addr));
+    if (!publish(link)) {
+      *why = "too many links";
+      return nullptr;
+    }
+    spdlog::debug("shm: attached to pid {} (reads in place: {})", pid, link->peer_reads_in_place());
+    return link;
+  }
+
+  // The receiver thread's half of the handshake, for one accepted connection.
+  void attach_incoming(int fd) {
+    std::string why;
+    LinkSetup setup;
+    setup.socket_fd = fd;
+    setup.peer_pid = same_user_peer(fd, &why);
+    Hello hello{};
+    int fds[2] = {-1, -1};
+    if (setup.peer_pid < 0 ||
+        !receive_message(fd, &hello, sizeof hello, fds, 2, kHandshakeTimeout, &why)) {
+      spdlog::warn("shm: attach refused: {}", why);
+      ::close(fd);
+      return;
+    }
+    setup.peer_doorbell_fd = fds[1];
+    setup.segment = Segment::attach(fds[0], &why);
+    ::close(fds[0]);
+    if (hello.magic != kHandshakeMagic || hello.version != kProtocolVersion || !setup.segment) {
+      spdlog::warn("shm: attach refused: {}",
+                   setup.segment ? "another protocol version" : why.c_str());
+      ::close(fd);
+      ::close(fds[1]);
+      return;
+    }
+    std::copy(hello.gid.begin(), hello.gid.end(), setup.peer.raw.begin());
+    const pid_t pid = setup.peer_pid;
+    auto link = std::make_shared<ShmLink>(*this, std::move(setup));
+    link->set_we_read_in_place(options_.single_copy && can_read_memory_of(pid, hello.probe_addr));
+    Welcome welcome{kHandshakeMagic, kProtocolVersion, gid_.raw, probe_address()};
+    if (!send_message(fd, &welcome, sizeof welcome, &doorbell_fd_, 1) || !publish(link)) {
+      spdlog::warn("shm: attach of pid {} failed while answering", pid);
+      return;
+    }
+    spdlog::debug("shm: pid {} attached (reads in place: {})", pid, link->peer_reads_in_place());
+  }
+
+  // Makes a new link visible to the drainers and, if the peer has none yet, to connect().
+  bool publish(const std::shared_ptr<ShmLink>& link) {
+    {
+      std::lock_guard lock(links_mutex_);
+      const size_t n = active_count_.load(std::memory_order_relaxed);
+      if (n == kMaxLinks) {
+        spdlog::error("shm: {} links made in this process; no more can be attached", kMaxLinks);
+        return false;
+      }
+      owned_.push_back(link);
+      active_[n].store(link.get(), std::memory_order_release);
+      active_count_.store(n + 1, std::memory_order_release);
+      auto it = by_peer_.find(link->peer().raw);
+      if (it == by_peer_.end()) {
+        by_peer_.emplace(link->peer().raw, link);
+      } else if (!it->second->up()) {
+        it->second = link;
+      }
+      links_version_.fetch_add(1, std::memory_order_release);
+    }
+    ring_own_doorbell();  // the receiver thread watches the new socket and ring
+    return true;
+  }
+
+  size_t drain_all() {
+    size_t delivered = 0;
+    const size_t n = active_count_.load(std::memory_order_acquire);
+    for (size_t i = 0; i < n; ++i) {
+      ShmLink* link = active_[i].load(std::memory_order_acquire);
+      if (!link->up()) continue;
+      delivered += link->drain(kDrainBudget);
+      if (link->has_backlog()) link->flush_backlog();
+    }
+    return delivered;
+  }
+
+  // Arms every up link's sleep flag, then looks once more: true if it is safe to sleep.
+  bool arm_sleep(const std::vector<ShmLink*>& links) {
+    for (ShmLink* l : links) l->announce_sleep();
+    for (ShmLink* l : links) {
+      if (l->incoming_pending()) {
+        for (ShmLink* m : links) m->cancel_sleep();
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void receiver_main() {
+    std::vector<pollfd> fds;
+    std::vector<ShmLink*> fd_links;  // fds[i + 2] belongs to fd_links[i]
+    uint64_t version_seen = UINT64_MAX;
+    auto last_activity = Clock::now();
+    while (!stopping_.load(std::memory_order_acquire)) {
+      if (drain_all() > 0) {
+        last_activity = Clock::now();
+        continue;
+      }
+      if (Clock::now() - last_activity < kSpin) {
+        cpu_relax();
+        continue;
+      }
+      const uint64_t version = links_version_.load(std::memory_order_acquire);
+      if (version != version_seen) {
+        version_seen = version;
+        fds.assign({pollfd{doorbell_fd_, POLLIN, 0}, pollfd{listen_fd_, POLLIN, 0}});
+        fd_links.clear();
+        const size_t n = active_count_.load(std::memory_order_acquire);
+        for (size_t i = 0; i < n; ++i) {
+          ShmLink* link = active_[i].load(std::memory_order_acquire);
+          if (!link->up()) continue;
+          fds.push_back(pollfd{link->socket_fd(), POLLIN, 0});
+          fd_links.push_back(link);
+        }
+      }
+      int timeout_ms = kPollingProgramNapMs;
+      bool armed = false;
+      if (!program_polls_.exchange(false, std::memory_order_relaxed)) {
+        if (!arm_sleep(fd_links)) continue;
+        armed = true;
+        timeout_ms = kSleepCapMs;
+      }
+      for (auto& p : fds) p.revents = 0;
+      const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+      if (armed) {
+        for (ShmLink* l : fd_links) l->cancel_sleep();
+      }
+      last_activity = Clock::now();
+      if (ready <= 0) continue;
+      if (fds[0].revents != 0) {
+        uint64_t count;
+        [[maybe_unused]] ssize_t n = ::read(doorbell_fd_, &count, sizeof count);
+      }
+      if (fds[1].revents != 0) {
+        for (;;) {
+          const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+          if (fd < 0) break;
+          attach_incoming(fd);
+        }
+      }
+      for (size_t i = 2; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        // Nothing is ever sent on the socket after the handshake: readable means it ended.
+        char byte;
+        const ssize_t n = ::recv(fds[i].fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+        if (n == 0 || (fds[i].revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) {
+          // Deliver what the peer wrote before it went, then report the end.
+          fd_links[i - 2]->drain(SIZE_MAX);
+          link_failed(*fd_links[i - 2], "the peer process ended or closed the link");
+        } else if (n > 0) {
+          link_failed(*fd_links[i - 2], "unexpected bytes on the attach socket");
+        }
+      }
+    }
+  }
+
+  const ShmOptions options_;
+  const ShmAddress address_;
+  const Gid gid_;
+  const int listen_fd_;
+  const int doorbell_fd_;
+
+  std::mutex dial_mutex_;
+  std::mutex links_mutex_;
+  std::vector<std::shared_ptr<ShmLink>> owned_;  // every link ever made, freed at the end
+  std::map<std::array<uint8_t, 16>, std::shared_ptr<ShmLink>> by_peer_;
+  std::unique_ptr<std::atomic<ShmLink*>[]> active_;  // the drainers' lock-free view of owned_
+  std::atomic<size_t> active_count_{0};
+  std::atomic<uint64_t> links_version_{0};
+
+  std::mutex sink_mutex_;  // link-down reports
+  std::atomic<FrameSink*> sink_{nullptr};
+
+  std::atomic<bool> program_polls_{false};
+  std::atomic<bool> stopping_{false};
+  std::thread receiver_;
+};
+
+}  // namespace
+
+ShmOptions shm_options_from_environment() {
+  ShmOptions o;
+  const char* single = std::getenv("EMURDMA_SHM_SINGLE_COPY");
+  if (single != nullptr && std::string(single) == "0") o.single_copy = false;
+  return o;
+}
+
+std::unique_ptr<Transport> make_shm_transport(const ShmOptions& options) {
+  ShmAddress address;
+  address.host_tag = local_host_tag();
+  address.pid = static_cast<uint32_t>(::getpid());
+  std::string why;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    address.instance = options.instance;
+    if (address.instance == 0) {
+      do {
+        address.instance = static_cast<uint16_t>(next_instance.fetch_add(1));
+      } while (address.instance == 0);
+    }
+    const int fd = listen_at(socket_name(address), &why);
+    if (fd >= 0) {
+      try {
+        return std::make_unique<ShmTransport>(options, fd, address);
+      } catch (const std::exception& e) {
+        ::close(fd);
+        spdlog::error("shm: {}", e.what());
+        return nullptr;
+      }
+    }
+    if (options.instance != 0) break;  // a chosen instance is not replaced by another
+  }
+  spdlog::error("shm: cannot open the attach socket: {}", why);
+  return nullptr;
+}
+
+bool shm_drop_connections(Transport& t) {
+  auto* shm = dynamic_cast<ShmTransport*>(&t);
+  if (shm == nullptr) return false;
+  shm->drop_connections();
+  return true;
+}
+
+}  // namespace emu
