@@ -8,9 +8,8 @@
 #include "emu/limits.h"
 #include "emu/log.h"
 #include "emu/qp.h"
+#include "transports/auto/auto_transport.h"
 #include "transports/loopback/loopback_transport.h"
-#include "transports/shm/shm_transport.h"
-#include "transports/tcp/tcp_transport.h"
 
 namespace emu {
 
@@ -52,22 +51,25 @@ namespace {
 std::unique_ptr<Transport> transport_from_environment() {
   init_logging();
   const char* env = std::getenv("EMURDMA_TRANSPORT");
-  const std::string want = env ? env : "";
-  if (want == "tcp") {
-    // The address peers dial: EMURDMA_TCP_ADDR="a.b.c.d[:port]", loopback by default.
-    const char* addr = std::getenv("EMURDMA_TCP_ADDR");
-    auto tcp = make_tcp_transport(addr && *addr ? addr : "127.0.0.1");
-    if (tcp) return tcp;
-    spdlog::error("EMURDMA_TRANSPORT=tcp: no listener could be opened; using loopback");
-  } else if (want == "shm") {
-    auto shm = make_shm_transport(shm_options_from_environment());
-    if (shm) return shm;
-    spdlog::error("EMURDMA_TRANSPORT=shm: no attach socket could be opened; using loopback");
-  } else if (!want.empty() && want != "loopback") {
-    spdlog::error("EMURDMA_TRANSPORT={} is not available (this build has: loopback, shm, tcp); "
-                  "using loopback",
+  const std::string want = env && *env ? env : "auto";
+  if (want == "loopback") return make_loopback_transport();
+  TransportChoice choice = TransportChoice::kAuto;
+  if (want == "shm") {
+    choice = TransportChoice::kShm;
+  } else if (want == "tcp") {
+    choice = TransportChoice::kTcp;
+  } else if (want != "auto") {
+    spdlog::error("EMURDMA_TRANSPORT={} is not a transport (auto, shm, tcp, loopback); using auto",
                   want);
   }
+  // The address TCP peers dial: EMURDMA_TCP_ADDR="a.b.c.d[:port]", else this host's address.
+  const char* addr = std::getenv("EMURDMA_TCP_ADDR");
+  auto t = make_auto_transport(addr ? addr : "", choice);
+  if (t) return t;
+  spdlog::error(
+      "EMURDMA_TRANSPORT={}: the transport could not be opened; using loopback "
+      "(this process can reach only itself)",
+      want);
   return make_loopback_transport();
 }
 

@@ -34,8 +34,8 @@ class Node : public FrameSink {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  // The process's node, created on first use with the transport EMURDMA_TRANSPORT selects
-  // (only "loopback" exists until the shm and tcp transports land).
+  // The process's node, created on first use with the transport EMURDMA_TRANSPORT selects:
+  // auto (the default: shared memory on this host, TCP beyond), shm, tcp or loopback.
   static Node& process_default();
 
   Transport& transport() { return *transport_; }

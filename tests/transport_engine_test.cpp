@@ -20,6 +20,7 @@
 #include "emu/srq.h"
 #include "tests/rc_connect.h"
 #include "tests/test_util.h"
+#include "transports/auto/auto_transport.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
 
@@ -39,13 +40,11 @@ using emu_test::pattern;
 
 std::unique_ptr<emu::Transport> make_transport(const std::string& kind) {
   if (kind == "tcp") return emu::make_tcp_transport("127.0.0.1");
+  // What a process gets by default: two nodes of one host talk over shared memory.
+  if (kind == "auto") return emu::make_auto_transport("127.0.0.1");
   emu::ShmOptions o;
   o.single_copy = kind != "shm_chunked";
   return emu::make_shm_transport(o);
-}
-
-bool drop_connections(emu::Transport& t) {
-  return emu::shm_drop_connections(t) || emu::tcp_drop_connections(t);
 }
 
 struct Side {
@@ -402,7 +401,7 @@ TEST_P(TransportEngineTest, DroppedLinkFlushesEveryOutstandingRequestOnce) {
   for (uint64_t id = 1; id <= 3; ++id)
     ASSERT_EQ(post(qa, id, IBV_WR_SEND, &buf[512], 256, a_mr), 0);
   EXPECT_TRUE(poll_n(a.cq, 1, 20ms).empty());
-  ASSERT_TRUE(drop_connections(b.node->transport()));
+  ASSERT_TRUE(emu::drop_connections(b.node->transport()));
   auto wcs = poll_n(a.cq, 5);
   ASSERT_EQ(wcs.size(), 5u);
   std::map<uint64_t, int> seen;
@@ -431,7 +430,7 @@ TEST_P(TransportEngineTest, PeerNodeGoneMovesQpsToErrorWithoutHang) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportEngineTest,
-                         ::testing::Values("shm", "shm_chunked", "tcp"),
+                         ::testing::Values("shm", "shm_chunked", "tcp", "auto"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

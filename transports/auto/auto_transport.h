@@ -1,0 +1,29 @@
+// The transport a process gets by default: shared memory to processes on the same host,
+// TCP to the others, the in-process loopback to itself. Its GID (shm_gid.h) names both the
+// host and process, for shared memory, and the TCP listener, so a peer needs nothing more.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "emu/transport.h"
+
+namespace emu {
+
+enum class TransportChoice { kAuto, kShm, kTcp };
+
+// tcp_listen: "a.b.c.d[:port]" for the TCP listener; empty means the address of this host's
+// first non-loopback IPv4 interface that is up (127.0.0.1 if there is none). choice forces
+// every peer onto one transport (the GID still names both). nullptr, logged, when neither
+// shared memory nor TCP can be opened.
+std::unique_ptr<Transport> make_auto_transport(const std::string& tcp_listen,
+                                               TransportChoice choice = TransportChoice::kAuto);
+
+// Closes every shm and TCP connection of t (any of the transports above) as a dying peer
+// would: each reports on_link_down. For fault tests. False if t has none of those kinds.
+bool drop_connections(Transport& t);
+
+// The address make_auto_transport listens on when given none.
+std::string default_tcp_listen_address();
+
+}  // namespace emu
