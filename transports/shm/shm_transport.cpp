@@ -38,8 +38,12 @@ constexpr size_t kMaxLinks = 4096;
 constexpr size_t kDrainBudget = 64;
 // After traffic the receiver thread spins this long before it sleeps.
 constexpr auto kSpin = std::chrono::microseconds(20);
-// While a program thread polls, the receiver thread only looks in this often.
+// While a program thread busy-polls (at least kBusyPollerPolls progress calls since the
+// receiver thread last looked), the receiver thread only looks in every kPollingProgramNapMs
+// and asks for no doorbell: the program delivers. A program that polls only after events
+// (a few calls) does not count as one, so its messages still wake the receiver at once.
 constexpr int kPollingProgramNapMs = 1;
+constexpr uint32_t kBusyPollerPolls = 64;
 // A sleeping receiver thread needs no timeout (the doorbell wakes it); this is a safety net.
 constexpr int kSleepCapMs = 1000;
 constexpr std::chrono::milliseconds kHandshakeTimeout{2000};
@@ -107,10 +111,11 @@ class ShmTransport : public Transport, public LinkOwner {
   }
 
   size_t progress() override {
-    // Tells the receiver thread a program polls, so it keeps out of the way.
-    if (!program_polls_.load(std::memory_order_relaxed)) {
-      program_polls_.store(true, std::memory_order_relaxed);
-    }
+    // Tells the receiver thread how hard programs poll, so that it keeps out of the way of a
+    // busy poller. Approximate (concurrent pollers may lose counts): only the rate matters,
+    // and a plain store costs no locked instruction on the hot path.
+    program_polls_.store(program_polls_.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_relaxed);
     return drain_all();
   }
 
@@ -289,6 +294,7 @@ class ShmTransport : public Transport, public LinkOwner {
     std::vector<pollfd> fds;
     std::vector<ShmLink*> fd_links;  // fds[i + 2] belongs to fd_links[i]
     uint64_t version_seen = UINT64_MAX;
+    uint32_t polls_seen = 0;
     auto last_activity = Clock::now();
     while (!stopping_.load(std::memory_order_acquire)) {
       if (drain_all() > 0) {
@@ -314,7 +320,10 @@ class ShmTransport : public Transport, public LinkOwner {
       }
       int timeout_ms = kPollingProgramNapMs;
       bool armed = false;
-      if (!program_polls_.exchange(false, std::memory_order_relaxed)) {
+      const uint32_t polls = program_polls_.load(std::memory_order_relaxed);
+      const bool busy_poller = polls - polls_seen >= kBusyPollerPolls;
+      polls_seen = polls;
+      if (!busy_poller) {
         if (!arm_sleep(fd_links)) continue;
         armed = true;
         timeout_ms = kSleepCapMs;
@@ -370,7 +379,7 @@ class ShmTransport : public Transport, public LinkOwner {
   std::mutex sink_mutex_;  // link-down reports
   std::atomic<FrameSink*> sink_{nullptr};
 
-  std::atomic<bool> program_polls_{false};
+  std::atomic<uint32_t> program_polls_{0};  // Transport::progress calls, approximately
   std::atomic<bool> stopping_{false};
   std::thread receiver_;
 };
