@@ -52,8 +52,8 @@ ShmLink::ShmLink(LinkOwner& owner, LinkSetup setup)
       peer_(setup.peer) {
   const auto out = setup.dialer ? Segment::kDialerToAcceptor : Segment::kAcceptorToDialer;
   const auto in = setup.dialer ? Segment::kAcceptorToDialer : Segment::kDialerToAcceptor;
-  producer_ = RingProducer(segment_->control(out), segment_->data(out));
-  consumer_ = RingConsumer(segment_->control(in), segment_->data(in));
+  producer_ = RingProducer(segment_->control(out), segment_->data(out), segment_->sync_key(out));
+  consumer_ = RingConsumer(segment_->control(in), segment_->data(in), segment_->sync_key(in));
   incoming_ = segment_->control(in);
 }
 

@@ -2,10 +2,15 @@
 
 #include <cstring>
 
+#include "transports/shm/shm_tsan.h"
+
 namespace emu::shm {
 
-RingProducer::RingProducer(RingControl* control, uint8_t* data)
-    : control_(control), data_(data), capacity_(control->capacity) {
+RingProducer::RingProducer(RingControl* control, uint8_t* data, const void* sync_key)
+    : control_(control),
+      data_(data),
+      capacity_(control->capacity),
+      sync_key_(sync_key ? sync_key : control) {
   tail_ = control_->tail.load(std::memory_order_relaxed);
   head_cache_ = control_->head.load(std::memory_order_acquire);
 }
@@ -18,6 +23,7 @@ bool RingProducer::fits(uint32_t size) {
   // Full according to our copy: refresh it. The acquire pairs with the consumer's release,
   // so the consumer is done with the bytes before we overwrite them.
   head_cache_ = control_->head.load(std::memory_order_acquire);
+  tsan_acquire(sync_key_);
   return tail_ + need - head_cache_ <= capacity_;
 }
 
@@ -44,6 +50,7 @@ void RingProducer::commit(uint32_t kind) {
   reserved_ = nullptr;
   // Publishes the record (and any padding before it) to the consumer. Sequentially
   // consistent, so that it is ordered before take_consumer_sleeping()'s load (docs/wire.md).
+  tsan_release(sync_key_);
   control_->tail.store(tail_, std::memory_order_seq_cst);
 }
 
@@ -56,6 +63,7 @@ bool RingProducer::wait_for_room(uint32_t size) {
   // The consumer may have freed the space just before seeing our flag: look again (a
   // sequentially consistent load, pairing with pop()'s head store).
   head_cache_ = control_->head.load(std::memory_order_seq_cst);
+  tsan_acquire(sync_key_);
   return fits(size);
 }
 
@@ -66,8 +74,11 @@ bool RingProducer::take_consumer_sleeping() {
   return control_->consumer_sleeping.exchange(0, std::memory_order_acq_rel) != 0;
 }
 
-RingConsumer::RingConsumer(RingControl* control, const uint8_t* data)
-    : control_(control), data_(data), capacity_(control->capacity) {
+RingConsumer::RingConsumer(RingControl* control, const uint8_t* data, const void* sync_key)
+    : control_(control),
+      data_(data),
+      capacity_(control->capacity),
+      sync_key_(sync_key ? sync_key : control) {
   head_ = control_->head.load(std::memory_order_relaxed);
   tail_cache_ = control_->tail.load(std::memory_order_acquire);
 }
@@ -77,6 +88,7 @@ const RecordHead* RingConsumer::front(uint64_t* bytes_available) {
     if (head_ == tail_cache_) {
       // Empty according to our copy: refresh it. The acquire makes the records visible.
       tail_cache_ = control_->tail.load(std::memory_order_acquire);
+      tsan_acquire(sync_key_);
       if (head_ == tail_cache_) return nullptr;
     }
     const uint64_t offset = head_ & (capacity_ - 1);
@@ -91,6 +103,7 @@ const RecordHead* RingConsumer::front(uint64_t* bytes_available) {
       return rec;            // the caller rejects it as malformed
     }
     head_ += contiguous;
+    tsan_release(sync_key_);
     control_->head.store(head_, std::memory_order_release);
   }
 }
@@ -98,6 +111,7 @@ const RecordHead* RingConsumer::front(uint64_t* bytes_available) {
 bool RingConsumer::pop(uint32_t size) {
   head_ += size;
   // Hands the bytes back to the producer.
+  tsan_release(sync_key_);
   control_->head.store(head_, std::memory_order_seq_cst);
   // With the store above, a Dekker pair with wait_for_room().
   if (control_->producer_waiting.load(std::memory_order_seq_cst) == 0) return false;
@@ -106,6 +120,7 @@ bool RingConsumer::pop(uint32_t size) {
 
 bool RingConsumer::empty() {
   tail_cache_ = control_->tail.load(std::memory_order_acquire);
+  tsan_acquire(sync_key_);
   return head_ == tail_cache_;
 }
 

@@ -51,7 +51,8 @@ constexpr size_t ring_footprint(size_t capacity) {
 class RingProducer {
  public:
   RingProducer() = default;
-  RingProducer(RingControl* control, uint8_t* data);
+  // sync_key: see shm_tsan.h (nullptr: the control block itself).
+  RingProducer(RingControl* control, uint8_t* data, const void* sync_key = nullptr);
 
   // Room for a record of `size` bytes (a multiple of 8, at most max_record()), or nullptr when
   // the ring is too full now. The record is invisible to the consumer until commit().
@@ -77,13 +78,14 @@ class RingProducer {
   uint64_t head_cache_ = 0;  // last value of control->head we read
   uint8_t* reserved_ = nullptr;
   uint32_t reserved_size_ = 0;
+  const void* sync_key_ = nullptr;
 };
 
 // The consumer's view of a ring. Not thread-safe: the caller holds its process's drain lock.
 class RingConsumer {
  public:
   RingConsumer() = default;
-  RingConsumer(RingControl* control, const uint8_t* data);
+  RingConsumer(RingControl* control, const uint8_t* data, const void* sync_key = nullptr);
 
   // The oldest unconsumed record, padding skipped, or nullptr when the ring is empty.
   // *bytes_available says how many bytes lie between the record and the producer's index:
@@ -106,6 +108,7 @@ class RingConsumer {
   uint64_t capacity_ = 0;
   uint64_t head_ = 0;
   uint64_t tail_cache_ = 0;
+  const void* sync_key_ = nullptr;
 };
 
 // Rounds a record's byte count up to the ring's 8-byte alignment.

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <new>
 
+#include "transports/shm/shm_tsan.h"
 #include "transports/shm/shm_wire.h"
 
 namespace emu::shm {
@@ -52,9 +53,10 @@ std::unique_ptr<Segment> Segment::create(uint64_t ring_bytes, int* fd, std::stri
     ::close(memfd);
     return nullptr;
   }
-  auto* header = new (base) SegmentHeader{kMagic, kProtocolVersion, 0, ring_bytes};
-  (void)header;
-  std::unique_ptr<Segment> s(new Segment(base, bytes, ring_bytes));
+  new (base) SegmentHeader{kMagic, kProtocolVersion, 0, ring_bytes};
+  struct stat st {};
+  ::fstat(memfd, &st);
+  std::unique_ptr<Segment> s(new Segment(base, bytes, ring_bytes, st.st_ino));
   for (Direction d : {kDialerToAcceptor, kAcceptorToDialer}) {
     auto* c = new (s->control(d)) RingControl{};
     c->capacity = ring_bytes;
@@ -88,7 +90,7 @@ std::unique_ptr<Segment> Segment::attach(int fd, std::string* why) {
     ::munmap(base, bytes);
     return nullptr;
   }
-  std::unique_ptr<Segment> s(new Segment(base, bytes, ring_bytes));
+  std::unique_ptr<Segment> s(new Segment(base, bytes, ring_bytes, st.st_ino));
   for (Direction d : {kDialerToAcceptor, kAcceptorToDialer}) {
     if (s->control(d)->capacity != ring_bytes) {
       *why = "ring header not recognised";
@@ -112,6 +114,15 @@ RingControl* Segment::control(Direction d) const {
 
 uint8_t* Segment::data(Direction d) const {
   return base_ + ring_offset(d) + sizeof(RingControl);
+}
+
+const void* Segment::sync_key(Direction d) const {
+  return tsan_key(inode_, d);
+}
+
+const void* tsan_key(uint64_t inode, int direction) {
+  static char keys[1024];
+  return &keys[(inode * 2 + static_cast<uint64_t>(direction)) % sizeof keys];
 }
 
 }  // namespace emu::shm

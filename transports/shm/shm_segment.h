@@ -29,15 +29,18 @@ class Segment {
 
   RingControl* control(Direction d) const;
   uint8_t* data(Direction d) const;
+  // The same for both mappings of the segment in one process (shm_tsan.h).
+  const void* sync_key(Direction d) const;
 
  private:
-  Segment(void* base, size_t bytes, uint64_t ring_bytes)
-      : base_(static_cast<uint8_t*>(base)), bytes_(bytes), ring_bytes_(ring_bytes) {}
+  Segment(void* base, size_t bytes, uint64_t ring_bytes, uint64_t inode)
+      : base_(static_cast<uint8_t*>(base)), bytes_(bytes), ring_bytes_(ring_bytes), inode_(inode) {}
   size_t ring_offset(Direction d) const;
 
   uint8_t* base_;
   size_t bytes_;
   uint64_t ring_bytes_;
+  uint64_t inode_;
 };
 
 }  // namespace emu::shm
