@@ -58,8 +58,24 @@ ShmLink::ShmLink(LinkOwner& owner, LinkSetup setup)
 }
 
 ShmLink::~ShmLink() {
-  ::close(socket_fd_);
-  ::close(peer_doorbell_fd_);
+  release();
+}
+
+void ShmLink::release() {
+  std::lock_guard drain(drain_lock_);
+  std::lock_guard send(send_lock_);
+  if (socket_fd_ >= 0) ::close(socket_fd_);
+  if (peer_doorbell_fd_ >= 0) ::close(peer_doorbell_fd_);
+  socket_fd_ = peer_doorbell_fd_ = -1;
+  producer_ = RingProducer();
+  consumer_ = RingConsumer();
+  incoming_ = nullptr;
+  segment_.reset();
+  std::deque<Outgoing>().swap(backlog_);
+  backlog_size_.store(0, std::memory_order_release);
+  std::vector<uint8_t>().swap(staged_);
+  staging_ = false;
+  released_.store(true, std::memory_order_release);
 }
 
 bool ShmLink::mark_down() {
@@ -87,6 +103,7 @@ bool ShmLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
   bool wake = false;
   {
     std::lock_guard lock(send_lock_);
+    if (!up()) return true;  // the link may have been released meanwhile
     if (!backlog_.empty()) {
       // Frames keep their order: nothing overtakes what is held.
       if (!answer) return false;
@@ -213,6 +230,7 @@ bool ShmLink::flush_backlog() {
   bool wake;
   {
     std::lock_guard lock(send_lock_);
+    if (!up()) return false;
     wrote = flush_locked();
     wake = wrote && producer_.take_consumer_sleeping();
   }
@@ -236,6 +254,10 @@ bool ShmLink::incoming_pending() const {
 
 size_t ShmLink::drain(size_t budget) {
   if (!up() || !drain_lock_.try_lock()) return 0;
+  if (!up()) {  // taken down (and maybe released) since the check above
+    drain_lock_.unlock();
+    return 0;
+  }
   size_t records = 0;
   bool wake_peer = false;
   std::string why;
@@ -298,7 +320,11 @@ bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, s
     std::memcpy(iov, rest, fr.iov_count * sizeof(RemoteIov));
     uint64_t sum = 0;
     for (uint32_t i = 0; i < fr.iov_count; ++i) {
-      if (iov[i].len > kMaxPayload) sum = kMaxPayload + 1;
+      // Each piece against what is left of the limit, so that the sum cannot wrap around.
+      if (iov[i].len > kMaxPayload - sum) {
+        sum = kMaxPayload + 1;
+        break;
+      }
       sum += iov[i].len;
     }
     if (sum != fr.payload_bytes || sum > kMaxPayload) {

@@ -81,6 +81,14 @@ class ShmLink : public Link {
   void set_we_read_in_place(bool can);
 
   int socket_fd() const { return socket_fd_; }
+  // Frees what a down link holds: socket, doorbell, backlog and the mapping. The object
+  // stays (threads may still hold its address; they see up() false under its locks). Only the
+  // receiver thread calls it, the only thread that touches the rings without those locks.
+  void release();
+  // Set once the transport has reported the link down: release() may follow.
+  void set_retired() { retired_.store(true, std::memory_order_release); }
+  bool retired() const { return retired_.load(std::memory_order_acquire); }
+  bool released() const { return released_.load(std::memory_order_acquire); }
   // Returns once no thread is delivering from this link.
   void wait_for_drain() {
     drain_lock_.lock();
@@ -122,6 +130,8 @@ class ShmLink : public Link {
   pid_t peer_pid_;
   Gid peer_;
   std::atomic<bool> up_{true};
+  std::atomic<bool> retired_{false};
+  std::atomic<bool> released_{false};
 
   SpinLock send_lock_;
   RingProducer producer_;

@@ -119,7 +119,8 @@ bool RingConsumer::pop(uint32_t size) {
 }
 
 bool RingConsumer::empty() {
-  tail_cache_ = control_->tail.load(std::memory_order_acquire);
+  // Sequentially consistent: this is the re-check after announce_sleep() (docs/wire.md).
+  tail_cache_ = control_->tail.load(std::memory_order_seq_cst);
   tsan_acquire(sync_key_);
   return head_ == tail_cache_;
 }

@@ -125,6 +125,9 @@ class ShmTransport : public Transport, public LinkOwner {
   void link_failed(ShmLink& link, const std::string& why) override {
     if (!link.mark_down()) return;
     spdlog::warn("shm: link to peer down: {}", why);
+    // The peer learns it from the socket's end, as when this process dies. Shut down, not
+    // closed: the receiver thread may still be polling the descriptor.
+    ::shutdown(link.socket_fd(), SHUT_RDWR);
     {
       std::lock_guard lock(links_mutex_);
       auto it = by_peer_.find(link.peer().raw);
@@ -132,8 +135,14 @@ class ShmTransport : public Transport, public LinkOwner {
       links_version_.fetch_add(1, std::memory_order_release);
     }
     ring_own_doorbell();
-    std::lock_guard lock(sink_mutex_);
-    if (FrameSink* s = sink_.load(std::memory_order_acquire)) s->on_link_down(link);
+    {
+      std::lock_guard lock(sink_mutex_);
+      if (FrameSink* s = sink_.load(std::memory_order_acquire)) s->on_link_down(link);
+    }
+    // Now the receiver thread may free what the link holds (it rebuilds its list first).
+    link.set_retired();
+    links_version_.fetch_add(1, std::memory_order_release);
+    ring_own_doorbell();
   }
 
   void drop_connections() {
@@ -144,9 +153,7 @@ class ShmTransport : public Transport, public LinkOwner {
     }
     for (auto& link : all) {
       if (!link->up()) continue;
-      // The peer sees its socket end, exactly as when this process dies.
-      ::shutdown(link->socket_fd(), SHUT_RDWR);
-      link_failed(*link, "connections dropped on request");
+      link_failed(*link, "connections dropped on request");  // the peer sees its socket end
     }
   }
 
@@ -234,9 +241,11 @@ class ShmTransport : public Transport, public LinkOwner {
     const pid_t pid = setup.peer_pid;
     auto link = std::make_shared<ShmLink>(*this, std::move(setup));
     link->set_we_read_in_place(options_.single_copy && can_read_memory_of(pid, hello.probe_addr));
+    // Published first, so that a peer told "welcome" is never then dropped for lack of room.
+    if (!publish(link)) return;
     Welcome welcome{kHandshakeMagic, kProtocolVersion, gid_.raw, probe_address()};
-    if (!send_message(fd, &welcome, sizeof welcome, &doorbell_fd_, 1) || !publish(link)) {
-      spdlog::warn("shm: attach of pid {} failed while answering", pid);
+    if (!send_message(fd, &welcome, sizeof welcome, &doorbell_fd_, 1)) {
+      link_failed(*link, "the attach could not be answered");
       return;
     }
     spdlog::debug("shm: pid {} attached (reads in place: {})", pid, link->peer_reads_in_place());
@@ -246,14 +255,18 @@ class ShmTransport : public Transport, public LinkOwner {
   bool publish(const std::shared_ptr<ShmLink>& link) {
     {
       std::lock_guard lock(links_mutex_);
+      // A slot whose link was released is reused: a drainer still holding the old pointer
+      // finds that link down (its object lives on in owned_).
       const size_t n = active_count_.load(std::memory_order_relaxed);
-      if (n == kMaxLinks) {
-        spdlog::error("shm: {} links made in this process; no more can be attached", kMaxLinks);
+      size_t slot = 0;
+      while (slot < n && !active_[slot].load(std::memory_order_relaxed)->released()) ++slot;
+      if (slot == kMaxLinks) {
+        spdlog::error("shm: {} peers attached at once; no more can be", kMaxLinks);
         return false;
       }
       owned_.push_back(link);
-      active_[n].store(link.get(), std::memory_order_release);
-      active_count_.store(n + 1, std::memory_order_release);
+      active_[slot].store(link.get(), std::memory_order_release);
+      if (slot == n) active_count_.store(n + 1, std::memory_order_release);
       auto it = by_peer_.find(link->peer().raw);
       if (it == by_peer_.end()) {
         by_peer_.emplace(link->peer().raw, link);
@@ -313,7 +326,12 @@ class ShmTransport : public Transport, public LinkOwner {
         const size_t n = active_count_.load(std::memory_order_acquire);
         for (size_t i = 0; i < n; ++i) {
           ShmLink* link = active_[i].load(std::memory_order_acquire);
-          if (!link->up()) continue;
+          if (!link->up()) {
+            // Only this thread touches rings without the link's locks, and the link is no
+            // longer in its lists: its resources can go.
+            if (link->retired() && !link->released()) link->release();
+            continue;
+          }
           fds.push_back(pollfd{link->socket_fd(), POLLIN, 0});
           fd_links.push_back(link);
         }
@@ -342,8 +360,16 @@ class ShmTransport : public Transport, public LinkOwner {
       if (fds[1].revents != 0) {
         for (;;) {
           const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-          if (fd < 0) break;
-          attach_incoming(fd);
+          if (fd >= 0) {
+            attach_incoming(fd);
+            continue;
+          }
+          if (errno == EMFILE || errno == ENFILE) {
+            // Out of descriptors: the connection waits in the backlog; do not spin on it.
+            spdlog::warn("shm: cannot accept an attach: {}", std::strerror(errno));
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
+          break;
         }
       }
       for (size_t i = 2; i < fds.size(); ++i) {

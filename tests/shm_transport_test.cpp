@@ -1,0 +1,1376 @@
+// The shared-memory transport (transports/shm) at the wire level: its rings, GIDs and
+// segments on their own, the attach handshake refusing another user, hostile records written
+// by a hand-made peer, reading a peer's memory in place, and dropped connections. The engine
+// running over shm is tested in transport_engine_test.cpp; nothing here goes through a QP.
+#include "transports/shm/shm_transport.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "emu/transport.h"
+#include "transports/auto/auto_transport.h"
+#include "transports/shm/shm_gid.h"
+#include "transports/shm/shm_handshake.h"
+#include "transports/shm/shm_payload.h"
+#include "transports/shm/shm_ring.h"
+#include "transports/shm/shm_segment.h"
+#include "transports/shm/shm_wire.h"
+#include "transports/tcp/tcp_gid.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using emu::FrameHeader;
+using emu::FrameOp;
+using emu::Gid;
+using emu::Link;
+using emu::Transport;
+using emu::shm::FrameRecord;
+using emu::shm::RecordHead;
+using emu::shm::RemoteIov;
+using emu::shm::RingConsumer;
+using emu::shm::RingControl;
+using emu::shm::RingProducer;
+using emu::shm::Segment;
+namespace shm = emu::shm;
+
+// Every wait in this file is bounded by one of these: a test fails, it never hangs.
+constexpr auto kDeliveryLimit = 5s;
+constexpr auto kChildLimit = 10s;
+
+// =============================================================================================
+// Rings
+
+// A ring in private memory, laid out as in a segment: control block, then the data area.
+template <size_t Capacity>
+struct TestRing {
+  static_assert((Capacity & (Capacity - 1)) == 0, "a ring's capacity is a power of two");
+  TestRing() { control.capacity = Capacity; }
+  RingProducer producer() { return RingProducer(&control, data.data()); }
+  RingConsumer consumer() { return RingConsumer(&control, data.data()); }
+
+  RingControl control{};
+  alignas(shm::kCacheUnit) std::array<uint8_t, Capacity> data{};
+};
+
+constexpr size_t kSmallRing = 4096;
+constexpr size_t kStressRing = 16384;
+
+// Writes a record of `size` bytes (head included) whose body is `fill`, and publishes it.
+bool push(RingProducer& producer, uint32_t size, uint32_t kind, uint8_t fill) {
+  uint8_t* body = producer.reserve(size);
+  if (body == nullptr) return false;
+  std::memset(body, fill, size - sizeof(RecordHead));
+  producer.commit(kind);
+  return true;
+}
+
+// What front() shows of the oldest record, copied so the caller may pop it afterwards.
+struct Popped {
+  bool present = false;
+  uint32_t size = 0;
+  uint32_t kind = 0;
+  std::vector<uint8_t> body;
+  const RecordHead* at = nullptr;  // where the record lay in the data area
+};
+
+Popped pop(RingConsumer& consumer) {
+  Popped p;
+  uint64_t available = 0;
+  const RecordHead* rec = consumer.front(&available);
+  if (rec == nullptr) return p;
+  p.present = true;
+  p.size = rec->size;
+  p.kind = rec->kind;
+  p.at = rec;
+  if (p.size >= sizeof(RecordHead) && p.size <= available) {
+    const auto* body = reinterpret_cast<const uint8_t*>(rec + 1);
+    p.body.assign(body, body + (p.size - sizeof(RecordHead)));
+  }
+  consumer.pop(p.size);
+  return p;
+}
+
+TEST(ShmRing, RecordsArriveInOrderWithTheirKindsAndBytes) {
+  auto ring = std::make_unique<TestRing<kSmallRing>>();
+  RingProducer producer = ring->producer();
+  RingConsumer consumer = ring->consumer();
+  EXPECT_TRUE(consumer.empty());
+  EXPECT_FALSE(pop(consumer).present);
+  // Several laps of the ring, a few records at a time, sizes from the smallest to the largest.
+  uint32_t sent = 0, received = 0;
+  // Every size up to max_record(), in a scrambled order.
+  const uint32_t largest_body = producer.max_record() - sizeof(RecordHead);
+  const auto size_of = [&](uint32_t i) {
+    return shm::record_size(sizeof(RecordHead) + (i * 37) % (largest_body + 1));
+  };
+  while (received < 200) {
+    for (int k = 0; k < 3; ++k, ++sent) {
+      ASSERT_TRUE(push(producer, size_of(sent), 1 + sent % 7, static_cast<uint8_t>(sent)));
+    }
+    EXPECT_FALSE(consumer.empty());
+    while (received < sent) {
+      SCOPED_TRACE("record " + std::to_string(received));
+      Popped p = pop(consumer);
+      ASSERT_TRUE(p.present);
+      EXPECT_EQ(p.size, size_of(received));
+      EXPECT_EQ(p.kind, 1 + received % 7);
+      EXPECT_EQ(p.body,
+                std::vector<uint8_t>(p.size - sizeof(RecordHead), static_cast<uint8_t>(received)));
+      ++received;
+    }
+    EXPECT_TRUE(consumer.empty());
+  }
+}
+
+TEST(ShmRing, RecordThatWouldCrossTheEndIsPrecededByPaddingAndArrivesWhole) {
+  auto ring = std::make_unique<TestRing<kSmallRing>>();
+  RingProducer producer = ring->producer();
+  RingConsumer consumer = ring->consumer();
+  // Move both indices to offset 3000.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(push(producer, 1000, 1, 0));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(pop(consumer).present);
+  ASSERT_TRUE(push(producer, 1000, 2, 0xa1));  // 3000..4000: fits before the end
+  ASSERT_TRUE(push(producer, 200, 3, 0xb2));   // 4000..4200 would cross: padding, then at 0
+  // The padding record the producer left at 4000 runs exactly to the end.
+  RecordHead padding;
+  std::memcpy(&padding, ring->data.data() + 4000, sizeof padding);
+  EXPECT_EQ(padding.kind, shm::kPaddingRecord);
+  EXPECT_EQ(padding.size, kSmallRing - 4000);
+
+  Popped first = pop(consumer);
+  ASSERT_TRUE(first.present);
+  EXPECT_EQ(first.kind, 2u);
+  EXPECT_EQ(first.body, std::vector<uint8_t>(1000 - sizeof(RecordHead), 0xa1));
+  Popped wrapped = pop(consumer);  // the padding is skipped, never shown
+  ASSERT_TRUE(wrapped.present);
+  EXPECT_EQ(wrapped.kind, 3u);
+  EXPECT_EQ(wrapped.size, 200u);
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(wrapped.at), ring->data.data());
+  EXPECT_EQ(wrapped.body, std::vector<uint8_t>(200 - sizeof(RecordHead), 0xb2));
+  EXPECT_TRUE(consumer.empty());
+}
+
+TEST(ShmRing, RecordEndingExactlyAtTheEndNeedsNoPadding) {
+  auto ring = std::make_unique<TestRing<kSmallRing>>();
+  RingProducer producer = ring->producer();
+  RingConsumer consumer = ring->consumer();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(push(producer, 1024, 1, 0));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(pop(consumer).present);
+  ASSERT_TRUE(push(producer, 1024, 5, 0x11));  // 3072..4096
+  ASSERT_TRUE(push(producer, 64, 6, 0x22));    // at 0, nothing to pad
+  Popped last_before_end = pop(consumer);
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(last_before_end.at), ring->data.data() + 3072);
+  EXPECT_EQ(last_before_end.kind, 5u);
+  Popped at_start = pop(consumer);
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(at_start.at), ring->data.data());
+  EXPECT_EQ(at_start.kind, 6u);
+  EXPECT_EQ(at_start.body, std::vector<uint8_t>(64 - sizeof(RecordHead), 0x22));
+}
+
+TEST(ShmRing, ReserveRefusesWhenFullAndSucceedsOnceTheConsumerPops) {
+  auto ring = std::make_unique<TestRing<kSmallRing>>();
+  RingProducer producer = ring->producer();
+  RingConsumer consumer = ring->consumer();
+  const uint32_t largest = producer.max_record();
+  for (size_t i = 0; i < kSmallRing / largest; ++i) ASSERT_TRUE(push(producer, largest, 1, 0));
+  EXPECT_EQ(producer.reserve(8), nullptr);
+  EXPECT_EQ(producer.reserve(largest), nullptr);
+  ASSERT_TRUE(pop(consumer).present);
+  EXPECT_EQ(producer.reserve(largest + 8), nullptr);  // never more than max_record()
+  ASSERT_TRUE(push(producer, largest, 2, 0x5a));
+  EXPECT_EQ(producer.reserve(8), nullptr);
+  // What was queued before and after the full ring comes out intact and in order.
+  for (size_t i = 1; i < kSmallRing / largest; ++i) EXPECT_EQ(pop(consumer).kind, 1u);
+  Popped after = pop(consumer);
+  EXPECT_EQ(after.kind, 2u);
+  EXPECT_EQ(after.body, std::vector<uint8_t>(largest - sizeof(RecordHead), 0x5a));
+  EXPECT_TRUE(consumer.empty());
+}
+
+TEST(ShmRing, MaxRecordIsAQuarterOfTheRingAndIsEnforced) {
+  auto ring = std::make_unique<TestRing<kSmallRing>>();
+  RingProducer producer = ring->producer();
+  EXPECT_EQ(producer.max_record(), kSmallRing / 4);
+  EXPECT_EQ(producer.reserve(producer.max_record() + 8), nullptr);  // even in an empty ring
+  EXPECT_NE(producer.reserve(producer.max_record()), nullptr);
+}
+
+TEST(ShmRing, ConsumerSleepingIsTakenExactlyOnceAfterAnnounce) {
+  auto ring = std::make_unique<TestRing<kSmallRing>>();
+  RingProducer producer = ring->producer();
+  RingConsumer consumer = ring->consumer();
+  EXPECT_FALSE(producer.take_consumer_sleeping());
+  consumer.announce_sleep();
+  EXPECT_TRUE(producer.take_consumer_sleeping());
+  EXPECT_FALSE(producer.take_consumer_sleeping());  // one doorbell per announcement
+  consumer.announce_sleep();
+  consumer.cancel_sleep();
+  EXPECT_FALSE(producer.take_consumer_sleeping());
+  ASSERT_TRUE(push(producer, 64, 1, 0));
+  EXPECT_FALSE(producer.take_consumer_sleeping());  // publishing alone asks for no doorbell
+}
+
+TEST(ShmRing, PopReportsAWaitingProducerExactlyOnce) {
+  auto ring = std::make_unique<TestRing<kSmallRing>>();
+  RingProducer producer = ring->producer();
+  RingConsumer consumer = ring->consumer();
+  const uint32_t largest = producer.max_record();
+  for (size_t i = 0; i < kSmallRing / largest; ++i) ASSERT_TRUE(push(producer, largest, 1, 0));
+  EXPECT_FALSE(producer.wait_for_room(largest));  // full: the producer may sleep
+  uint64_t available = 0;
+  const RecordHead* rec = consumer.front(&available);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_TRUE(consumer.pop(rec->size));  // the consumer must ring the producer's doorbell
+  rec = consumer.front(&available);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_FALSE(consumer.pop(rec->size));  // once only
+  EXPECT_NE(producer.reserve(largest), nullptr);
+}
+
+TEST(ShmRing, PopAsksForNoDoorbellWhenNoProducerWaits) {
+  auto ring = std::make_unique<TestRing<kSmallRing>>();
+  RingProducer producer = ring->producer();
+  RingConsumer consumer = ring->consumer();
+  ASSERT_TRUE(push(producer, 64, 1, 0));
+  uint64_t available = 0;
+  const RecordHead* rec = consumer.front(&available);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(available, 64u);
+  EXPECT_FALSE(consumer.pop(rec->size));
+  // A producer that finds room while announcing it waits is told to retry, not to sleep.
+  EXPECT_TRUE(producer.wait_for_room(64));
+}
+
+// Sleeps (bounded) until the eventfd is rung, then clears it. False when the limit passed.
+bool wait_doorbell(int fd, Clock::time_point deadline) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left));
+    if (n < 0 && errno == EINTR) continue;
+    if (n != 1) return false;
+    uint64_t count;
+    [[maybe_unused]] ssize_t r = ::read(fd, &count, sizeof count);
+    return true;
+  }
+}
+
+void ring(int fd) {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(fd, &one, sizeof one);
+}
+
+// The stress record: a sequence number, a checksum of the filler, the filler.
+struct StressHead {
+  uint64_t seq;
+  uint32_t checksum;
+  uint32_t filler_bytes;
+};
+
+// Mostly small records, as the transport's traffic is, and one in eight of any size up to
+// max_record, scrambled so that wraps and full rings fall anywhere.
+uint32_t stress_size(uint64_t seq, uint32_t max_record) {
+  const uint64_t fixed = sizeof(RecordHead) + sizeof(StressHead);
+  const uint64_t spread = seq % 8 == 0 ? max_record - fixed : 128;
+  return shm::record_size(fixed + (seq * 2654435761u) % (spread + 1));
+}
+
+uint8_t stress_byte(uint64_t seq, size_t i) {
+  return static_cast<uint8_t>(seq * 31 + i * 7 + (i >> 8));
+}
+
+uint32_t fnv1a(const uint8_t* p, size_t n) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 16777619u;
+  return h;
+}
+
+// Two threads, the full wake-up protocol of docs/wire.md: a consumer that finds the ring empty
+// announces it sleeps and blocks on its doorbell; a producer that finds it full asks to be
+// woken and blocks on its own. A lost wake-up shows as a doorbell that never rings.
+TEST(ShmRing, TwoThreadStressDeliversEveryRecordIntactAndInOrder) {
+  constexpr uint64_t kRecords = 1'000'000;
+  constexpr int kSpinsBeforeSleep = 64;
+  const auto deadline = Clock::now() + 100s;
+  // Small enough that the ring is often full as well as often empty.
+  auto ring_storage = std::make_unique<TestRing<kStressRing>>();
+  TestRing<kStressRing>& ring_ref = *ring_storage;
+  const uint32_t max_record = ring_ref.producer().max_record();
+  // A wake-up that takes this long was lost (they take microseconds).
+  const auto doorbell_limit = [&] { return std::min(deadline, Clock::now() + 10s); };
+  const int consumer_bell = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  const int producer_bell = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ASSERT_GE(consumer_bell, 0);
+  ASSERT_GE(producer_bell, 0);
+  std::atomic<bool> stop{false};
+  std::string producer_failure;
+
+  std::thread producer_thread([&] {
+    RingProducer producer = ring_ref.producer();
+    std::vector<uint8_t> filler;
+    for (uint64_t seq = 0; seq < kRecords && !stop.load(std::memory_order_relaxed); ++seq) {
+      const uint32_t size = stress_size(seq, max_record);
+      uint8_t* body;
+      int spins = 0;
+      while ((body = producer.reserve(size)) == nullptr) {
+        if (++spins < kSpinsBeforeSleep) {
+          std::this_thread::yield();
+          continue;
+        }
+        spins = 0;
+        if (producer.wait_for_room(size)) continue;  // room appeared as we asked
+        if (!wait_doorbell(producer_bell, doorbell_limit()) ||
+            stop.load(std::memory_order_relaxed)) {
+          producer_failure = "no wake-up for room at record " + std::to_string(seq);
+          stop.store(true);
+          ring(consumer_bell);
+          return;
+        }
+      }
+      const uint32_t filler_bytes = size - sizeof(RecordHead) - sizeof(StressHead);
+      uint8_t* out = body + sizeof(StressHead);
+      for (uint32_t i = 0; i < filler_bytes; ++i) out[i] = stress_byte(seq, i);
+      const StressHead head{seq, fnv1a(out, filler_bytes), filler_bytes};
+      std::memcpy(body, &head, sizeof head);
+      producer.commit(1 + seq % 5);
+      if (producer.take_consumer_sleeping()) ring(consumer_bell);
+    }
+  });
+
+  RingConsumer consumer = ring_ref.consumer();
+  uint64_t expected = 0;
+  uint64_t bad_records = 0;
+  std::string first_bad;
+  std::string consumer_failure;
+  int spins = 0;
+  while (expected < kRecords && !stop.load(std::memory_order_relaxed)) {
+    uint64_t available = 0;
+    const RecordHead* rec = consumer.front(&available);
+    if (rec == nullptr) {
+      if (++spins < kSpinsBeforeSleep) {
+        std::this_thread::yield();
+        continue;
+      }
+      spins = 0;
+      consumer.announce_sleep();
+      if (!consumer.empty()) {  // a record came in as we announced: no sleep
+        consumer.cancel_sleep();
+        continue;
+      }
+      if (!wait_doorbell(consumer_bell, doorbell_limit())) {
+        consumer_failure = "no wake-up for record " + std::to_string(expected);
+        break;
+      }
+      continue;
+    }
+    const uint32_t size = rec->size;
+    StressHead head{};
+    std::string problem;
+    if (size != stress_size(expected, max_record) || size > available) {
+      problem = "size " + std::to_string(size);
+    } else if (rec->kind != 1 + expected % 5) {
+      problem = "kind " + std::to_string(rec->kind);
+    } else {
+      const auto* body = reinterpret_cast<const uint8_t*>(rec + 1);
+      std::memcpy(&head, body, sizeof head);
+      const uint8_t* filler = body + sizeof head;
+      bool filler_ok = head.filler_bytes == size - sizeof(RecordHead) - sizeof head;
+      for (uint32_t i = 0; filler_ok && i < head.filler_bytes; ++i) {
+        filler_ok = filler[i] == stress_byte(expected, i);
+      }
+      if (head.seq != expected) {
+        problem = "sequence " + std::to_string(head.seq);
+      } else if (!filler_ok || head.checksum != fnv1a(filler, head.filler_bytes)) {
+        problem = "bytes";
+      }
+    }
+    if (!problem.empty() && bad_records++ == 0) {
+      first_bad = "record " + std::to_string(expected) + ": bad " + problem;
+    }
+    if (consumer.pop(size)) ring(producer_bell);
+    ++expected;
+  }
+  if (!consumer_failure.empty()) {
+    stop.store(true);
+    ring(producer_bell);
+  }
+  producer_thread.join();
+  ::close(consumer_bell);
+  ::close(producer_bell);
+  EXPECT_EQ(producer_failure, "");
+  EXPECT_EQ(consumer_failure, "");
+  EXPECT_EQ(expected, kRecords);
+  EXPECT_EQ(bad_records, 0u) << first_bad;
+  EXPECT_TRUE(consumer.empty());
+}
+
+// =============================================================================================
+// GIDs
+
+TEST(ShmGid, AddressRoundTripsThroughTheDocumentedLayout) {
+  const shm::ShmAddress address{0xa1b2c3d4, 0x00012345, 0x4321};
+  const Gid gid = shm::gid_of(address, 0x7f000001);
+  const std::array<uint8_t, 16> expected = {0xa1, 0xb2, 0xc3, 0xd4, 0x00, 0x01, 0x23, 0x45,
+                                            0x43, 0x21, 0xff, 0xff, 0x7f, 0x00, 0x00, 0x01};
+  EXPECT_EQ(gid.raw, expected);
+  const auto back = shm::address_of(gid);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(*back, address);
+  // Without a TCP listener the address part is the same.
+  EXPECT_EQ(shm::address_of(shm::gid_of(address, 0)), address);
+}
+
+TEST(ShmGid, HostTagIsNonZeroAndStable) {
+  const uint32_t tag = shm::local_host_tag();
+  EXPECT_NE(tag, 0u);
+  EXPECT_EQ(shm::local_host_tag(), tag);
+  auto t = emu::make_shm_transport();
+  ASSERT_NE(t, nullptr);
+  const auto address = shm::address_of(t->local_gid());
+  ASSERT_TRUE(address.has_value());
+  EXPECT_EQ(address->host_tag, tag);
+  EXPECT_EQ(address->pid, static_cast<uint32_t>(::getpid()));
+}
+
+TEST(ShmGid, GidsThatAreNotSharedMemoryAddressesAreRefused) {
+  const Gid valid = shm::gid_of({0x01020304, 77, 9}, 0);
+  ASSERT_TRUE(shm::address_of(valid).has_value());
+  Gid no_host = valid;
+  std::fill(no_host.raw.begin(), no_host.raw.begin() + 4, 0);
+  EXPECT_FALSE(shm::address_of(no_host).has_value());
+  Gid no_pid = valid;
+  std::fill(no_pid.raw.begin() + 4, no_pid.raw.begin() + 8, 0);
+  EXPECT_FALSE(shm::address_of(no_pid).has_value());
+  Gid no_marker = valid;
+  no_marker.raw[10] = 0;
+  EXPECT_FALSE(shm::address_of(no_marker).has_value());
+  EXPECT_FALSE(shm::address_of(Gid{}).has_value());
+  // A plain TCP GID (bytes 0-7 zero) is not a shm GID.
+  EXPECT_FALSE(shm::address_of(emu::tcp_gid_of({0x7f000001, 4791})).has_value());
+}
+
+TEST(ShmGid, SocketNamesDifferPerProcessAndInstance) {
+  const shm::ShmAddress base{0x11223344, 100, 1};
+  shm::ShmAddress other_pid = base, other_instance = base, other_host = base;
+  other_pid.pid = 101;
+  other_instance.instance = 2;
+  other_host.host_tag = 0x11223345;
+  const std::set<std::string> names = {shm::socket_name(base), shm::socket_name(other_pid),
+                                       shm::socket_name(other_instance),
+                                       shm::socket_name(other_host)};
+  EXPECT_EQ(names.size(), 4u);
+  EXPECT_EQ(shm::socket_name(base), shm::socket_name(shm::ShmAddress{0x11223344, 100, 1}));
+}
+
+TEST(ShmGid, TwoTransportsOfOneProcessHaveDifferentGids) {
+  auto a = emu::make_shm_transport();
+  auto b = emu::make_shm_transport();
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(a->local_gid(), b->local_gid());
+  const auto address_a = shm::address_of(a->local_gid());
+  const auto address_b = shm::address_of(b->local_gid());
+  ASSERT_TRUE(address_a && address_b);
+  EXPECT_NE(shm::socket_name(*address_a), shm::socket_name(*address_b));
+}
+
+// Whether something accepts TCP connections at ep (a plain connect, closed at once).
+bool tcp_listening(const emu::TcpEndpoint& ep) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(ep.port);
+  sa.sin_addr.s_addr = htonl(ep.ipv4);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+  ::close(fd);
+  return ok;
+}
+
+TEST(ShmGid, AutoTransportGidCarriesItsTcpListener) {
+  auto t = emu::make_auto_transport("127.0.0.1");
+  ASSERT_NE(t, nullptr);
+  const Gid gid = t->local_gid();
+  const auto address = shm::address_of(gid);
+  ASSERT_TRUE(address.has_value()) << "the default transport's GID names shared memory";
+  EXPECT_EQ(address->host_tag, shm::local_host_tag());
+  EXPECT_EQ(address->pid, static_cast<uint32_t>(::getpid()));
+  Gid tcp_part = gid;
+  std::fill(tcp_part.raw.begin(), tcp_part.raw.begin() + 8, 0);
+  const auto ep = emu::tcp_endpoint_of(tcp_part);
+  ASSERT_TRUE(ep.has_value()) << "bytes 8-15 are a TCP GID";
+  EXPECT_EQ(ep->ipv4, 0x7f000001u);
+  EXPECT_EQ(ep->port, address->instance);
+  EXPECT_TRUE(tcp_listening(*ep)) << "port " << ep->port;
+}
+
+// =============================================================================================
+// Segments
+
+// The segment header as docs/wire.md describes it (shm_segment.cpp keeps its own copy
+// private): the tests below build segments by hand to make each field wrong in turn.
+struct alignas(shm::kCacheUnit) SegmentHeaderImage {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t reserved;
+  uint64_t ring_bytes;
+};
+constexpr uint64_t kSegmentMagic = 0x6d68732d756d65ull;  // "emu-shm"
+constexpr uint64_t kTestRingBytes = 4096;
+
+size_t segment_bytes(uint64_t ring_bytes) {
+  return sizeof(SegmentHeaderImage) + 2 * shm::ring_footprint(ring_bytes);
+}
+
+// A memfd holding `bytes` bytes, its header (if it fits) and both rings' capacities.
+int handmade_segment(size_t bytes, uint64_t magic, uint32_t version, uint64_t ring_bytes) {
+  const int fd = ::memfd_create("shm-test-segment", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  if (bytes == 0) return fd;
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    ::close(fd);
+    return -1;
+  }
+  if (bytes >= sizeof(SegmentHeaderImage)) {
+    new (base) SegmentHeaderImage{magic, version, 0, ring_bytes};
+  }
+  for (int ring_index = 0; ring_index < 2; ++ring_index) {
+    const size_t at = sizeof(SegmentHeaderImage) + ring_index * shm::ring_footprint(ring_bytes);
+    if (at + sizeof(RingControl) > bytes) break;
+    new (static_cast<uint8_t*>(base) + at) RingControl{};
+    reinterpret_cast<RingControl*>(static_cast<uint8_t*>(base) + at)->capacity = ring_bytes;
+  }
+  ::munmap(base, bytes);
+  return fd;
+}
+
+// Attaches fd and closes it; returns whether the segment was accepted and why not.
+bool attaches(int fd, std::string* why) {
+  auto segment = Segment::attach(fd, why);
+  ::close(fd);
+  return segment != nullptr;
+}
+
+TEST(ShmSegment, CreatedMemfdIsPrivateToItsUserAndSizedForTwoRings) {
+  int fd = -1;
+  std::string why;
+  // A memfd starts as 0777 less the umask: with none, only the transport's fchmod protects it.
+  const mode_t umask_before = ::umask(0);
+  auto segment = Segment::create(kTestRingBytes, &fd, &why);
+  ::umask(umask_before);
+  ASSERT_NE(segment, nullptr) << why;
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0600u) << std::oct << (st.st_mode & 07777);
+  EXPECT_EQ(st.st_uid, ::geteuid());
+  EXPECT_EQ(static_cast<size_t>(st.st_size), segment_bytes(kTestRingBytes));
+  for (auto d : {Segment::kDialerToAcceptor, Segment::kAcceptorToDialer}) {
+    EXPECT_EQ(segment->control(d)->capacity, kTestRingBytes);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(segment->control(d)) % shm::kCacheUnit, 0u);
+  }
+  EXPECT_NE(segment->data(Segment::kDialerToAcceptor), segment->data(Segment::kAcceptorToDialer));
+
+  // The peer's mapping is the same memory: a record written on one side is read on the other.
+  auto peer = Segment::attach(fd, &why);
+  ASSERT_NE(peer, nullptr) << why;
+  ::close(fd);
+  const auto d = Segment::kDialerToAcceptor;
+  EXPECT_EQ(segment->sync_key(d), peer->sync_key(d));  // for TSan, one ring (shm_tsan.h)
+  RingProducer producer(segment->control(d), segment->data(d), segment->sync_key(d));
+  RingConsumer consumer(peer->control(d), peer->data(d), peer->sync_key(d));
+  ASSERT_TRUE(push(producer, 48, 4, 0x3c));
+  Popped p = pop(consumer);
+  EXPECT_EQ(p.kind, 4u);
+  EXPECT_EQ(p.body, std::vector<uint8_t>(40, 0x3c));
+  EXPECT_TRUE(consumer.empty());
+}
+
+TEST(ShmSegment, HandmadeSegmentLikeTheOriginalAttaches) {
+  // The control case for the refusals below: the hand-made layout is the real one.
+  std::string why;
+  const int fd = handmade_segment(segment_bytes(kTestRingBytes), kSegmentMagic,
+                                  shm::kProtocolVersion, kTestRingBytes);
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(attaches(fd, &why)) << why;
+}
+
+TEST(ShmSegment, AttachRefusesMalformedSegments) {
+  struct Case {
+    const char* what;
+    size_t bytes;
+    uint64_t magic;
+    uint32_t version;
+    uint64_t ring_bytes;
+  };
+  const size_t right = segment_bytes(kTestRingBytes);
+  const uint32_t v = shm::kProtocolVersion;
+  const Case cases[] = {
+      {"empty", 0, kSegmentMagic, v, kTestRingBytes},
+      {"smaller than its header", 16, kSegmentMagic, v, kTestRingBytes},
+      {"header only", sizeof(SegmentHeaderImage), kSegmentMagic, v, kTestRingBytes},
+      {"one ring short", right - kTestRingBytes, kSegmentMagic, v, kTestRingBytes},
+      {"larger than its rings", right + 4096, kSegmentMagic, v, kTestRingBytes},
+      {"wrong magic", right, kSegmentMagic ^ 1, v, kTestRingBytes},
+      {"wrong version", right, kSegmentMagic, v + 1, kTestRingBytes},
+      {"ring size not a power of two", segment_bytes(6144), kSegmentMagic, v, 6144},
+      {"ring size below a page", segment_bytes(2048), kSegmentMagic, v, 2048},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const int fd = handmade_segment(c.bytes, c.magic, c.version, c.ring_bytes);
+    ASSERT_GE(fd, 0);
+    std::string why;
+    EXPECT_FALSE(attaches(fd, &why));
+    EXPECT_NE(why, "");
+  }
+}
+
+TEST(ShmSegment, AttachRefusesRingsWhoseCapacityDisagreesWithTheHeader) {
+  const int fd = handmade_segment(segment_bytes(kTestRingBytes), kSegmentMagic,
+                                  shm::kProtocolVersion, kTestRingBytes);
+  ASSERT_GE(fd, 0);
+  // The second ring's control block claims twice the space the header gives it.
+  const uint64_t lie = 2 * kTestRingBytes;
+  const off_t at =
+      static_cast<off_t>(sizeof(SegmentHeaderImage) + shm::ring_footprint(kTestRingBytes) +
+                         offsetof(RingControl, capacity));
+  ASSERT_EQ(::pwrite(fd, &lie, sizeof lie, at), static_cast<ssize_t>(sizeof lie));
+  std::string why;
+  EXPECT_FALSE(attaches(fd, &why));
+  EXPECT_NE(why, "");
+}
+
+// =============================================================================================
+// Transports, sinks and a hand-made peer
+
+struct Received {
+  Gid from;  // the link's peer, read during delivery (a down link may be freed later)
+  FrameHeader header;
+  size_t payload_size = 0;
+  std::vector<uint8_t> payload;  // empty when payload_size is beyond reason
+};
+
+// Records what a transport delivers and reports; every wait is bounded.
+class RecordingSink : public emu::FrameSink {
+ public:
+  void on_frame(Link& from, const FrameHeader& h, emu::PayloadSource& payload) override {
+    Received r{from.peer(), h, payload.size(), {}};
+    // A payload claiming more than any message may hold is recorded, never read.
+    if (r.payload_size <= shm::kMaxPayload) {
+      r.payload.resize(r.payload_size);
+      payload.read(r.payload.data(), r.payload.size());
+    }
+    std::lock_guard lock(mutex_);
+    frames_.push_back(std::move(r));
+    cv_.notify_all();
+  }
+  void on_link_down(Link& link) override {
+    std::lock_guard lock(mutex_);
+    downs_.push_back(link.peer());
+    cv_.notify_all();
+  }
+
+  size_t frames_from(const Gid& peer) {
+    std::lock_guard lock(mutex_);
+    return count_frames(peer);
+  }
+  size_t downs_of(const Gid& peer) {
+    std::lock_guard lock(mutex_);
+    return count_downs(peer);
+  }
+  size_t frame_count() {
+    std::lock_guard lock(mutex_);
+    return frames_.size();
+  }
+  size_t down_count() {
+    std::lock_guard lock(mutex_);
+    return downs_.size();
+  }
+  bool wait_frames_from(const Gid& peer, size_t n, std::chrono::milliseconds limit) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_for(lock, limit, [&] { return count_frames(peer) >= n; });
+  }
+  bool wait_downs_of(const Gid& peer, size_t n, std::chrono::milliseconds limit) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_for(lock, limit, [&] { return count_downs(peer) >= n; });
+  }
+  std::vector<Received> frames() {
+    std::lock_guard lock(mutex_);
+    return frames_;
+  }
+
+ private:
+  size_t count_frames(const Gid& peer) const {
+    size_t n = 0;
+    for (const Received& r : frames_) n += r.from == peer;
+    return n;
+  }
+  size_t count_downs(const Gid& peer) const {
+    size_t n = 0;
+    for (const Gid& g : downs_) n += g == peer;
+    return n;
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<Received> frames_;
+  std::vector<Gid> downs_;
+};
+
+// A shm transport with its recording sink, detached before destruction as a node does.
+struct ShmEndpoint {
+  explicit ShmEndpoint(const emu::ShmOptions& options = {})
+      : transport(emu::make_shm_transport(options)) {
+    if (transport) transport->set_sink(&sink);
+  }
+  ~ShmEndpoint() {
+    if (transport) transport->set_sink(nullptr);
+  }
+  Gid gid() const { return transport->local_gid(); }
+
+  RecordingSink sink;
+  std::unique_ptr<Transport> transport;
+};
+
+FrameHeader frame_header(uint32_t psn, uint32_t length) {
+  FrameHeader h{};
+  h.op = FrameOp::kSend;
+  h.src_qpn = 0x51;
+  h.dst_qpn = 0x52;
+  h.psn = psn;
+  h.length = length;
+  return h;
+}
+
+bool send_frame(Link& link, uint32_t psn, std::vector<uint8_t> bytes = {1, 2, 3, 4, 5}) {
+  iovec iov{bytes.data(), bytes.size()};
+  return link.send(frame_header(psn, static_cast<uint32_t>(bytes.size())), &iov, 1);
+}
+
+// The dialer's half of the handshake written by hand (shm_handshake.h), then a producer on the
+// dialer -> acceptor ring: nothing of ShmTransport, so the test decides every byte the
+// acceptor reads.
+class RawDialer {
+ public:
+  RawDialer() = default;
+  RawDialer(const RawDialer&) = delete;
+  RawDialer& operator=(const RawDialer&) = delete;
+  ~RawDialer() {
+    close_socket();
+    for (int fd : {own_doorbell_, victim_doorbell_}) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+
+  // Attaches to the node at victim, announcing itself as own.
+  bool attach(const Gid& victim, const Gid& own, std::string* why) {
+    const auto address = shm::address_of(victim);
+    if (!address) {
+      *why = "not a shm GID";
+      return false;
+    }
+    socket_ = shm::dial(shm::socket_name(*address), why);
+    if (socket_ < 0 || shm::same_user_peer(socket_, why) <= 0) return false;
+    int memfd = -1;
+    segment_ = Segment::create(shm::kRingBytes, &memfd, why);
+    if (!segment_) return false;
+    own_doorbell_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    const shm::Hello hello{shm::kHandshakeMagic, shm::kProtocolVersion, own.raw,
+                           shm::probe_address()};
+    const int fds[2] = {memfd, own_doorbell_};
+    const bool sent = shm::send_message(socket_, &hello, sizeof hello, fds, 2);
+    ::close(memfd);
+    shm::Welcome welcome{};
+    if (!sent || !shm::receive_message(socket_, &welcome, sizeof welcome, &victim_doorbell_, 1,
+                                       2000ms, why)) {
+      if (!sent) *why = "Hello not sent";
+      return false;
+    }
+    if (welcome.magic != shm::kHandshakeMagic || welcome.gid != victim.raw) {
+      *why = "unexpected Welcome";
+      return false;
+    }
+    producer_ = RingProducer(control(), data(), segment_->sync_key(Segment::kDialerToAcceptor));
+    return true;
+  }
+
+  RingProducer& producer() { return producer_; }
+  RingControl* control() const { return segment_->control(Segment::kDialerToAcceptor); }
+  uint8_t* data() const { return segment_->data(Segment::kDialerToAcceptor); }
+  // As a producer does after publishing (the spurious ring is harmless if it was awake).
+  void ring_victim() { ring(victim_doorbell_); }
+  int socket_fd() const { return socket_; }
+  void close_socket() {
+    if (socket_ >= 0) ::close(socket_);
+    socket_ = -1;
+  }
+
+ private:
+  int socket_ = -1;
+  int own_doorbell_ = -1;
+  int victim_doorbell_ = -1;
+  std::unique_ptr<Segment> segment_;
+  RingProducer producer_;
+};
+
+// A GID for a hand-made peer: this host and process, an instance no transport takes.
+Gid raw_peer_gid() {
+  static std::atomic<uint16_t> next{50000};
+  return shm::gid_of({shm::local_host_tag(), static_cast<uint32_t>(::getpid()), next++}, 0);
+}
+
+// Whether fd reaches end of file within the limit: the other side closed or shut it down.
+bool sees_end_of_stream(int fd, std::chrono::milliseconds limit) {
+  pollfd p{fd, POLLIN, 0};
+  int n;
+  do {
+    n = ::poll(&p, 1, static_cast<int>(limit.count()));
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) return false;
+  char byte;
+  return ::recv(fd, &byte, 1, MSG_DONTWAIT) == 0;
+}
+
+// =============================================================================================
+// Attach refusal: another user
+
+// Waits (bounded) for the child; kills it if it overstays. Its exit code, or -1.
+int reap(pid_t child) {
+  const auto deadline = Clock::now() + kChildLimit;
+  int status = 0;
+  while (::waitpid(child, &status, WNOHANG) == 0) {
+    if (Clock::now() > deadline) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(ShmAttach, ProcessOfAnotherUserIsRefused) {
+  if (::geteuid() != 0) {
+    FAIL() << "this test must run as root (as CI does): it starts a child as user 65534 to "
+              "check that the attach handshake refuses another user";
+  }
+  ShmEndpoint victim;
+  ASSERT_NE(victim.transport, nullptr);
+  const auto address = shm::address_of(victim.gid());
+  ASSERT_TRUE(address.has_value());
+
+  // Everything the child sends is built here: after fork it may only make system calls (the
+  // parent has threads, whose locks the child's copy of the allocator may hold).
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  const std::string name = shm::socket_name(*address);
+  ASSERT_LT(name.size() + 1, sizeof sa.sun_path);
+  std::memcpy(sa.sun_path + 1, name.data(), name.size());
+  const socklen_t sa_len =
+      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  int memfd = -1;
+  std::string why;
+  auto segment = Segment::create(shm::kRingBytes, &memfd, &why);
+  ASSERT_NE(segment, nullptr) << why;
+  const int doorbell = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ASSERT_GE(doorbell, 0);
+  shm::Hello hello{shm::kHandshakeMagic, shm::kProtocolVersion, raw_peer_gid().raw,
+                   shm::probe_address()};
+  iovec iov{&hello, sizeof hello};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  msghdr message{};
+  message.msg_iov = &iov;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof control;
+  cmsghdr* rights = CMSG_FIRSTHDR(&message);
+  rights->cmsg_level = SOL_SOCKET;
+  rights->cmsg_type = SCM_RIGHTS;
+  rights->cmsg_len = CMSG_LEN(2 * sizeof(int));
+  const int fds[2] = {memfd, doorbell};
+  std::memcpy(CMSG_DATA(rights), fds, sizeof fds);
+  const timeval answer_limit{5, 0};
+  shm::Welcome welcome{};
+
+  // Exit codes of the child.
+  enum : int { kClosed = 0, kAnswered = 1, kNoAnswer = 2, kNoSetuid = 3, kNoSocket = 4 };
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // SO_PEERCRED records the credentials at connect(): change user first.
+    if (::syscall(SYS_setuid, 65534) != 0) ::_exit(kNoSetuid);
+    const long fd = ::syscall(SYS_socket, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0) ::_exit(kNoSocket);
+    ::syscall(SYS_setsockopt, fd, SOL_SOCKET, SO_RCVTIMEO, &answer_limit, sizeof answer_limit);
+    if (::syscall(SYS_connect, fd, &sa, sa_len) != 0) ::_exit(kNoSocket);
+    // The victim may close before the Hello arrives: the send failing is a refusal too.
+    ::syscall(SYS_sendmsg, fd, &message, MSG_NOSIGNAL);
+    const long n = ::syscall(SYS_recvfrom, fd, &welcome, sizeof welcome, 0, nullptr, nullptr);
+    if (n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE))) ::_exit(kClosed);
+    ::_exit(n > 0 ? kAnswered : kNoAnswer);
+  }
+  ::close(memfd);
+  ::close(doorbell);
+  const int code = reap(child);
+  EXPECT_EQ(code, kClosed) << (code == kAnswered   ? "the victim answered another user"
+                               : code == kNoAnswer ? "the victim neither answered nor closed"
+                               : code == kNoSetuid ? "setuid(65534) failed in the child"
+                               : code == kNoSocket ? "the child could not connect"
+                                                   : "the child did not exit in time");
+  EXPECT_EQ(victim.sink.frame_count(), 0u);
+  EXPECT_EQ(victim.sink.down_count(), 0u);  // no link was ever made
+
+  // The same user still attaches and delivers.
+  ShmEndpoint friendly;
+  ASSERT_NE(friendly.transport, nullptr);
+  auto link = friendly.transport->connect(victim.gid());
+  ASSERT_NE(link, nullptr);
+  ASSERT_TRUE(send_frame(*link, 1));
+  EXPECT_TRUE(victim.sink.wait_frames_from(friendly.gid(), 1, kDeliveryLimit));
+}
+
+// =============================================================================================
+// Hostile records
+
+// A victim transport, a well-behaved peer with a link to it, and hand-made hostile peers.
+class ShmVictimTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(victim.transport, nullptr);
+    ASSERT_NE(friendly.transport, nullptr);
+    friendly_link = friendly.transport->connect(victim.gid());
+    ASSERT_NE(friendly_link, nullptr);
+    ASSERT_TRUE(send_frame(*friendly_link, 1));
+    ASSERT_TRUE(victim.sink.wait_frames_from(friendly.gid(), 1, kDeliveryLimit));
+  }
+
+  // Attaches a new hand-made peer to the victim under a GID of its own.
+  std::unique_ptr<RawDialer> attach_raw(Gid* gid) {
+    *gid = raw_peer_gid();
+    auto dialer = std::make_unique<RawDialer>();
+    std::string why;
+    if (!dialer->attach(victim.gid(), *gid, &why)) {
+      ADD_FAILURE() << "raw attach: " << why;
+      return nullptr;
+    }
+    return dialer;
+  }
+
+  // The victim took the hostile link down once, delivered nothing from it, and the friendly
+  // link still delivers.
+  void expect_only_the_hostile_link_went_down(RawDialer& dialer, const Gid& hostile) {
+    const bool down = victim.sink.wait_downs_of(hostile, 1, kDeliveryLimit);
+    for (const Received& r : victim.sink.frames()) {
+      if (r.from == hostile) ADD_FAILURE() << "delivered a frame of " << r.payload_size << " bytes";
+    }
+    ASSERT_TRUE(down) << "no on_link_down";
+    // Everything that could report the link a second time: its socket ending, more doorbells,
+    // a program thread draining.
+    dialer.close_socket();
+    dialer.ring_victim();
+    victim.transport->progress();
+    EXPECT_FALSE(victim.sink.wait_downs_of(hostile, 2, 100ms)) << "reported down twice";
+    EXPECT_EQ(victim.sink.frames_from(hostile), 0u);
+    const size_t friendly_frames = victim.sink.frames_from(friendly.gid());
+    ASSERT_TRUE(send_frame(*friendly_link, 2));
+    EXPECT_TRUE(victim.sink.wait_frames_from(friendly.gid(), friendly_frames + 1, kDeliveryLimit));
+    EXPECT_EQ(victim.sink.downs_of(friendly.gid()), 0u);
+    EXPECT_TRUE(friendly_link->up());
+  }
+
+  ShmEndpoint victim;
+  ShmEndpoint friendly;
+  std::shared_ptr<Link> friendly_link;
+};
+
+// Payload a hostile record may point at: real memory of this process, so only the
+// validation stands between it and a delivered frame.
+uint8_t readable_bytes[4096];
+
+std::vector<uint8_t> frame_body(uint32_t payload_bytes, uint32_t iov_count,
+                                const std::vector<uint8_t>& after = {}) {
+  const FrameRecord fr{frame_header(9, payload_bytes), payload_bytes, iov_count};
+  std::vector<uint8_t> body(sizeof fr + after.size());
+  std::memcpy(body.data(), &fr, sizeof fr);
+  std::copy(after.begin(), after.end(), body.begin() + sizeof fr);
+  return body;
+}
+
+std::vector<uint8_t> iov_bytes(const std::vector<RemoteIov>& pieces) {
+  std::vector<uint8_t> out(pieces.size() * sizeof(RemoteIov));
+  std::memcpy(out.data(), pieces.data(), out.size());
+  return out;
+}
+
+// One record through the producer, which writes a truthful head.
+void put(RawDialer& d, uint32_t kind, const std::vector<uint8_t>& body) {
+  uint8_t* at = d.producer().reserve(shm::record_size(sizeof(RecordHead) + body.size()));
+  ASSERT_NE(at, nullptr);
+  std::memcpy(at, body.data(), body.size());
+  d.producer().commit(kind);
+}
+
+// One record whose head says `claimed_size`, published as `published` bytes: a lie the
+// producer cannot tell, so the head is written by hand in the empty ring.
+void put_lying_head(RawDialer& d, uint32_t claimed_size, const std::vector<uint8_t>& body) {
+  const RecordHead head{claimed_size, shm::kFrameInline};
+  std::memcpy(d.data(), &head, sizeof head);
+  std::memcpy(d.data() + sizeof head, body.data(), body.size());
+  d.control()->tail.store(shm::record_size(sizeof head + body.size()), std::memory_order_seq_cst);
+}
+
+std::vector<uint8_t> chunk(uint64_t bytes, size_t carried) {
+  std::vector<uint8_t> out(sizeof bytes + carried, 0x77);
+  std::memcpy(out.data(), &bytes, sizeof bytes);
+  return out;
+}
+
+struct HostileCase {
+  const char* name;
+  std::function<void(RawDialer&)> write;
+};
+void PrintTo(const HostileCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+const HostileCase kHostileCases[] = {
+    {"SizeBeyondPublishedBytes", [](RawDialer& d) { put_lying_head(d, 4096, frame_body(0, 0)); }},
+    {"SizeSmallerThanAHead", [](RawDialer& d) { put_lying_head(d, 0, frame_body(0, 0)); }},
+    {"SizeNotAMultipleOfEight", [](RawDialer& d) { put_lying_head(d, 68, frame_body(0, 0)); }},
+    {"UnknownKind", [](RawDialer& d) { put(d, 99, frame_body(0, 0)); }},
+    {"PaddingBeforeTheEnd",
+     [](RawDialer& d) {
+       put(d, shm::kPaddingRecord, std::vector<uint8_t>(16));
+       put(d, shm::kFrameInline, frame_body(0, 0));
+     }},
+    {"FrameRecordCutShort",
+     [](RawDialer& d) {
+       put(d, shm::kFrameInline, {1, 2, 3, 4});
+     }},
+    {"InlinePayloadOverrunsItsRecord",
+     [](RawDialer& d) {
+       put(d, shm::kFrameInline, frame_body(1000, 0, std::vector<uint8_t>(16)));
+     }},
+    {"InlinePayloadBeyondTheInlineLimit",
+     [](RawDialer& d) {
+       const uint32_t n = shm::kInlineMax + 8;
+       put(d, shm::kFrameInline, frame_body(n, 0, std::vector<uint8_t>(n)));
+     }},
+    {"RemoteWithoutPieces", [](RawDialer& d) { put(d, shm::kFrameRemote, frame_body(0, 0)); }},
+    {"RemoteWithTooManyPieces",
+     [](RawDialer& d) {
+       std::vector<RemoteIov> pieces(shm::kMaxRemoteIov + 1,
+                                     RemoteIov{reinterpret_cast<uint64_t>(readable_bytes), 16});
+       put(d, shm::kFrameRemote,
+           frame_body(16 * (shm::kMaxRemoteIov + 1), shm::kMaxRemoteIov + 1, iov_bytes(pieces)));
+     }},
+    {"RemotePiecesBeyondTheirRecord",
+     [](RawDialer& d) {
+       const RemoteIov piece{reinterpret_cast<uint64_t>(readable_bytes), 16};
+       put(d, shm::kFrameRemote, frame_body(64, 4, iov_bytes({piece})));
+     }},
+    {"RemotePiecesNotAddingUp",
+     [](RawDialer& d) {
+       const auto at = reinterpret_cast<uint64_t>(readable_bytes);
+       put(d, shm::kFrameRemote, frame_body(300, 2, iov_bytes({{at, 100}, {at + 100, 100}})));
+     }},
+    {"RemotePieceLengthsWrappingToThePayloadLength",
+     [](RawDialer& d) {
+       // 2^64 - (2^31 + 1) + 100: the over-long piece and the guard's stand-in value wrap to
+       // exactly the announced 100 bytes.
+       const uint64_t wrapping = 0 - (shm::kMaxPayload + 1) + 100;
+       const auto at = reinterpret_cast<uint64_t>(readable_bytes);
+       put(d, shm::kFrameRemote, frame_body(100, 1, iov_bytes({{at, wrapping}})));
+     }},
+    {"ChunkOutsideAStagedFrame", [](RawDialer& d) { put(d, shm::kChunk, chunk(8, 8)); }},
+    {"ChunkBeyondItsStagedFrame",
+     [](RawDialer& d) {
+       put(d, shm::kFrameStaged, frame_body(8, 0));
+       put(d, shm::kChunk, chunk(16, 16));
+     }},
+    {"ChunkLongerThanItsRecord",
+     [](RawDialer& d) {
+       put(d, shm::kFrameStaged, frame_body(64, 0));
+       put(d, shm::kChunk, chunk(64, 8));
+     }},
+    {"FrameInsideAStagedFrame",
+     [](RawDialer& d) {
+       put(d, shm::kFrameStaged, frame_body(100, 0));
+       put(d, shm::kFrameInline, frame_body(4, 0, {1, 2, 3, 4}));
+     }},
+};
+
+class ShmHostileRecordTest : public ShmVictimTest,
+                             public ::testing::WithParamInterface<HostileCase> {};
+
+TEST_P(ShmHostileRecordTest, TakesDownOnlyThatLinkAndDeliversNothingFromIt) {
+  Gid hostile;
+  auto dialer = attach_raw(&hostile);
+  ASSERT_NE(dialer, nullptr);
+  GetParam().write(*dialer);
+  dialer->ring_victim();
+  expect_only_the_hostile_link_went_down(*dialer, hostile);
+}
+
+INSTANTIATE_TEST_SUITE_P(Records, ShmHostileRecordTest, ::testing::ValuesIn(kHostileCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// Well-formed records from the same hand-made peer are delivered: the hostile cases above fail
+// for what they break, not for how the test writes records.
+TEST_F(ShmVictimTest, HandMadePeerWellFormedRecordsAreDelivered) {
+  Gid peer;
+  auto dialer = attach_raw(&peer);
+  ASSERT_NE(dialer, nullptr);
+  for (uint32_t i = 0; i < 40; ++i) readable_bytes[i] = static_cast<uint8_t>(i);
+  put(*dialer, shm::kFrameInline, frame_body(4, 0, {9, 8, 7, 6}));
+  const auto at = reinterpret_cast<uint64_t>(readable_bytes);
+  put(*dialer, shm::kFrameRemote, frame_body(30, 2, iov_bytes({{at, 10}, {at + 20, 20}})));
+  put(*dialer, shm::kFrameStaged, frame_body(12, 0));
+  std::vector<uint8_t> first = chunk(5, 5), second = chunk(7, 7);
+  put(*dialer, shm::kChunk, first);
+  put(*dialer, shm::kChunk, second);
+  dialer->ring_victim();
+  ASSERT_TRUE(victim.sink.wait_frames_from(peer, 3, kDeliveryLimit));
+  std::vector<Received> from_peer;
+  for (Received& r : victim.sink.frames()) {
+    if (r.from == peer) from_peer.push_back(r);
+  }
+  ASSERT_EQ(from_peer.size(), 3u);
+  EXPECT_EQ(from_peer[0].payload, (std::vector<uint8_t>{9, 8, 7, 6}));
+  std::vector<uint8_t> gathered;
+  for (int i = 0; i < 40; ++i) {
+    if (i < 10 || i >= 20) gathered.push_back(readable_bytes[i]);
+  }
+  EXPECT_EQ(from_peer[1].payload, gathered);
+  EXPECT_EQ(from_peer[2].payload, std::vector<uint8_t>(12, 0x77));
+  EXPECT_EQ(victim.sink.downs_of(peer), 0u);
+}
+
+// A link the victim takes down is ended for the peer too (docs/wire.md: the survivor learns
+// of a dropped link from the socket's end), so the peer's QPs go to error instead of waiting
+// for answers that will never come.
+TEST_F(ShmVictimTest, HostileLinkIsEndedForThePeerToo) {
+  Gid hostile;
+  auto dialer = attach_raw(&hostile);
+  ASSERT_NE(dialer, nullptr);
+  put(*dialer, 99, frame_body(0, 0));
+  dialer->ring_victim();
+  ASSERT_TRUE(victim.sink.wait_downs_of(hostile, 1, kDeliveryLimit));
+  EXPECT_TRUE(sees_end_of_stream(dialer->socket_fd(), 2000ms))
+      << "the victim took the link down but left its socket open";
+}
+
+// The documented exception to "nothing delivered": a remote payload that cannot be read (here
+// an unmapped page) is delivered zero-filled, then the link goes down so nothing built on it
+// is acknowledged.
+TEST_F(ShmVictimTest, UnreadableRemotePayloadTakesTheLinkDownOnce) {
+  Gid hostile;
+  auto dialer = attach_raw(&hostile);
+  ASSERT_NE(dialer, nullptr);
+  void* page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  ASSERT_EQ(::munmap(page, 4096), 0);
+  put(*dialer, shm::kFrameRemote,
+      frame_body(64, 1, iov_bytes({{reinterpret_cast<uint64_t>(page), 64}})));
+  dialer->ring_victim();
+  ASSERT_TRUE(victim.sink.wait_downs_of(hostile, 1, kDeliveryLimit));
+  for (const Received& r : victim.sink.frames()) {
+    if (r.from == hostile) {
+      EXPECT_EQ(r.payload, std::vector<uint8_t>(64, 0));
+    }
+  }
+  dialer->close_socket();
+  EXPECT_FALSE(victim.sink.wait_downs_of(hostile, 2, 100ms));
+  ASSERT_TRUE(send_frame(*friendly_link, 2));
+  EXPECT_TRUE(victim.sink.wait_frames_from(friendly.gid(), 2, kDeliveryLimit));
+}
+
+// A process whose peers come and go (a server over its life) keeps attaching new ones: links
+// that went down must not use up the transport's room for links (4096 in shm_transport.cpp),
+// nor its descriptors (each link holds a socket and the peer's doorbell).
+TEST(ShmLinkLifetime, PeersComingAndGoingDoNotExhaustTheTransport) {
+  constexpr int kPeerLifetimes = 4100;
+  ShmEndpoint victim;
+  ASSERT_NE(victim.transport, nullptr);
+  for (int i = 0; i < kPeerLifetimes; ++i) {
+    const Gid peer = raw_peer_gid();
+    RawDialer dialer;
+    std::string why;
+    ASSERT_TRUE(dialer.attach(victim.gid(), peer, &why)) << "peer " << i << ": " << why;
+    dialer.close_socket();  // the peer process ends
+    ASSERT_TRUE(victim.sink.wait_downs_of(peer, 1, kDeliveryLimit)) << "peer " << i;
+  }
+  ShmEndpoint late;
+  ASSERT_NE(late.transport, nullptr);
+  auto link = late.transport->connect(victim.gid());
+  ASSERT_NE(link, nullptr);
+  ASSERT_TRUE(send_frame(*link, 1));
+  EXPECT_TRUE(victim.sink.wait_frames_from(late.gid(), 1, kDeliveryLimit))
+      << "a peer arriving after " << kPeerLifetimes << " others had gone was not attached";
+}
+
+// =============================================================================================
+// RemotePayload
+
+TEST(ShmRemotePayload, ReadingAProcessThatExitedFailsWithZeros) {
+  std::vector<uint8_t> source(256, 0x5c);  // the child has the same bytes at the same address
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(reap(child), 0);
+  // The pid is not reused this quickly in practice: the kernel hands out pids in turn.
+  const RemoteIov piece{reinterpret_cast<uint64_t>(source.data()), source.size()};
+  shm::RemotePayload payload(child, &piece, 1);
+  EXPECT_EQ(payload.size(), source.size());
+  std::vector<uint8_t> out(source.size(), 0xee);
+  payload.read(out.data(), out.size());
+  EXPECT_TRUE(payload.failed());
+  EXPECT_EQ(out, std::vector<uint8_t>(source.size(), 0));
+  EXPECT_EQ(payload.size(), 0u);
+}
+
+TEST(ShmRemotePayload, ReadsOwnMemoryAcrossPiecesExactly) {
+  const std::vector<uint8_t> a = {1, 2, 3, 4, 5, 6, 7};
+  const std::vector<uint8_t> b = {};  // an empty piece in the middle
+  const std::vector<uint8_t> c = {10, 11, 12};
+  std::vector<uint8_t> d(5000);
+  for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<uint8_t>(i * 7);
+  const RemoteIov pieces[] = {{reinterpret_cast<uint64_t>(a.data()), a.size()},
+                              {reinterpret_cast<uint64_t>(b.data()), 0},
+                              {reinterpret_cast<uint64_t>(c.data()), c.size()},
+                              {reinterpret_cast<uint64_t>(d.data()), d.size()}};
+  std::vector<uint8_t> all = a;
+  all.insert(all.end(), c.begin(), c.end());
+  all.insert(all.end(), d.begin(), d.end());
+
+  shm::RemotePayload whole(::getpid(), pieces, 4);
+  EXPECT_EQ(whole.size(), all.size());
+  std::vector<uint8_t> out(all.size());
+  whole.read(out.data(), out.size());
+  EXPECT_FALSE(whole.failed());
+  EXPECT_EQ(out, all);
+  EXPECT_EQ(whole.size(), 0u);
+
+  // Reads and skips of sizes that end inside, at and across piece boundaries.
+  shm::RemotePayload parts(::getpid(), pieces, 4);
+  std::vector<uint8_t> expected, got;
+  size_t at = 0;
+  const auto read_some = [&](size_t n) {
+    std::vector<uint8_t> piece(n, 0xee);
+    parts.read(piece.data(), n);
+    got.insert(got.end(), piece.begin(), piece.end());
+    expected.insert(expected.end(), all.begin() + at, all.begin() + at + n);
+    at += n;
+  };
+  const auto skip_some = [&](size_t n) {
+    parts.skip(n);
+    at += n;
+  };
+  read_some(3);     // inside a
+  skip_some(5);     // rest of a, past the empty piece, one byte into c
+  read_some(4);     // rest of c, one byte of d
+  skip_some(1000);  // inside d
+  read_some(2);
+  skip_some(3000);
+  EXPECT_EQ(parts.size(), all.size() - at);
+  read_some(all.size() - at);  // to the end
+  EXPECT_FALSE(parts.failed());
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(parts.size(), 0u);
+  parts.skip(10);  // nothing left: no effect
+  EXPECT_EQ(parts.size(), 0u);
+}
+
+TEST(ShmRemotePayload, UnreadablePieceFailsAfterTheReadableBytes) {
+  const std::vector<uint8_t> readable = {1, 2, 3, 4, 5, 6, 7, 8};
+  void* page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  ASSERT_EQ(::munmap(page, 4096), 0);
+  const RemoteIov pieces[] = {{reinterpret_cast<uint64_t>(readable.data()), readable.size()},
+                              {reinterpret_cast<uint64_t>(page), 16}};
+  shm::RemotePayload payload(::getpid(), pieces, 2);
+  std::vector<uint8_t> out(24, 0xee);
+  payload.read(out.data(), out.size());
+  EXPECT_TRUE(payload.failed());
+  std::vector<uint8_t> expected(24, 0);  // what could be read, then zeros
+  std::copy(readable.begin(), readable.end(), expected.begin());
+  EXPECT_EQ(out, expected);
+}
+
+// =============================================================================================
+// Dropped connections
+
+TEST(ShmDropConnections, BothSidesSeeTheLinkDownOnceAndReconnectingDelivers) {
+  ShmEndpoint a, b;
+  ASSERT_TRUE(a.transport && b.transport);
+  auto old_link = a.transport->connect(b.gid());
+  ASSERT_NE(old_link, nullptr);
+  ASSERT_TRUE(send_frame(*old_link, 1));
+  ASSERT_TRUE(b.sink.wait_frames_from(a.gid(), 1, kDeliveryLimit));
+
+  ASSERT_TRUE(emu::shm_drop_connections(*a.transport));
+  EXPECT_EQ(a.sink.downs_of(b.gid()), 1u);  // reported before the call returns
+  EXPECT_FALSE(old_link->up());
+  ASSERT_TRUE(b.sink.wait_downs_of(a.gid(), 1, kDeliveryLimit));
+
+  auto fresh = a.transport->connect(b.gid());
+  ASSERT_NE(fresh, nullptr);
+  EXPECT_NE(fresh, old_link);
+  EXPECT_TRUE(fresh->up());
+  ASSERT_TRUE(send_frame(*fresh, 2, {42}));
+  ASSERT_TRUE(b.sink.wait_frames_from(a.gid(), 2, kDeliveryLimit));
+  EXPECT_EQ(b.sink.frames().back().payload, std::vector<uint8_t>{42});
+  // The other direction takes the fresh link too.
+  auto back = b.transport->connect(a.gid());
+  ASSERT_NE(back, nullptr);
+  ASSERT_TRUE(send_frame(*back, 3));
+  EXPECT_TRUE(a.sink.wait_frames_from(b.gid(), 1, kDeliveryLimit));
+
+  EXPECT_EQ(a.sink.downs_of(b.gid()), 1u);
+  EXPECT_EQ(b.sink.downs_of(a.gid()), 1u);
+}
+
+TEST(ShmDropConnections, RefusesATransportOfAnotherKind) {
+  auto tcp_only = emu::make_auto_transport("127.0.0.1", emu::TransportChoice::kTcp);
+  ASSERT_NE(tcp_only, nullptr);
+  EXPECT_FALSE(emu::shm_drop_connections(*tcp_only));
+}
+
+}  // namespace
