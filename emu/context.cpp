@@ -202,6 +202,9 @@ int Context::reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out) {
 int Context::dereg_mr(Mr* mr) {
   if (mr == nullptr || mr->pd == nullptr || &mr->pd->context != this) return EINVAL;
   node_.mrs().remove(mr->lkey);
+  // A transport may still be sending a READ response straight from the region (zero copy):
+  // the program may unmap it as soon as we return.
+  node_.transport().quiesce();
   mr->pd->use_count.fetch_sub(1);
   delete mr;
   std::lock_guard lock(objects_mutex_);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <thread>
 
 namespace emu {
 
@@ -18,9 +19,17 @@ inline void cpu_relax() {
 class SpinLock {
  public:
   void lock() {
-    for (;;) {
+    for (unsigned spins = 0;;) {
       if (!locked_.exchange(true, std::memory_order_acquire)) return;
-      while (locked_.load(std::memory_order_relaxed)) cpu_relax();
+      while (locked_.load(std::memory_order_relaxed)) {
+        // A holder that stays this long has been preempted (more busy threads than cores):
+        // give it the CPU instead of burning the rest of our time slice.
+        if (++spins % kSpinsBeforeYield == 0) {
+          std::this_thread::yield();
+        } else {
+          cpu_relax();
+        }
+      }
     }
   }
   bool try_lock() {
@@ -30,6 +39,7 @@ class SpinLock {
   void unlock() { locked_.store(false, std::memory_order_release); }
 
  private:
+  static constexpr unsigned kSpinsBeforeYield = 1024;
   std::atomic<bool> locked_{false};
 };
 

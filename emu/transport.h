@@ -114,7 +114,9 @@ class Transport {
   // Returns the number of frames delivered.
   virtual size_t progress() = 0;
   // Returns once no frame handed to send() before the call still references its payload:
-  // a QP being destroyed may have its memory freed right after.
+  // a QP being destroyed, or a region deregistered, may have its memory freed right after.
+  // May wait on the network, bounded by the link timeout; never call it from a FrameSink
+  // callback.
   virtual void quiesce() = 0;
 };
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "transports/shm/shm_tsan.h"
+#include "transports/tsan_sync.h"
 
 namespace emu::shm {
 

@@ -51,7 +51,7 @@ constexpr size_t ring_footprint(size_t capacity) {
 class RingProducer {
  public:
   RingProducer() = default;
-  // sync_key: see shm_tsan.h (nullptr: the control block itself).
+  // sync_key: see transports/tsan_sync.h (nullptr: the control block itself).
   RingProducer(RingControl* control, uint8_t* data, const void* sync_key = nullptr);
 
   // Room for a record of `size` bytes (a multiple of 8, at most max_record()), or nullptr when

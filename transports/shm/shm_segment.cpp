@@ -8,8 +8,8 @@
 #include <cstring>
 #include <new>
 
-#include "transports/shm/shm_tsan.h"
 #include "transports/shm/shm_wire.h"
+#include "transports/tsan_sync.h"
 
 namespace emu::shm {
 
@@ -117,12 +117,8 @@ uint8_t* Segment::data(Direction d) const {
 }
 
 const void* Segment::sync_key(Direction d) const {
-  return tsan_key(inode_, d);
-}
-
-const void* tsan_key(uint64_t inode, int direction) {
-  static char keys[1024];
-  return &keys[(inode * 2 + static_cast<uint64_t>(direction)) % sizeof keys];
+  const uint64_t ring = inode_ * 2 + static_cast<uint64_t>(d);
+  return tsan_key(ring, ring);
 }
 
 }  // namespace emu::shm

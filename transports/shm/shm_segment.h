@@ -29,7 +29,7 @@ class Segment {
 
   RingControl* control(Direction d) const;
   uint8_t* data(Direction d) const;
-  // The same for both mappings of the segment in one process (shm_tsan.h).
+  // The same for both mappings of the segment in one process (transports/tsan_sync.h).
   const void* sync_key(Direction d) const;
 
  private:

@@ -1,13 +1,18 @@
 #include "transports/tcp/tcp_link.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <cerrno>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "transports/tcp/tcp_wire.h"
+#include "transports/tsan_sync.h"
 
 namespace emu {
 
@@ -18,9 +23,17 @@ using tcp_wire::kHelloBytes;
 
 namespace {
 
-constexpr size_t kRxInitial = 256 * 1024;     // receive buffer of a connection
-constexpr size_t kRxKeep = 4 * 1024 * 1024;   // larger buffers are given back once empty
-constexpr size_t kOutKeep = 4 * 1024 * 1024;  // likewise for the outgoing queue
+constexpr size_t kRxInitial = 256 * 1024;    // receive buffer of a connection
+constexpr size_t kRxKeep = 4 * 1024 * 1024;  // larger buffers are given back once empty
+// Bytes one reader takes from a socket before letting others run: the io thread serves every
+// connection, and a polling caller should return to its program.
+constexpr size_t kIoReadBudget = 16 * 1024 * 1024;
+constexpr size_t kPollReadBudget = 1024 * 1024;
+// iovecs per sendmsg when draining the queue (IOV_MAX is 1024; the queue merges small frames).
+constexpr size_t kFlushIov = 64;
+// Gathered parts of a frame written directly: the header and up to this many payload iovecs
+// (the engine sends at most kMaxSge = 16).
+constexpr size_t kDirectParts = 64;
 
 // A payload sitting complete in the receive buffer.
 class BufferSource : public PayloadSource {
@@ -44,29 +57,102 @@ class BufferSource : public PayloadSource {
   size_t left_;
 };
 
+// sync_key: tsan_sync.h.
+ssize_t send_gathered(int fd, const iovec* iov, size_t n, const void* sync_key) {
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(iov);
+  msg.msg_iovlen = n;
+  tsan_release(sync_key);
+  for (;;) {
+    ssize_t r;
+    {
+      [[maybe_unused]] const TsanIgnoreReads kernel_reads;
+      r = ::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    if (r >= 0 || errno != EINTR) return r;
+  }
+}
+
 }  // namespace
+
+void TcpRxBuffer::allocate(size_t size) {
+  size_ = size;
+  mapped_ = size > kRxKeep;
+  if (!mapped_) {
+    data_ = new uint8_t[size];
+    return;
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  ::madvise(p, size, MADV_HUGEPAGE);  // advisory: fine if refused
+  data_ = static_cast<uint8_t*>(p);
+}
+
+void TcpRxBuffer::release() {
+  if (data_ == nullptr) return;
+  if (mapped_) {
+    ::munmap(data_, size_);
+  } else {
+    delete[] data_;
+  }
+  data_ = nullptr;
+}
+
+void TcpRxBuffer::resize(size_t size, size_t keep) {
+  uint8_t* old = data_;
+  const size_t old_size = size_;
+  const bool old_mapped = mapped_;
+  data_ = nullptr;
+  allocate(size);
+  if (keep != 0) std::memcpy(data_, old, keep);
+  if (old_mapped) {
+    ::munmap(old, old_size);
+  } else {
+    delete[] old;
+  }
+}
 
 TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socket socket,
                  const Gid& local, const Gid* expected_peer)
     : owner_(owner),
       io_(io),
-      socket_(std::make_unique<asio::ip::tcp::socket>(std::move(socket))),
-      dialed_(expected_peer != nullptr) {
+      socket_(std::move(socket)),
+      fd_(socket_.native_handle()),
+      dialed_(expected_peer != nullptr),
+      local_(local),
+      rx_(kRxInitial) {
   if (expected_peer != nullptr) peer_ = *expected_peer;
   error_code ec;
-  auto ep = socket_->remote_endpoint(ec);
+  // Readers and writers on any thread use the descriptor directly: it must never block, and
+  // asio must not switch it back.
+  socket_.non_blocking(true, ec);
+  socket_.native_non_blocking(true, ec);
+  auto ep = socket_.remote_endpoint(ec);
   remote_ = ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
-  out_pending_.resize(kHelloBytes);
-  tcp_wire::encode_hello(local, out_pending_.data());
+  error_code local_ec;
+  const auto local_ep = socket_.local_endpoint(local_ec);
+  tsan_key_ = tsan_key(ec ? 0 : ep.port(), local_ec ? 0 : local_ep.port());
 }
 
 TcpLink::~TcpLink() = default;
 
 void TcpLink::start() {
-  rx_size_ = kRxInitial;
-  rx_.reset(new uint8_t[rx_size_]);
-  read_more();
-  write_next();
+  if (dialed_) {
+    uint8_t hello[kHelloBytes];
+    tcp_wire::encode_hello(local_, hello);
+    const iovec part{hello, sizeof hello};
+    int error;
+    {
+      std::lock_guard lock(tx_mutex_);
+      error = write_or_queue_locked(&part, 1, 1, sizeof hello);
+    }
+    if (error != 0) {
+      spdlog::warn("tcp: sending the HELLO to {} failed: {}", remote_, std::strerror(error));
+      close(true);
+      return;
+    }
+  }
+  wait_readable();
 }
 
 void TcpLink::shutdown() {
@@ -74,169 +160,346 @@ void TcpLink::shutdown() {
 }
 
 void TcpLink::abort() {
-  if (socket_) spdlog::warn("tcp: dropping the connection with {}", remote_);
+  if (!closed_) spdlog::warn("tcp: dropping the connection with {}", remote_);
   close(true);
 }
 
-bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
-  size_t total = 0;
-  for (size_t i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
-  uint8_t head[kFrameHeaderBytes];
-  tcp_wire::encode_header(header, static_cast<uint32_t>(total), head);
-
-  std::lock_guard lock(out_mutex_);
-  // A dead link drops answers (nobody waits for them) and refuses requests: the QPs on it
-  // are moved to error by on_link_down.
-  if (!up_.load(std::memory_order_relaxed)) return tcp_wire::is_answer(header.op);
-  out_pending_.insert(out_pending_.end(), head, head + kFrameHeaderBytes);
-  for (size_t i = 0; i < iovcnt; ++i) {
-    const auto* base = static_cast<const uint8_t*>(iov[i].iov_base);
-    out_pending_.insert(out_pending_.end(), base, base + iov[i].iov_len);
-  }
-  if (!write_active_) {
-    write_active_ = true;
-    // Under the lock: a link that is up belongs to a live transport, whose io_context exists.
-    asio::post(io_, [self = shared_from_this()] { self->write_next(); });
-  }
+bool TcpLink::answer_hello() {
+  uint8_t hello[kHelloBytes];
+  tcp_wire::encode_hello(local_, hello);
+  const iovec part{hello, sizeof hello};
+  std::lock_guard lock(tx_mutex_);
+  if (!up_.load(std::memory_order_relaxed)) return false;
+  if (write_or_queue_locked(&part, 1, 1, sizeof hello) != 0) return false;
+  state_.store(kReady, std::memory_order_release);
   return true;
 }
 
-void TcpLink::read_more() {
-  socket_->async_read_some(
-      asio::buffer(rx_.get() + rx_end_, rx_size_ - rx_end_),
-      [self = shared_from_this()](const error_code& ec, size_t n) { self->on_read(ec, n); });
+// ---------------------------------------------------------------------------------------------
+// Sending
+
+bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
+  size_t payload = 0;
+  for (size_t i = 0; i < iovcnt; ++i) payload += iov[i].iov_len;
+  uint8_t head[kFrameHeaderBytes];
+  tcp_wire::encode_header(header, static_cast<uint32_t>(payload), head);
+
+  int error = 0;
+  {
+    std::lock_guard lock(tx_mutex_);
+    // A dead link drops answers (nobody waits for them) and refuses requests: the QPs on it
+    // are moved to error by on_link_down.
+    if (!up_.load(std::memory_order_relaxed)) return tcp_wire::is_answer(header.op);
+    if (iovcnt < kDirectParts) {
+      iovec parts[kDirectParts];
+      parts[0] = iovec{head, sizeof head};
+      std::copy(iov, iov + iovcnt, parts + 1);
+      error = write_or_queue_locked(parts, iovcnt + 1, 1, sizeof head + payload);
+    } else {
+      // More pieces than the engine ever sends: no direct write, queued as is.
+      std::vector<iovec> parts(iovcnt + 1);
+      parts[0] = iovec{head, sizeof head};
+      std::copy(iov, iov + iovcnt, parts.begin() + 1);
+      queue_locked(parts.data(), parts.size(), 1, 0, sizeof head + payload);
+    }
+  }
+  if (error != 0) fail_from_any_thread(error);
+  return true;
 }
 
-void TcpLink::on_read(const error_code& ec, size_t n) {
-  if (!socket_) return;  // closed meanwhile
-  if (ec) {
-    if (ec == asio::error::eof) {
-      spdlog::info("tcp: connection with {} closed by the peer", remote_);
-    } else {
-      spdlog::warn("tcp: connection with {} failed: {}", remote_, ec.message());
+int TcpLink::write_or_queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part,
+                                   size_t total) {
+  size_t written = 0;
+  if (queue_.empty()) {
+    const ssize_t n = send_gathered(fd_, parts, nparts, tsan_key_);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      // The connection is failing: nothing more goes out; the io thread closes it.
+      up_.store(false, std::memory_order_release);
+      return errno;
     }
+    if (n == static_cast<ssize_t>(total)) return 0;
+    written = n < 0 ? 0 : static_cast<size_t>(n);
+  }
+  queue_locked(parts, nparts, first_payload_part, written, total);
+  return 0;
+}
+
+void TcpLink::queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part,
+                           size_t skip, size_t total) {
+  size_t header_bytes = 0;
+  for (size_t i = 0; i < first_payload_part; ++i) header_bytes += parts[i].iov_len;
+  // Small payloads are copied: the caller's memory is then free at once, and runs of small
+  // frames merge into one iovec. Large ones are written from where the caller keeps them.
+  const bool copy_payload = total - header_bytes <= kCopyLimit;
+  const bool was_empty = queue_.empty();
+  for (size_t i = 0; i < nparts; ++i) {
+    const auto* base = static_cast<const uint8_t*>(parts[i].iov_base);
+    size_t len = parts[i].iov_len;
+    const size_t drop = std::min(skip, len);
+    skip -= drop;
+    base += drop;
+    len -= drop;
+    if (len == 0) continue;
+    if (i < first_payload_part || copy_payload) {
+      queue_.append_copy(base, len);
+    } else {
+      queue_.append_reference(base, len);
+    }
+  }
+  if (was_empty && !queue_.empty() && !write_armed_) {
+    write_armed_ = true;
+    // Under the lock: a link that is up belongs to a live transport, whose io_context exists.
+    asio::post(io_, [self = shared_from_this()] { self->flush(); });
+  }
+}
+
+void TcpLink::flush() {
+  if (closed_) return;
+  std::unique_lock lock(tx_mutex_);
+  while (!queue_.empty()) {
+    iovec iov[kFlushIov];
+    const size_t n = queue_.gather(iov, kFlushIov);
+    const ssize_t written = send_gathered(fd_, iov, n, tsan_key_);
+    if (written > 0) {
+      queue_.consume(static_cast<size_t>(written));
+      continue;
+    }
+    if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      lock.unlock();
+      wait_writable();
+      return;
+    }
+    const int err = written < 0 ? errno : EPIPE;
+    up_.store(false, std::memory_order_release);
+    lock.unlock();
+    spdlog::warn("tcp: sending to {} failed: {}", remote_, std::strerror(err));
     close(true);
     return;
   }
-  rx_end_ += n;
-  if (parse()) read_more();
+  write_armed_ = false;
+  queue_.trim();
 }
 
-bool TcpLink::parse() {
+void TcpLink::wait_writable() {
+  socket_.async_wait(asio::ip::tcp::socket::wait_write,
+                     [self = shared_from_this()](const error_code& ec) {
+                       if (!ec) self->flush();
+                     });
+}
+
+uint64_t TcpLink::references_queued() {
+  std::lock_guard lock(tx_mutex_);
+  return queue_.references_appended();
+}
+
+bool TcpLink::references_released(uint64_t count) {
+  std::lock_guard lock(tx_mutex_);
+  return queue_.references_released() >= count;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receiving
+
+void TcpLink::wait_readable() {
+  socket_.async_wait(asio::ip::tcp::socket::wait_read,
+                     [self = shared_from_this()](const error_code& ec) { self->on_readable(ec); });
+}
+
+void TcpLink::on_readable(const error_code& ec) {
+  if (ec || closed_) return;
+  ReadResult r;
+  {
+    std::lock_guard lock(rx_mutex_);
+    if (!rx_open_) return;
+    r = read_locked(kIoReadBudget);
+  }
+  if (r.failure != Failure::kNone) {
+    report_failure(r);
+    close(true);
+    return;
+  }
+  // Re-arming re-checks readiness, so data left behind by the budget is picked up at once.
+  wait_readable();
+}
+
+size_t TcpLink::poll() {
+  if (state_.load(std::memory_order_acquire) != kReady) return 0;
+  ReadResult r;
+  {
+    std::unique_lock lock(rx_mutex_, std::try_to_lock);
+    if (!lock.owns_lock() || !rx_open_) return 0;
+    r = read_locked(kPollReadBudget);
+  }
+  if (r.failure != Failure::kNone) {
+    // The socket is closed by the io thread, which owns it.
+    asio::post(io_, [self = shared_from_this(), r] {
+      self->report_failure(r);
+      self->close(true);
+    });
+  }
+  return r.frames;
+}
+
+TcpLink::ReadResult TcpLink::read_locked(size_t budget) {
+  ReadResult r;
+  size_t got = 0;
+  for (;;) {
+    const size_t want = std::min(rx_.size() - rx_end_, budget - got);
+    const ssize_t n = ::recv(fd_, rx_.data() + rx_end_, want, MSG_DONTWAIT);
+    if (n > 0) {
+      rx_end_ += static_cast<size_t>(n);
+      got += static_cast<size_t>(n);
+      r.frames += parse_locked(&r);
+      if (r.failure != Failure::kNone) break;
+      if (static_cast<size_t>(n) < want) return r;  // drained for now
+      if (got >= budget) return r;
+      continue;
+    }
+    if (n == 0) {
+      r.failure = Failure::kPeerClosed;
+      break;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return r;
+    r.failure = Failure::kSocketError;
+    r.error = errno;
+    break;
+  }
+  // Nothing more is read from a failing connection.
+  rx_open_ = false;
+  return r;
+}
+
+size_t TcpLink::parse_locked(ReadResult* r) {
+  size_t frames = 0;
   for (;;) {
     const size_t avail = rx_end_ - rx_begin_;
-    const uint8_t* p = rx_.get() + rx_begin_;
-    if (!hello_done()) {
+    const uint8_t* p = rx_.data() + rx_begin_;
+    if (!hello_received_) {
       if (avail < kHelloBytes) {
-        make_room(kHelloBytes);
-        return true;
+        make_room_locked(kHelloBytes);
+        return frames;
       }
       Gid gid;
       if (const char* why = tcp_wire::decode_hello(p, &gid)) {
-        spdlog::error("tcp: bad HELLO from {}: {}; closing the connection", remote_, why);
-        close(true);
-        return false;
-      }
-      if (!dialed_) {
-        peer_ = gid;
-      } else if (!(gid == peer_)) {
-        spdlog::warn("tcp: the peer dialed at {} introduces itself with another GID", remote_);
+        r->failure = Failure::kBadHello;
+        r->reason = why;
+        return frames;
       }
       rx_begin_ += kHelloBytes;
-      hello_done_.store(true, std::memory_order_release);
-      owner_.on_hello(*this);
+      hello_received_ = true;
+      if (dialed_) {
+        if (!(gid == peer_)) {
+          spdlog::warn("tcp: the peer dialed at {} introduces itself with another GID", remote_);
+        }
+        state_.store(kReady, std::memory_order_release);
+        owner_.on_hello(*this);
+      } else {
+        peer_ = gid;
+        // The owner answers our HELLO (answer_hello) if it keeps the connection.
+        if (!owner_.on_hello(*this)) {
+          r->failure = Failure::kRefused;
+          return frames;
+        }
+      }
       continue;
     }
     if (avail < kFrameHeaderBytes) {
-      make_room(kFrameHeaderBytes);
-      return true;
+      make_room_locked(kFrameHeaderBytes);
+      return frames;
     }
     FrameHeader h;
     uint32_t len = 0;
     if (const char* why = tcp_wire::decode_header(p, &h, &len)) {
-      spdlog::error(
-          "tcp: bad frame from {}: {}; closing the connection, its QPs move to the error state",
-          remote_, why);
-      close(true);
-      return false;
+      r->failure = Failure::kBadFrame;
+      r->reason = why;
+      return frames;
     }
-    const size_t need = kFrameHeaderBytes + len;
+    const size_t need = kFrameHeaderBytes + size_t{len};
     if (avail < need) {
-      make_room(need);
-      return true;
+      make_room_locked(need);
+      return frames;
     }
     BufferSource payload(p + kFrameHeaderBytes, len);
+    tsan_acquire(tsan_key_);
     owner_.deliver(*this, h, payload);
     rx_begin_ += need;
-    if (!socket_) return false;
+    ++frames;
   }
 }
 
-void TcpLink::make_room(size_t frame_bytes) {
+void TcpLink::make_room_locked(size_t frame_bytes) {
   const size_t avail = rx_end_ - rx_begin_;
   if (avail == 0) {
     rx_begin_ = rx_end_ = 0;
-    if (rx_size_ > kRxKeep && frame_bytes <= kRxInitial) {
-      rx_size_ = kRxInitial;
-      rx_.reset(new uint8_t[rx_size_]);
-    }
+    if (rx_.size() > kRxKeep && frame_bytes <= kRxInitial) rx_.resize(kRxInitial, 0);
   }
-  if (rx_size_ < frame_bytes) {
-    // A frame larger than the buffer: a new buffer that holds it whole.
-    const size_t size = frame_bytes + kRxInitial;
-    std::unique_ptr<uint8_t[]> bigger(new uint8_t[size]);
-    if (avail != 0) std::memcpy(bigger.get(), rx_.get() + rx_begin_, avail);
-    rx_ = std::move(bigger);
-    rx_size_ = size;
+  if (rx_.size() < frame_bytes) {
+    // A frame larger than the buffer: a buffer that holds it whole (given back once it has
+    // been delivered and a small frame follows).
+    if (avail != 0 && rx_begin_ != 0) std::memmove(rx_.data(), rx_.data() + rx_begin_, avail);
+    rx_.resize(frame_bytes + (frame_bytes > kRxKeep ? 0 : kRxInitial), avail);
     rx_begin_ = 0;
     rx_end_ = avail;
-  } else if (rx_size_ - rx_begin_ < frame_bytes || rx_end_ == rx_size_) {
-    if (avail != 0) std::memmove(rx_.get(), rx_.get() + rx_begin_, avail);
+  } else if (rx_.size() - rx_begin_ < frame_bytes || rx_end_ == rx_.size()) {
+    if (avail != 0) std::memmove(rx_.data(), rx_.data() + rx_begin_, avail);
     rx_begin_ = 0;
     rx_end_ = avail;
   }
 }
 
-void TcpLink::write_next() {
-  if (!socket_) return;
-  if (out_off_ == out_writing_.size()) {
-    out_writing_.clear();
-    out_off_ = 0;
-    if (out_writing_.capacity() > kOutKeep) std::vector<uint8_t>().swap(out_writing_);
-    std::lock_guard lock(out_mutex_);
-    if (out_pending_.empty()) {
-      write_active_ = false;
+void TcpLink::report_failure(const ReadResult& r) {
+  switch (r.failure) {
+    case Failure::kNone:
       return;
-    }
-    out_pending_.swap(out_writing_);
+    case Failure::kPeerClosed:
+      spdlog::info("tcp: connection with {} closed by the peer", remote_);
+      return;
+    case Failure::kSocketError:
+      spdlog::warn("tcp: connection with {} failed: {}", remote_, std::strerror(r.error));
+      return;
+    case Failure::kBadHello:
+      spdlog::error("tcp: bad HELLO from {}: {}; closing the connection", remote_, r.reason);
+      return;
+    case Failure::kBadFrame:
+      spdlog::error(
+          "tcp: bad frame from {}: {}; closing the connection, its QPs move to the error state",
+          remote_, r.reason);
+      return;
+    case Failure::kRefused:
+      spdlog::debug("tcp: connection from {} refused: the peers already share one", remote_);
+      return;
   }
-  socket_->async_write_some(
-      asio::buffer(out_writing_.data() + out_off_, out_writing_.size() - out_off_),
-      [self = shared_from_this()](const error_code& ec, size_t n) { self->on_write(ec, n); });
 }
 
-void TcpLink::on_write(const error_code& ec, size_t n) {
-  if (!socket_) return;
-  if (ec) {
-    spdlog::warn("tcp: sending to {} failed: {}", remote_, ec.message());
-    close(true);
-    return;
-  }
-  out_off_ += n;
-  write_next();
+void TcpLink::fail_from_any_thread(int error) {
+  ReadResult r;
+  r.failure = Failure::kSocketError;
+  r.error = error;
+  asio::post(io_, [self = shared_from_this(), r] {
+    self->report_failure(r);
+    self->close(true);
+  });
 }
 
 void TcpLink::close(bool report) {
+  if (closed_) return;
+  closed_ = true;
   {
-    std::lock_guard lock(out_mutex_);
+    std::lock_guard lock(tx_mutex_);
     up_.store(false, std::memory_order_release);
-    std::vector<uint8_t>().swap(out_pending_);
+    queue_.clear();  // no caller memory is referenced from here on
+    write_armed_ = false;
   }
-  if (!socket_) return;
+  {
+    std::lock_guard lock(rx_mutex_);  // waits for a reader on another thread
+    rx_open_ = false;
+  }
+  int expected = kHandshake;
+  state_.compare_exchange_strong(expected, kFailed, std::memory_order_acq_rel);
   error_code ignored;
-  socket_->shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-  socket_->close(ignored);
-  socket_.reset();
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
   if (report) owner_.on_down(*this);
 }
 

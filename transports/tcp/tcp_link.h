@@ -1,6 +1,19 @@
 // One TCP connection to a peer process: the Link the engine sends on, and the reader that
-// turns the byte stream back into frames. Every socket operation runs on the transport's io
-// thread; send() may be called from any thread and only appends to an outgoing queue.
+// turns the byte stream back into frames.
+//
+// Sending: whoever calls send() writes the frame itself with one sendmsg (header and the
+// caller's iovecs gathered) when nothing is queued before it; what the kernel does not take
+// is queued (small payloads copied, large ones referenced in place, see TcpSendQueue) and the
+// io thread writes it as the socket drains. So a frame costs one system call and no thread
+// hand-off, and payloads are never staged unless the socket is full.
+//
+// Receiving: the io thread waits for readability and reads; poll() lets any other thread
+// (Transport::progress, i.e. polling calls) read and deliver first. One reader at a time per
+// connection (the receive lock), so frames of a connection are delivered in order.
+//
+// Opening: the dialer sends its HELLO; the acceptor answers with its own only once its owner
+// has accepted the connection (see TcpTransport: simultaneous dials converge on one
+// connection). No frame crosses before both HELLOs.
 #pragma once
 
 #include <atomic>
@@ -10,79 +23,157 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <vector>
 
 #include "emu/transport.h"
+#include "transports/tcp/tcp_send_queue.h"
 
 namespace emu {
 
 class TcpLink;
 
-// What a connection reports to the transport that owns it (always on the io thread).
+// A connection's receive buffer. Large ones (a frame above a few MiB must sit whole in
+// memory before delivery) are mapped with transparent huge pages: a 1.5 GiB frame then costs
+// a few thousand page faults instead of 400,000, and the memory goes back to the system as
+// soon as the buffer shrinks.
+class TcpRxBuffer {
+ public:
+  explicit TcpRxBuffer(size_t size) { allocate(size); }
+  ~TcpRxBuffer() { release(); }
+  TcpRxBuffer(const TcpRxBuffer&) = delete;
+  TcpRxBuffer& operator=(const TcpRxBuffer&) = delete;
+  // Replaces the buffer by one of `size` bytes, keeping the first `keep` bytes of the old one.
+  void resize(size_t size, size_t keep);
+  uint8_t* data() { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  void allocate(size_t size);
+  void release();
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  bool mapped_ = false;
+};
+
+// What a connection reports to the transport that owns it.
 class TcpLinkOwner {
  public:
   virtual ~TcpLinkOwner() = default;
-  // The peer's HELLO arrived: link.peer() is now known.
-  virtual void on_hello(TcpLink& link) = 0;
+  // io thread. The peer's HELLO arrived (link.peer() is now known). For an accepted
+  // connection, returns whether to keep it (false closes it without a report); a dialed
+  // connection is ready once this returns.
+  virtual bool on_hello(TcpLink& link) = 0;
+  // Any thread reading the connection (one at a time per connection).
   virtual void deliver(TcpLink& link, const FrameHeader& header, PayloadSource& payload) = 0;
-  // The connection failed or was closed by the peer; called once.
+  // io thread. The connection failed or was closed by the peer; called once. link.ready()
+  // tells whether the engine may know it.
   virtual void on_down(TcpLink& link) = 0;
 };
 
 class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
  public:
+  // Queued payloads up to this size are copied (the caller's memory is then free at once and
+  // runs of small frames merge into one iovec); larger ones are written from the caller's
+  // memory. A 4 KiB copy costs about as much as the extra iovec and reference bookkeeping.
+  static constexpr size_t kCopyLimit = 4096;
+
   // A dialed connection knows its peer (expected_peer); an accepted one learns it from the
-  // HELLO. The HELLO carrying `local` is the first thing queued for sending.
+  // HELLO. `local` is the GID sent in our HELLO.
   TcpLink(TcpLinkOwner& owner, boost::asio::io_context& io, boost::asio::ip::tcp::socket socket,
           const Gid& local, const Gid* expected_peer);
   ~TcpLink() override;
 
-  // io thread: starts reading and writing.
+  // io thread: starts reading (and, when dialed, sends the HELLO).
   void start();
-  // io thread: closes the connection without reporting it (transport shutdown).
+  // io thread: closes the connection without reporting it (transport shutdown, refusal).
   void shutdown();
   // io thread: closes the connection as a failure would (reported to the owner).
   void abort();
+  // io thread, accepted connection, from TcpLinkOwner::on_hello: sends our HELLO, after which
+  // the link is ready. Call it before the link is made known to the engine, so that the
+  // HELLO precedes every frame. Returns false if the connection failed meanwhile.
+  bool answer_hello();
 
   bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) override;
   const Gid& peer() const override { return peer_; }
   bool up() const override { return up_.load(std::memory_order_acquire); }
 
+  // Any thread: reads and delivers what the socket holds now, unless another thread is
+  // reading this connection. Returns the number of frames delivered.
+  size_t poll();
+
+  // Any thread: the references to caller memory queued so far, and whether every one of the
+  // first `count` has been written (or dropped with the connection).
+  uint64_t references_queued();
+  bool references_released(uint64_t count);
+
   bool dialed() const { return dialed_; }
-  bool hello_done() const { return hello_done_.load(std::memory_order_acquire); }
+  // Both HELLOs exchanged and the connection kept: frames may cross.
+  bool ready() const { return state_.load(std::memory_order_acquire) == kReady; }
+  // Closed before it became ready (refused by the peer, or failed during the handshake).
+  bool failed_handshake() const { return state_.load(std::memory_order_acquire) == kFailed; }
   const std::string& remote() const { return remote_; }
+  int native_handle() const { return fd_; }
 
  private:
-  void read_more();
-  void on_read(const boost::system::error_code& ec, size_t n);
-  // Consumes the complete frames in the receive buffer; false once the connection failed.
-  bool parse();
-  void make_room(size_t frame_bytes);
-  void write_next();
-  void on_write(const boost::system::error_code& ec, size_t n);
-  // Marks the link down and closes the socket; reports it to the owner when `report`.
+  enum State : int { kHandshake, kReady, kFailed };
+  enum class Failure { kNone, kPeerClosed, kSocketError, kBadHello, kBadFrame, kRefused };
+  struct ReadResult {
+    size_t frames = 0;
+    Failure failure = Failure::kNone;  // set when the connection must close
+    int error = 0;                     // errno, for kSocketError
+    const char* reason = nullptr;      // for kBadHello, kBadFrame
+  };
+
+  // Writes [parts] now if nothing is queued, queues the rest; under tx_mutex_. Returns 0, or
+  // the errno of a failed socket (the link is then down; the caller has it closed).
+  int write_or_queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part,
+                            size_t total);
+  void queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part, size_t skip,
+                    size_t total);
+  // io thread: writes queued bytes until done or the socket is full.
+  void flush();
+  void wait_writable();
+
+  void wait_readable();
+  void on_readable(const boost::system::error_code& ec);
+  // Under rx_mutex_: reads at most `budget` bytes and delivers the complete frames; a failure
+  // also closes the receive side (rx_open_).
+  ReadResult read_locked(size_t budget);
+  // Under rx_mutex_: consumes the complete units (HELLO, frames) in the receive buffer;
+  // returns the number of frames delivered, or sets r->failure.
+  size_t parse_locked(ReadResult* r);
+  void make_room_locked(size_t frame_bytes);
+  // From any thread: a send failed with `error`; the io thread closes the connection.
+  void fail_from_any_thread(int error);
+  void report_failure(const ReadResult& r);
+  // io thread: marks the link down and closes the socket; reports it when `report`.
   void close(bool report);
 
   TcpLinkOwner& owner_;
   boost::asio::io_context& io_;
-  std::unique_ptr<boost::asio::ip::tcp::socket> socket_;  // null once closed (io thread)
+  boost::asio::ip::tcp::socket socket_;  // asio calls on the io thread only
+  const int fd_;                         // raw I/O under tx_mutex_ / rx_mutex_ while open
   const bool dialed_;
+  Gid local_;
   Gid peer_;
-  std::string remote_;  // "a.b.c.d:port" of the socket's other end
+  std::string remote_;              // "a.b.c.d:port" of the socket's other end
+  const void* tsan_key_ = nullptr;  // tsan_sync.h
   std::atomic<bool> up_{true};
-  std::atomic<bool> hello_done_{false};
+  std::atomic<int> state_{kHandshake};
+  bool closed_ = false;  // io thread
 
-  // Outgoing bytes: senders append to out_pending_ under out_mutex_; the io thread swaps it
-  // with out_writing_ and writes that. write_active_ is true while a write chain runs.
-  std::mutex out_mutex_;
-  std::vector<uint8_t> out_pending_;
-  bool write_active_ = true;  // the chain start() begins sends the HELLO
-  std::vector<uint8_t> out_writing_;
-  size_t out_off_ = 0;
+  // Sending. write_armed_: the io thread owns the queue's draining (set whenever the queue
+  // is not empty).
+  std::mutex tx_mutex_;
+  TcpSendQueue queue_;
+  bool write_armed_ = false;
 
-  // Incoming bytes (io thread): rx_[rx_begin_, rx_end_) is received, not yet consumed.
-  std::unique_ptr<uint8_t[]> rx_;
-  size_t rx_size_ = 0;
+  // Receiving: rx_[rx_begin_, rx_end_) is received, not yet consumed. rx_open_ turns false
+  // once the connection is failing, so that no reader touches the socket any more.
+  std::mutex rx_mutex_;
+  bool rx_open_ = true;
+  bool hello_received_ = false;
+  TcpRxBuffer rx_;
   size_t rx_begin_ = 0;
   size_t rx_end_ = 0;
 };

@@ -3,11 +3,14 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <condition_variable>
 #include <future>
 #include <map>
 #include <mutex>
@@ -16,8 +19,10 @@
 #include <thread>
 #include <vector>
 
+#include "emu/spin_lock.h"
 #include "transports/tcp/tcp_dial.h"
 #include "transports/tcp/tcp_link.h"
+#include "transports/tcp/tcp_options.h"
 
 namespace emu {
 
@@ -26,14 +31,22 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using boost::system::error_code;
+using GidBytes = std::array<uint8_t, 16>;
 
-// How long connect() waits for a peer's listener to accept.
+// How long connect() waits for a peer to accept and answer the HELLO.
 constexpr std::chrono::milliseconds kDialTimeout{2000};
+// After a failed accept (out of descriptors, memory...) the listener waits before trying
+// again, doubling up to the maximum, instead of failing in a tight loop.
+constexpr std::chrono::milliseconds kAcceptBackoffMin{10};
+constexpr std::chrono::milliseconds kAcceptBackoffMax{1000};
 
 class TcpTransport : public Transport, public TcpLinkOwner {
  public:
   explicit TcpTransport(const TcpEndpoint& listen)
-      : work_(asio::make_work_guard(io_)), acceptor_(io_) {
+      : timeouts_(tcp_timeouts()),
+        work_(asio::make_work_guard(io_)),
+        acceptor_(io_),
+        accept_backoff_timer_(io_) {
     const tcp::endpoint ep(asio::ip::address_v4(listen.ipv4), listen.port);
     acceptor_.open(ep.protocol());
     acceptor_.set_option(tcp::acceptor::reuse_address(true));
@@ -53,12 +66,17 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     asio::post(io_, [this] {
       error_code ignored;
       acceptor_.close(ignored);
+      accept_backoff_timer_.cancel();
       std::vector<std::shared_ptr<TcpLink>> all;
       {
         std::lock_guard lock(links_mutex_);
         all.assign(links_.begin(), links_.end());
         links_.clear();
         canonical_.clear();
+      }
+      {
+        std::lock_guard lock(pollable_lock_);
+        pollable_.clear();
       }
       for (auto& link : all) link->shutdown();
     });
@@ -70,54 +88,76 @@ class TcpTransport : public Transport, public TcpLinkOwner {
   Gid local_gid() const override { return gid_; }
 
   void set_sink(FrameSink* sink) override {
-    // Waits for a delivery in progress: a sink being destroyed is never called afterwards.
-    std::lock_guard lock(sink_mutex_);
-    sink_ = sink;
+    sink_.store(sink, std::memory_order_seq_cst);
+    // Waits for deliveries in progress: a sink being detached is never called afterwards.
+    while (delivering_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   }
 
   std::shared_ptr<Link> connect(const Gid& peer) override {
     const std::optional<TcpEndpoint> ep = tcp_endpoint_of(peer);
     if (!ep) return nullptr;
-    if (auto link = canonical(peer)) return link;
-    // One dial at a time, so that two threads asking for the same peer share a connection.
-    std::lock_guard dial_lock(dial_mutex_);
-    if (auto link = canonical(peer)) return link;
-    std::string why;
-    const int fd = tcp_dial(*ep, kDialTimeout, &why);
-    if (fd < 0) {
-      spdlog::warn("tcp: cannot reach {}: {}", to_string(*ep), why);
+    std::unique_lock lock(links_mutex_);
+    if (auto link = canonical_locked(peer)) return link;
+    if (std::this_thread::get_id() == io_thread_.get_id()) {
+      // A transport callback cannot wait for the handshake the io thread itself drives.
+      spdlog::error("tcp: connect() to {} from the transport's own thread refused", to_string(*ep));
       return nullptr;
     }
-    tcp::socket socket(io_);
-    error_code ec;
-    socket.assign(tcp::v4(), fd, ec);
-    if (ec) {
-      ::close(fd);
-      spdlog::warn("tcp: cannot use the connection to {}: {}", to_string(*ep), ec.message());
-      return nullptr;
+    const auto deadline = std::chrono::steady_clock::now() + kDialTimeout;
+    // One dial per peer at a time: a second caller shares the first one's connection.
+    while (dialing_.count(peer.raw) != 0) {
+      if (links_cv_.wait_until(lock, deadline) == std::cv_status::timeout) return nullptr;
+      if (auto link = canonical_locked(peer)) return link;
     }
-    auto link = std::make_shared<TcpLink>(*this, io_, std::move(socket), gid_, &peer);
-    std::shared_ptr<Link> result = link;
-    {
-      std::lock_guard lock(links_mutex_);
-      links_.insert(link);
-      auto [it, fresh] = canonical_.try_emplace(peer.raw, link);
-      if (!fresh) {
-        // The peer dialed us meanwhile: keep its connection as the canonical one (ours stays
-        // open, the peer may already rely on it).
-        if (it->second->up()) {
-          result = it->second;
-        } else {
-          it->second = link;
-        }
+    dialing_.insert(peer.raw);
+    lock.unlock();
+    std::shared_ptr<TcpLink> link = dial(*ep, peer, deadline);
+    lock.lock();
+    if (link) {
+      // Our dial becomes the canonical link once its HELLO is answered. If the peer refuses
+      // it, the peer keeps the connection it dialed to us, which is on its way or here.
+      links_cv_.wait_until(lock, deadline, [&] { return canonical_locked(peer) != nullptr; });
+      if (!link->ready() && !link->failed_handshake()) {
+        spdlog::warn("tcp: {} did not answer the HELLO in time", to_string(*ep));
+        asio::post(io_, [link] { link->abort(); });
       }
     }
-    asio::post(io_, [link] { link->start(); });
+    dialing_.erase(peer.raw);
+    links_cv_.notify_all();
+    std::shared_ptr<Link> result = canonical_locked(peer);
     return result;
   }
 
-  size_t progress() override { return 0; }  // the io thread delivers frames itself
-  void quiesce() override {}                // payloads are copied by send()
+  size_t progress() override {
+    // One poller at a time (the others would find every connection's receive lock taken).
+    std::unique_lock lock(pollable_lock_, std::try_to_lock);
+    if (!lock.owns_lock()) return 0;
+    size_t delivered = 0;
+    for (TcpLink* link : pollable_) delivered += link->poll();
+    return delivered;
+  }
+
+  void quiesce() override {
+    // Payload references queued before this call: wait until each has been written (or
+    // dropped with its connection). Frames written at send() time hold none.
+    std::vector<std::pair<std::shared_ptr<TcpLink>, uint64_t>> pending;
+    {
+      std::lock_guard lock(links_mutex_);
+      for (const auto& link : links_) {
+        const uint64_t queued = link->references_queued();
+        if (!link->references_released(queued)) pending.emplace_back(link, queued);
+      }
+    }
+    for (auto& [link, queued] : pending) {
+      for (int spins = 0; !link->references_released(queued); ++spins) {
+        if (spins < 64) {
+          std::this_thread::yield();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+      }
+    }
+  }
 
   void drop_connections() {
     std::promise<void> done;
@@ -133,61 +173,154 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     done.get_future().wait();
   }
 
-  // TcpLinkOwner (io thread)
-  void on_hello(TcpLink& link) override {
-    if (link.dialed()) return;
-    // An accepted connection serves as the peer's link until we have one of our own.
+  // For tests: the connections open now (handshakes included).
+  size_t connection_count() {
     std::lock_guard lock(links_mutex_);
-    auto it = canonical_.find(link.peer().raw);
-    if (it != canonical_.end() && it->second->up()) return;
+    return links_.size();
+  }
+
+  // TcpLinkOwner (io thread)
+  bool on_hello(TcpLink& link) override {
     auto self = std::static_pointer_cast<TcpLink>(link.shared_from_this());
-    if (it == canonical_.end()) {
-      canonical_.emplace(link.peer().raw, self);
-    } else {
-      it->second = self;
+    std::lock_guard lock(links_mutex_);
+    const GidBytes& peer = link.peer().raw;
+    if (link.dialed()) {
+      // Our dial was answered: it becomes the canonical link unless one is there already
+      // (the peer could not know of it: both stay open, answers follow their requests).
+      auto it = canonical_.find(peer);
+      if (it == canonical_.end() || !it->second->up()) canonical_[peer] = self;
+      add_pollable(&link);
+      links_cv_.notify_all();
+      return true;
     }
+    if (link.peer() == gid_) {
+      // The accepted end of a connection to ourselves: never canonical (the dialed end is).
+      if (!link.answer_hello()) return false;
+      add_pollable(&link);
+      return true;
+    }
+    // Two processes keep one connection; when both dial at once, the one dialed by the lower
+    // GID wins on both sides (ours is refused by the peer when we are the higher one).
+    std::shared_ptr<TcpLink> stale;
+    auto it = canonical_.find(peer);
+    if (it != canonical_.end() && it->second->up()) {
+      // Our own dial, and we are the lower GID: the peer may have dialed before hearing of it;
+      // it wins, and the peer uses it.
+      if (it->second->dialed() && gid_.raw < peer) return false;
+      // Otherwise the peer would be using the connection we hold had it not lost it (a pulled
+      // cable we have not noticed yet): the new one replaces it.
+      stale = it->second;
+    }
+    if (dialing_.count(peer) != 0 && gid_.raw < peer) return false;
+    if (!link.answer_hello()) return false;
+    canonical_[peer] = self;
+    add_pollable(&link);
+    links_cv_.notify_all();
+    if (stale) {
+      spdlog::warn("tcp: {} dialed again: dropping the connection it replaces", link.remote());
+      asio::post(io_, [stale] { stale->abort(); });
+    }
+    return true;
   }
 
   void deliver(TcpLink& link, const FrameHeader& header, PayloadSource& payload) override {
-    std::lock_guard lock(sink_mutex_);
-    if (sink_ != nullptr) sink_->on_frame(link, header, payload);
+    delivering_.fetch_add(1, std::memory_order_seq_cst);
+    if (FrameSink* sink = sink_.load(std::memory_order_seq_cst))
+      sink->on_frame(link, header, payload);
+    delivering_.fetch_sub(1, std::memory_order_release);
   }
 
   void on_down(TcpLink& link) override {
     std::shared_ptr<TcpLink> keep = link.shared_from_this();
     {
+      std::lock_guard lock(pollable_lock_);
+      pollable_.erase(std::remove(pollable_.begin(), pollable_.end(), &link), pollable_.end());
+    }
+    {
       std::lock_guard lock(links_mutex_);
       links_.erase(keep);
       auto it = canonical_.find(link.peer().raw);
       if (it != canonical_.end() && it->second.get() == &link) canonical_.erase(it);
+      links_cv_.notify_all();
     }
-    std::lock_guard lock(sink_mutex_);
-    if (sink_ != nullptr) sink_->on_link_down(link);
+    // A connection that never became ready was never seen by the engine.
+    if (!link.ready()) return;
+    delivering_.fetch_add(1, std::memory_order_seq_cst);
+    if (FrameSink* sink = sink_.load(std::memory_order_seq_cst)) sink->on_link_down(link);
+    delivering_.fetch_sub(1, std::memory_order_release);
   }
 
  private:
-  std::shared_ptr<Link> canonical(const Gid& peer) {
-    std::lock_guard lock(links_mutex_);
+  std::shared_ptr<Link> canonical_locked(const Gid& peer) {
     auto it = canonical_.find(peer.raw);
-    if (it != canonical_.end() && it->second->up()) return it->second;
+    if (it != canonical_.end() && it->second->up() && it->second->ready()) return it->second;
     return nullptr;
+  }
+
+  void add_pollable(TcpLink* link) {
+    std::lock_guard lock(pollable_lock_);
+    pollable_.push_back(link);
+  }
+
+  // Dials ep on the caller's thread and starts the handshake; null when unreachable.
+  std::shared_ptr<TcpLink> dial(const TcpEndpoint& ep, const Gid& peer,
+                                std::chrono::steady_clock::time_point deadline) {
+    std::string why;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    const int fd = tcp_dial(ep, std::max(left, std::chrono::milliseconds(1)), &why);
+    if (fd < 0) {
+      spdlog::warn("tcp: cannot reach {}: {}", to_string(ep), why);
+      return nullptr;
+    }
+    if (!apply_tcp_options(fd, timeouts_, &why)) {
+      spdlog::warn("tcp: connection to {}: {}", to_string(ep), why);
+    }
+    tcp::socket socket(io_);
+    error_code ec;
+    socket.assign(tcp::v4(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      spdlog::warn("tcp: cannot use the connection to {}: {}", to_string(ep), ec.message());
+      return nullptr;
+    }
+    auto link = std::make_shared<TcpLink>(*this, io_, std::move(socket), gid_, &peer);
+    {
+      std::lock_guard lock(links_mutex_);
+      links_.insert(link);
+    }
+    asio::post(io_, [link] { link->start(); });
+    return link;
   }
 
   void accept_next() {
     acceptor_.async_accept([this](const error_code& ec, tcp::socket socket) {
       if (!acceptor_.is_open()) return;  // shutting down
       if (ec) {
-        spdlog::warn("tcp: accept failed: {}", ec.message());
-      } else {
-        error_code ignored;
-        socket.set_option(tcp::no_delay(true), ignored);
-        auto link = std::make_shared<TcpLink>(*this, io_, std::move(socket), gid_, nullptr);
-        {
-          std::lock_guard lock(links_mutex_);
-          links_.insert(link);
-        }
-        link->start();
+        // Out of descriptors or memory: retrying at once would spin; wait, doubling.
+        const bool first = accept_backoff_.count() == 0;
+        accept_backoff_ = std::clamp(accept_backoff_ * 2, kAcceptBackoffMin, kAcceptBackoffMax);
+        // One warning per streak of failures, not one per retry.
+        spdlog::log(first ? spdlog::level::warn : spdlog::level::debug,
+                    "tcp: accept failed: {}; retrying in {} ms", ec.message(),
+                    accept_backoff_.count());
+        accept_backoff_timer_.expires_after(accept_backoff_);
+        accept_backoff_timer_.async_wait([this](const error_code& wait_ec) {
+          if (!wait_ec && acceptor_.is_open()) accept_next();
+        });
+        return;
       }
+      accept_backoff_ = std::chrono::milliseconds(0);
+      std::string why;
+      if (!apply_tcp_options(socket.native_handle(), timeouts_, &why)) {
+        spdlog::warn("tcp: accepted connection: {}", why);
+      }
+      auto link = std::make_shared<TcpLink>(*this, io_, std::move(socket), gid_, nullptr);
+      {
+        std::lock_guard lock(links_mutex_);
+        links_.insert(link);
+      }
+      link->start();
       accept_next();
     });
   }
@@ -203,19 +336,28 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     }
   }
 
-  asio::io_context io_;  // first: destroyed last
+  const TcpTimeouts timeouts_;
+  asio::io_context io_;  // before everything that uses it: destroyed after them
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   tcp::acceptor acceptor_;
+  asio::steady_timer accept_backoff_timer_;
+  std::chrono::milliseconds accept_backoff_{0};  // io thread
   Gid gid_;
   std::thread io_thread_;
 
-  std::mutex dial_mutex_;
   std::mutex links_mutex_;
-  std::set<std::shared_ptr<TcpLink>> links_;                               // every open connection
-  std::map<std::array<uint8_t, 16>, std::shared_ptr<TcpLink>> canonical_;  // by peer GID
+  std::condition_variable links_cv_;          // a handshake ended, a dial finished, a link went
+  std::set<std::shared_ptr<TcpLink>> links_;  // every open connection
+  std::map<GidBytes, std::shared_ptr<TcpLink>> canonical_;  // by peer GID
+  std::set<GidBytes> dialing_;                              // peers being dialed by connect()
 
-  std::mutex sink_mutex_;
-  FrameSink* sink_ = nullptr;
+  // Ready connections, read by progress(). Entries are removed (on the io thread) before the
+  // link can be freed.
+  SpinLock pollable_lock_;
+  std::vector<TcpLink*> pollable_;
+
+  std::atomic<FrameSink*> sink_{nullptr};
+  std::atomic<int> delivering_{0};
 };
 
 }  // namespace
@@ -225,6 +367,16 @@ bool tcp_drop_connections(Transport& t) {
   if (tcp == nullptr) return false;
   tcp->drop_connections();
   return true;
+}
+
+int tcp_link_socket(const Link& link) {
+  const auto* tcp = dynamic_cast<const TcpLink*>(&link);
+  return tcp == nullptr ? -1 : tcp->native_handle();
+}
+
+size_t tcp_connection_count(Transport& t) {
+  auto* tcp = dynamic_cast<TcpTransport*>(&t);
+  return tcp == nullptr ? 0 : tcp->connection_count();
 }
 
 std::unique_ptr<Transport> make_tcp_transport(const std::string& listen_spec) {

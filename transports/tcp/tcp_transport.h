@@ -1,7 +1,7 @@
 // The TCP transport: one listener per node, one connection per pair of processes carrying
 // every QP between them, frames encoded as docs/wire.md ("TCP") describes. Boost.Asio drives
 // the sockets on one io thread owned by the transport, which also delivers incoming frames to
-// the sink; Transport::progress has nothing to do.
+// the sink unless a polling caller (Transport::progress) reads it first.
 #pragma once
 
 #include <memory>
@@ -22,5 +22,11 @@ std::unique_ptr<Transport> make_tcp_transport(const std::string& listen_spec);
 // here, and the peers see the connection end. Returns once done. For fault tests and
 // operators; must not be called from a FrameSink callback. Returns false if t is not TCP.
 bool tcp_drop_connections(Transport& t);
+
+// For tests and diagnostics: the socket descriptor under a TCP link (-1 for another kind of
+// link), and the number of connections a TCP transport has open, handshakes included (0 for
+// another transport).
+int tcp_link_socket(const Link& link);
+size_t tcp_connection_count(Transport& t);
 
 }  // namespace emu

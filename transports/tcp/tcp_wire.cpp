@@ -122,7 +122,7 @@ const char* decode_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* h,
     return "reserved header bytes not zero";
   }
   const uint32_t len = get32(in + kOffPayloadLen);
-  if (len > kMaxPayload) return "payload length above the 1 GiB limit";
+  if (len > kMaxPayload) return "payload length above the 2 GiB limit";
   h->op = static_cast<FrameOp>(op);
   h->flags = in[kOffFlags];
   h->nak = static_cast<NakCode>(in[kOffNak]);

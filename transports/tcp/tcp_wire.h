@@ -16,8 +16,9 @@ inline constexpr uint8_t kVersion = 1;
 
 inline constexpr size_t kHelloBytes = 24;
 inline constexpr size_t kFrameHeaderBytes = 72;
-// The largest payload a receiver accepts (and buffers): larger frames close the connection.
-inline constexpr uint32_t kMaxPayload = uint32_t{1} << 30;
+// The largest payload a receiver accepts (and buffers): the largest message the device
+// advertises (2 GiB, emu/limits.h kMaxMsgSize); larger frames close the connection.
+inline constexpr uint32_t kMaxPayload = uint32_t{1} << 31;
 
 // Whether frames of this op carry a payload of header.length bytes (the others carry none).
 bool carries_payload(FrameOp op);
