@@ -4,7 +4,7 @@
 #   bench <metric> <unit> <higher|lower> <label>=<value> ...
 # where "higher"/"lower" says which direction is better.
 #
-# Usage: scripts/bench.sh rings|engine
+# Usage: scripts/bench.sh rings|engine|transports
 #   rings   two-thread SPSC throughput of emu::SpscRing against boost::lockfree::spsc_queue
 #           (uint64_t elements, same capacity, medians of repetitions). The summary uses the
 #           capacity in RING_BENCH_CAPACITY (default 1024; the benchmark has 1024 and 4096).
@@ -12,6 +12,15 @@
 #           its receive (post, deliver, both completions, both polls), and the message rate of
 #           1,000 QPs sharing one SRQ divided by that of one QP. Ours only: no peer runs
 #           in-process; the transports issue compares shm and TCP with libfabric and UCX.
+#   transports  two processes on this host, over shared memory and over TCP (127.0.0.1): our
+#           transport_bench (RC SEND/RECV ping-pong, RDMA WRITE streaming, SRQ rate) beside
+#           libfabric fi_pingpong (providers shm and tcp), UCX ucx_perftest (shared memory,
+#           and UCX_TLS=tcp: tag_lat, tag_bw, ucp_put_bw) and qperf (kernel TCP), all run in
+#           this invocation (about a minute when the machine is idle). Units: latency in us, one way = half a
+#           ping-pong round trip, mean over the run (each tool's average); bandwidth in GB/s
+#           = 10^9 bytes/s, 1 MiB messages streamed with many outstanding. Each peer's label
+#           names its test; a tool that fails prints <label>=failed, ours prints ours=n/a when
+#           its transport is not available, and the run goes on. Prints several bench lines.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,6 +30,8 @@ usage() {
   echo "usage: $0 <subcommand>" >&2
   echo "  rings   SPSC ring throughput: ours vs boost::lockfree::spsc_queue" >&2
   echo "  engine  engine cost per message and SRQ rate with 1000 QPs vs 1 (loopback)" >&2
+  echo "  transports  shm and TCP between two processes: ours vs fi_pingpong, ucx_perftest," >&2
+  echo "          qperf; latency in us (one way = round trip / 2), bandwidth in GB/s (10^9 B/s)" >&2
 }
 
 # Configures and builds into build/. Its output goes to stderr so that stdout carries only
@@ -132,10 +143,238 @@ bench_engine() {
   }'
 }
 
+# --- transports --------------------------------------------------------------------------
+
+# Every tool gets this long, server and client alike; a hung tool costs one figure, not the run.
+readonly kToolTimeout=60
+transports_tmp=""
+transport_bench_ok=0
+server_pid=""
+
+# A port for the next server, spread by our PID so that two runs on one host do not collide.
+# The figures are computed in subshells: the counter lives in a file.
+next_port() {
+  local file="$transports_tmp/port" port
+  port=$(($(cat "$file" 2>/dev/null || echo $((20000 + ($$ % 2000) * 10))) + 1))
+  echo "$port" >"$file"
+  echo "$port"
+}
+
+# Waits (up to 5 s) until something listens on TCP port $1 of this host.
+wait_listen() {
+  local port=$1 i
+  for ((i = 0; i < 50; ++i)); do
+    if command -v ss >/dev/null; then
+      [[ -n $(ss -ltnH "sport = :$port" 2>/dev/null) ]] && return 0
+    elif ((i >= 10)); then
+      return 0  # no ss: a second's head start has to do
+    fi
+    sleep 0.1
+  done
+  return 1
+}
+
+# peer_run <port> <server command...> -- <client command...>: starts the server in the
+# background, waits for it to listen on port, runs the client against it and prints the
+# client's output. Both outputs stay in $transports_tmp for figure_or_failed.
+peer_run() {
+  local port=$1
+  shift
+  local server=()
+  while (($# > 0)) && [[ $1 != -- ]]; do
+    server+=("$1")
+    shift
+  done
+  shift
+  timeout "$kToolTimeout" "${server[@]}" >"$transports_tmp/server.log" 2>&1 &
+  server_pid=$!
+  wait_listen "$port" || echo "bench: ${server[*]}: nothing listens on port $port" >&2
+  local out
+  out="$(timeout "$kToolTimeout" "$@" 2>&1)" || true
+  stop_server
+  printf '%s\n' "$out" >"$transports_tmp/client.log"
+  printf '%s\n' "$out"
+}
+
+stop_server() {
+  if [[ -n $server_pid ]]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=""
+  fi
+}
+
+# figure_or_failed <what>: prints the figure read on stdin, or "failed" (and on stderr the
+# end of both sides' output) when the tool produced none.
+figure_or_failed() {
+  local v
+  v="$(cat)"
+  if [[ $v =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+    echo "$v"
+    return
+  fi
+  echo "bench: $1 failed; the end of its output:" >&2
+  tail -n 6 "$transports_tmp/client.log" | sed 's/^/  client| /' >&2
+  tail -n 6 "$transports_tmp/server.log" | sed 's/^/  server| /' >&2
+  echo failed
+}
+
+# fi_pingpong <provider> <endpoint type> <size> <iterations>: one-way latency in us. Its
+# "usec/xfer" is the run's time over 2 x iterations transfers, i.e. half a round trip.
+fi_pingpong_us() {
+  local provider=$1 ep_type=$2 size=$3 iters=$4 port
+  port="$(next_port)"
+  local common=(-p "$provider" -e "$ep_type" -S "$size" -I "$iters")
+  peer_run "$port" fi_pingpong "${common[@]}" -B "$port" -- \
+    fi_pingpong "${common[@]}" -P "$port" 127.0.0.1 | awk -v size="$size" '
+      { for (i = 1; i <= NF; ++i) if ($i == "usec/xfer") col = i }
+      col && $1 == size && NF >= col { v = $col }
+      END { if (v != "") print v }' | figure_or_failed "fi_pingpong ${common[*]}"
+}
+
+# ucx_perftest <UCX_TLS> <test> <size> <iterations> <latency|bandwidth>: the "Final:" line's
+# overall (whole-run mean) latency in us (ping-pong tests report half a round trip), or its
+# overall bandwidth, which ucx_perftest prints in MiB/s, converted to GB/s.
+ucx_perftest_figure() {
+  local tls=$1 test=$2 size=$3 iters=$4 what=$5 port
+  port="$(next_port)"
+  peer_run "$port" env UCX_TLS="$tls" ucx_perftest -p "$port" -- \
+    env UCX_TLS="$tls" ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$iters" \
+    -w $((iters / 10 + 1)) | awk -v what="$what" '
+      $1 == "Final:" && NF >= 9 {
+        if (what == "latency") printf "%.3f\n", $5
+        else printf "%.3f\n", $7 * 1048576 / 1e9
+      }' | figure_or_failed "UCX_TLS=$tls ucx_perftest -t $test -s $size"
+}
+
+# qperf <test> <size>: tcp_lat's one-way latency in us, or tcp_bw in GB/s (qperf prints SI
+# units: GB/sec = 10^9 bytes/s). Two seconds per test.
+qperf_figure() {
+  local test=$1 size=$2 port data_port
+  port="$(next_port)"
+  data_port="$(next_port)"
+  peer_run "$port" qperf --listen_port "$port" -- \
+    qperf 127.0.0.1 --listen_port "$port" --ip_port "$data_port" -t 2 -m "$size" "$test" |
+    awk '
+      $1 == "latency" && $2 == "=" {
+        s = ($4 == "ns") ? 1e-3 : ($4 == "us") ? 1 : ($4 == "ms") ? 1e3 : ($4 == "sec") ? 1e6 : 0
+        if (s) printf "%.3f\n", $3 * s
+      }
+      $1 == "bw" && $2 == "=" {
+        s = ($4 == "KB/sec") ? 1e-6 : ($4 == "MB/sec") ? 1e-3 : ($4 == "GB/sec") ? 1 : 0
+        if (s) printf "%.3f\n", $3 * s
+      }' | figure_or_failed "qperf -m $size $test"
+}
+
+# ours <transport> <transport_bench arguments>: the "result <name> <value>" lines of our tool,
+# or nothing when it failed (its reasons are on stderr).
+ours() {
+  local transport=$1
+  shift
+  local bin="build/tests/bench/transport_bench"
+  ((transport_bench_ok)) || return 0
+  echo "bench: transport_bench $* over $transport" >&2
+  EMURDMA_TRANSPORT="$transport" timeout "$kToolTimeout" "$bin" "$@" \
+    --watchdog "$kToolTimeout" | grep '^result ' || true
+}
+
+# result_of <result lines> <name>: the value, or n/a.
+result_of() {
+  local v
+  v="$(awk -v n="$2" '$1 == "result" && $2 == n { print $3 }' <<<"$1")"
+  echo "${v:-n/a}"
+}
+
+bench_transports_cleanup() {
+  stop_server
+  [[ -n $transports_tmp ]] && rm -rf "$transports_tmp"
+}
+
+bench_transports() {
+  # The peers need no build: a failed build (or a missing binary) only makes ours n/a.
+  transport_bench_ok=1
+  if ! (build); then
+    # Another target may be what failed: our tool alone may still build.
+    if cmake --build build --target transport_bench >&2; then
+      echo "bench: the full build failed, transport_bench built; measuring" >&2
+    else
+      echo "bench: transport_bench does not build; ours=n/a (the peers still run)" >&2
+      transport_bench_ok=0
+    fi
+  elif [[ ! -x build/tests/bench/transport_bench ]]; then
+    echo "bench: build/tests/bench/transport_bench was not built (is EMURDMA_BENCH on?);" \
+      "ours=n/a" >&2
+    transport_bench_ok=0
+  fi
+  transports_tmp="$(mktemp -d)"
+  trap bench_transports_cleanup EXIT
+  trap 'exit 130' INT TERM
+
+  local missing=() tool
+  for tool in fi_pingpong ucx_perftest qperf; do
+    command -v "$tool" >/dev/null || missing+=("$tool")
+  done
+  ((${#missing[@]} == 0)) || echo "bench: not installed: ${missing[*]} (their figures: failed)" >&2
+
+  # Shared memory for UCX: its shared-memory transports only (plus self).
+  local ucx_shm="posix,sysv,cma,self"
+  # Each metric runs ours and then its peers back to back, so that the machine's state (other
+  # work on two shared cores) changes as little as possible within one comparison.
+  local ours_lines
+
+  ours_lines="$(ours shm lat --size 8 --iters 200000)"
+  echo "bench: ours over shm, 8 B: median one-way $(result_of "$ours_lines" lat_8B_median_us) us" >&2
+  echo "bench shm_lat_8B_us us lower ours=$(result_of "$ours_lines" lat_8B_us)" \
+    "fi_shm_pingpong=$(fi_pingpong_us shm rdm 8 100000)" \
+    "ucx_tag_lat=$(ucx_perftest_figure "$ucx_shm" tag_lat 8 200000 latency)"
+
+  ours_lines="$(ours shm lat --size 64 --iters 200000)"
+  echo "bench: ours over shm, 64 B: median one-way $(result_of "$ours_lines" lat_64B_median_us)" \
+    "us" >&2
+  echo "bench shm_lat_64B_us us lower ours=$(result_of "$ours_lines" lat_64B_us)" \
+    "fi_shm_pingpong=$(fi_pingpong_us shm rdm 64 100000)" \
+    "ucx_tag_lat=$(ucx_perftest_figure "$ucx_shm" tag_lat 64 200000 latency)"
+
+  ours_lines="$(ours shm bw --size 1048576 --window 32 --seconds 2)"
+  echo "bench shm_bw_1MiB_GBps GB/s higher ours=$(result_of "$ours_lines" bw_1048576B_GBps)" \
+    "ucx_tag_bw=$(ucx_perftest_figure "$ucx_shm" tag_bw 1048576 5000 bandwidth)" \
+    "ucx_put_bw=$(ucx_perftest_figure "$ucx_shm" ucp_put_bw 1048576 20000 bandwidth)"
+
+  ours_lines="$(ours tcp lat --size 8 --iters 100000)"
+  echo "bench: ours over tcp, 8 B: median one-way $(result_of "$ours_lines" lat_8B_median_us) us" >&2
+  echo "bench tcp_lat_8B_us us lower ours=$(result_of "$ours_lines" lat_8B_us)" \
+    "fi_tcp_pingpong=$(fi_pingpong_us tcp msg 8 20000)" \
+    "ucx_tag_lat=$(ucx_perftest_figure tcp tag_lat 8 20000 latency)" \
+    "qperf_tcp_lat=$(qperf_figure tcp_lat 8)"
+
+  ours_lines="$(ours tcp bw --size 1048576 --window 32 --seconds 2)"
+  echo "bench tcp_bw_1MiB_GBps GB/s higher ours=$(result_of "$ours_lines" bw_1048576B_GBps)" \
+    "ucx_tag_bw=$(ucx_perftest_figure tcp tag_bw 1048576 3000 bandwidth)" \
+    "ucx_put_bw=$(ucx_perftest_figure tcp ucp_put_bw 1048576 3000 bandwidth)" \
+    "qperf_tcp_bw=$(qperf_figure tcp_bw 1M)"
+
+  # The SRQ rate is the engine's, measured between two processes: over shm, or over tcp when
+  # shm is not available here (a note line says so).
+  local srq_transport=shm
+  ours_lines="$(ours shm srq --qps 1000)"
+  if [[ $(result_of "$ours_lines" srq_rate_1000qp_vs_1qp) == n/a ]] && ((transport_bench_ok)); then
+    srq_transport=tcp
+    ours_lines="$(ours tcp srq --qps 1000)"
+    if [[ $(result_of "$ours_lines" srq_rate_1000qp_vs_1qp) != n/a ]]; then
+      echo "note srq_rate_1000qp_vs_1qp measured over tcp: the shm transport is not available"
+    fi
+  fi
+  echo "bench: ours over $srq_transport: SRQ rate with 1 QP" \
+    "$(result_of "$ours_lines" srq_rate_1qp_Mmsgps) Mmsg/s, with 1000 QPs" \
+    "$(result_of "$ours_lines" srq_rate_1000qp_Mmsgps) Mmsg/s" >&2
+  echo "bench srq_rate_1000qp_vs_1qp ratio higher" \
+    "ours=$(result_of "$ours_lines" srq_rate_1000qp_vs_1qp)"
+}
+
 case "${1:-}" in
   rings) bench_rings ;;
   engine) bench_engine ;;
-  # transports) bench_transports ;;   (to come, issue 3)
+  transports) bench_transports ;;
   # verbs) bench_verbs ;;             (to come)
   *)
     usage
