@@ -612,7 +612,8 @@ TEST(ShmSegment, CreatedMemfdIsPrivateToItsUserAndSizedForTwoRings) {
   ASSERT_NE(peer, nullptr) << why;
   ::close(fd);
   const auto d = Segment::kDialerToAcceptor;
-  EXPECT_EQ(segment->sync_key(d), peer->sync_key(d));  // for TSan, one ring (shm_tsan.h)
+  EXPECT_EQ(segment->sync_key(d),
+            peer->sync_key(d));  // for TSan, one ring (transports/tsan_sync.h)
   RingProducer producer(segment->control(d), segment->data(d), segment->sync_key(d));
   RingConsumer consumer(peer->control(d), peer->data(d), peer->sync_key(d));
   ASSERT_TRUE(push(producer, 48, 4, 0x3c));
