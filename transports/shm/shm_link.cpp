@@ -252,8 +252,12 @@ bool ShmLink::incoming_pending() const {
          incoming_->head.load(std::memory_order_acquire);
 }
 
-size_t ShmLink::drain(size_t budget) {
-  if (!up() || !drain_lock_.try_lock()) return 0;
+size_t ShmLink::drain(size_t budget, bool* contended) {
+  if (!up()) return 0;
+  if (!drain_lock_.try_lock()) {
+    if (contended != nullptr) *contended = true;
+    return 0;
+  }
   if (!up()) {  // taken down (and maybe released) since the check above
     drain_lock_.unlock();
     return 0;

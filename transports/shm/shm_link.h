@@ -65,8 +65,9 @@ class ShmLink : public Link {
   const Gid& peer() const override { return peer_; }
   bool up() const override { return up_.load(std::memory_order_acquire); }
 
-  // Delivers up to budget incoming frames to the sink; 0 when another thread is draining.
-  size_t drain(size_t budget);
+  // Delivers up to budget incoming frames to the sink; 0 when another thread is draining
+  // (*contended, when given, is then set).
+  size_t drain(size_t budget, bool* contended = nullptr);
   // Writes what the backlog holds as far as the ring allows; true if anything was written.
   bool flush_backlog();
   bool has_backlog() const { return backlog_size_.load(std::memory_order_acquire) != 0; }

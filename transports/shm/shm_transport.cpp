@@ -28,7 +28,6 @@ namespace emu {
 namespace {
 
 using namespace shm;
-using Clock = std::chrono::steady_clock;
 
 // Send-queue inline data is always copied into the ring, so no frame references memory a
 // destroyed QP frees: quiesce() has nothing to wait for.
@@ -36,12 +35,15 @@ static_assert(kMaxInline <= kInlineMax);
 
 constexpr size_t kMaxLinks = 4096;
 constexpr size_t kDrainBudget = 64;
-// After traffic the receiver thread spins this long before it sleeps.
-constexpr auto kSpin = std::chrono::microseconds(20);
-// While a program thread busy-polls (at least kBusyPollerPolls progress calls since the
-// receiver thread last looked), the receiver thread only looks in every kPollingProgramNapMs
-// and asks for no doorbell: the program delivers. A program that polls only after events
-// (a few calls) does not count as one, so its messages still wake the receiver at once.
+// After traffic the receiver thread spins this many empty rounds (about 10-20 us; counted,
+// not timed, so that spinning reads no clock) before it sleeps.
+constexpr int kSpinRounds = 512;
+// While a program thread is busy delivering — it polled at least kBusyPollerPolls times, or
+// delivered frames itself, since the receiver thread last looked, or it is draining right
+// now — the receiver thread only looks in every kPollingProgramNapMs and asks for no
+// doorbell: the program delivers, and two threads contending for one ring on two cores would
+// only slow it. A program that polls only after completion events (a call or two) does not
+// count, so its messages still wake the receiver thread at once.
 constexpr int kPollingProgramNapMs = 1;
 constexpr uint32_t kBusyPollerPolls = 64;
 // A sleeping receiver thread needs no timeout (the doorbell wakes it); this is a safety net.
@@ -116,7 +118,12 @@ class ShmTransport : public Transport, public LinkOwner {
     // and a plain store costs no locked instruction on the hot path.
     program_polls_.store(program_polls_.load(std::memory_order_relaxed) + 1,
                          std::memory_order_relaxed);
-    return drain_all();
+    const size_t delivered = drain_all(nullptr);
+    if (delivered != 0) {
+      program_deliveries_.store(program_deliveries_.load(std::memory_order_relaxed) + 1,
+                                std::memory_order_relaxed);
+    }
+    return delivered;
   }
 
   void quiesce() override {}
@@ -279,13 +286,14 @@ class ShmTransport : public Transport, public LinkOwner {
     return true;
   }
 
-  size_t drain_all() {
+  // *contended (when given) is set if another thread was draining a link.
+  size_t drain_all(bool* contended) {
     size_t delivered = 0;
     const size_t n = active_count_.load(std::memory_order_acquire);
     for (size_t i = 0; i < n; ++i) {
       ShmLink* link = active_[i].load(std::memory_order_acquire);
       if (!link->up()) continue;
-      delivered += link->drain(kDrainBudget);
+      delivered += link->drain(kDrainBudget, contended);
       if (link->has_backlog()) link->flush_backlog();
     }
     return delivered;
@@ -308,16 +316,19 @@ class ShmTransport : public Transport, public LinkOwner {
     std::vector<ShmLink*> fd_links;  // fds[i + 2] belongs to fd_links[i]
     uint64_t version_seen = UINT64_MAX;
     uint32_t polls_seen = 0;
-    auto last_activity = Clock::now();
+    uint32_t deliveries_seen = 0;
+    int idle_rounds = 0;
     while (!stopping_.load(std::memory_order_acquire)) {
-      if (drain_all() > 0) {
-        last_activity = Clock::now();
+      bool contended = false;
+      if (drain_all(&contended) > 0) {
+        idle_rounds = 0;
         continue;
       }
-      if (Clock::now() - last_activity < kSpin) {
+      if (!contended && ++idle_rounds < kSpinRounds) {
         cpu_relax();
         continue;
       }
+      idle_rounds = 0;
       const uint64_t version = links_version_.load(std::memory_order_acquire);
       if (version != version_seen) {
         version_seen = version;
@@ -339,9 +350,12 @@ class ShmTransport : public Transport, public LinkOwner {
       int timeout_ms = kPollingProgramNapMs;
       bool armed = false;
       const uint32_t polls = program_polls_.load(std::memory_order_relaxed);
-      const bool busy_poller = polls - polls_seen >= kBusyPollerPolls;
+      const uint32_t deliveries = program_deliveries_.load(std::memory_order_relaxed);
+      const bool program_busy =
+          contended || polls - polls_seen >= kBusyPollerPolls || deliveries != deliveries_seen;
       polls_seen = polls;
-      if (!busy_poller) {
+      deliveries_seen = deliveries;
+      if (!program_busy) {
         if (!arm_sleep(fd_links)) continue;
         armed = true;
         timeout_ms = kSleepCapMs;
@@ -351,7 +365,6 @@ class ShmTransport : public Transport, public LinkOwner {
       if (armed) {
         for (ShmLink* l : fd_links) l->cancel_sleep();
       }
-      last_activity = Clock::now();
       if (ready <= 0) continue;
       if (fds[0].revents != 0) {
         uint64_t count;
@@ -405,7 +418,9 @@ class ShmTransport : public Transport, public LinkOwner {
   std::mutex sink_mutex_;  // link-down reports
   std::atomic<FrameSink*> sink_{nullptr};
 
-  std::atomic<uint32_t> program_polls_{0};  // Transport::progress calls, approximately
+  // Approximate counts (concurrent pollers may lose some): only their change matters.
+  std::atomic<uint32_t> program_polls_{0};       // Transport::progress calls
+  std::atomic<uint32_t> program_deliveries_{0};  // ... that delivered frames
   std::atomic<bool> stopping_{false};
   std::thread receiver_;
 };
