@@ -1,0 +1,108 @@
+// The two-host tests, run by two_host.sh once it has joined two network namespaces with a veth
+// pair. The server (or streamer "a") runs in namespace A with the bystander "c", whose
+// connection must not cross the link that goes down; every other peer runs in namespace B.
+// Every peer uses the engine's TCP transport, listening on its namespace's address.
+//
+// Environment (set by two_host.sh): EMU_MP_NS_A, EMU_MP_NS_B (namespace names),
+// EMU_MP_ADDR_A, EMU_MP_ADDR_B (their addresses), EMU_MP_VETH_A (the veth end in A).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "tests/mp/driver_scenarios.h"
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+class TwoHost : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name :
+         {"EMU_MP_NS_A", "EMU_MP_NS_B", "EMU_MP_ADDR_A", "EMU_MP_ADDR_B", "EMU_MP_VETH_A"}) {
+      ASSERT_FALSE(env(name).empty()) << name << " is not set: run this through two_host.sh";
+    }
+  }
+
+  // Host A: the server (or streamer a) and the bystander c; host B: everyone else.
+  static mp::Placement place() {
+    return [](mp::PeerSpec& spec) {
+      const bool host_a = spec.name == "server" || spec.name == "a" || spec.name == "c";
+      const std::string ns = env(host_a ? "EMU_MP_NS_A" : "EMU_MP_NS_B");
+      spec.wrapper = {"ip", "netns", "exec", ns};
+      spec.env.emplace_back("EMURDMA_TRANSPORT", "tcp");
+      spec.env.emplace_back("EMURDMA_TCP_ADDR", env(host_a ? "EMU_MP_ADDR_A" : "EMU_MP_ADDR_B"));
+    };
+  }
+};
+
+TEST_F(TwoHost, SendRecv) {
+  mp::run_send_recv(place());
+}
+
+TEST_F(TwoHost, RdmaWrite) {
+  mp::run_rdma_write(place());
+}
+
+TEST_F(TwoHost, RdmaRead) {
+  mp::run_rdma_read(place());
+}
+
+TEST_F(TwoHost, AtomicsFromTwoClients) {
+  mp::run_atomics(place());
+}
+
+TEST_F(TwoHost, LargeWriteReadSend) {
+  mp::run_large_messages(place());
+}
+
+TEST_F(TwoHost, UdSendRecv) {
+  mp::run_ud(place());
+}
+
+TEST_F(TwoHost, SrqSharedByThreeClients) {
+  mp::run_srq_shared_by_clients(place());
+}
+
+TEST_F(TwoHost, SrqEmptyRnrThenRecovery) {
+  mp::run_srq_rnr_then_recovery(place());
+}
+
+TEST_F(TwoHost, SrqResizeUnderTraffic) {
+  mp::run_srq_resize_under_traffic(place());
+}
+
+TEST_F(TwoHost, ProtectionErrorsLeaveTargetUntouched) {
+  mp::run_protection_errors(place());
+}
+
+TEST_F(TwoHost, KillPeerMidStream) {
+  mp::FaultRun run;
+  run.fault = mp::kill_peer("b");
+  mp::run_fault(place(), run);
+}
+
+// The link between the hosts goes down mid-stream: no end sees the other die, so each must
+// find out by its own retransmission timeout (IBV_WC_RETRY_EXC_ERR) or the transport's report
+// (QP_FATAL and flushes); either way every WR completes once and nothing hangs.
+TEST_F(TwoHost, LinkDown) {
+  mp::FaultRun run;
+  run.b_survives = true;
+  run.fatal_event = false;
+  // A 134 ms local ACK timeout, 3 retries: the timeout path ends in about half a second.
+  run.streamer_extra = {"timeout=15", "retry_cnt=3"};
+  run.fault = [](mp::Session&) {
+    std::string output;
+    const int rc = mp::run_command(
+        {"ip", "-n", env("EMU_MP_NS_A"), "link", "set", env("EMU_MP_VETH_A"), "down"},
+        std::chrono::seconds(10), &output);
+    EXPECT_EQ(rc, 0) << "ip link set down failed: " << output;
+  };
+  mp::run_fault(place(), run);
+}
+
+}  // namespace
