@@ -1,6 +1,7 @@
 // Completer: matches the peer's answers to send WQEs, in order, and writes completions.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "emu/context.h"
@@ -26,6 +27,103 @@ void Qp::schedule_retry_locked(std::chrono::nanoseconds delay) {
   node().schedule(Node::Clock::now() + delay, qpn_, timer_token_);
 }
 
+namespace {
+
+// The ACK timeout. IBA times a packet: 4.096 us * 2^timeout (ibv_modify_qp(3)). Our frames are
+// whole messages (no MTU segmentation), a link carries them in order, and the answer to one
+// leaves only once its last byte arrived: so the answer to the oldest request can wait behind
+// everything queued on the link, in both directions (a 1 GiB frame over TCP takes seconds;
+// forty megabytes of WRITEs each way under a sanitizer too), where hardware would interleave
+// packets and keep acknowledging. A fixed timeout would then expire under a peer that is
+// alive, and go-back-N would add the whole window again to the backlog. The timer is therefore
+// lengthened by the time every unanswered byte of this QP (a READ counts its response) takes at
+// a deliberately pessimistic 2 MB/s: slower than any link or sanitizer build we run on. Only a
+// silent peer pays for it, with a later RETRY_EXC_ERR.
+constexpr uint64_t kSlowestNsPerByte = 500;  // 2 MB/s
+
+std::chrono::nanoseconds ack_timeout(uint8_t timeout, uint64_t unanswered_bytes) {
+  return std::chrono::nanoseconds((uint64_t{4096} << (timeout & 31)) +
+                                  unanswered_bytes * kSlowestNsPerByte);
+}
+
+}  // namespace
+
+// The local ACK timer (IBA 9.7.6.1.3). Hardware restarts its transport timer on every answer
+// that makes progress; restarting a node timer per answer would cost a lock and a wake-up on
+// the fast path, so the restart is lazy: the fast path bumps ack_epoch_ (every frame received,
+// every retransmission), and the timer, when it fires, looks whether the epoch moved since it
+// was armed. If it did, the peer is alive: the timer is armed again from now. Every frame from
+// the peer QP counts, its requests too (Qp::on_frame): our transports carry whole frames in
+// order, so the answers to us can sit behind the peer's own bulk traffic for longer than a
+// timeout, where hardware would interleave packets and keep acknowledging. If not, nothing
+// was heard for a whole timeout: retransmit from the oldest unanswered request (go-back-N),
+// spending one of retry_cnt, or once they are spent complete it with IBV_WC_RETRY_EXC_ERR
+// (fail_send_locked then flushes the rest and moves the QP to ERR). So each retry follows a
+// silence of at least one timeout after the last answer or retransmission, and at most about
+// two (plus the short second look below); hardware transport timers are as coarse.
+void Qp::arm_ack_timer_locked() {
+  // timeout 0 is infinite (ibv_modify_qp(3)); UC and UD are never acknowledged.
+  if (type_ != IBV_QPT_RC || attr_.timeout == 0 || ack_timer_pending_) return;
+  if (sq_head_ == sq_next_) return;  // nothing unanswered to time
+  ack_timer_pending_ = true;
+  ack_confirming_ = false;
+  ack_epoch_armed_ = ack_epoch_;
+  // O(unanswered), but armed at most once a timeout, never per message.
+  uint64_t bytes = 0;
+  for (uint64_t i = sq_head_; i != sq_next_; ++i) {
+    const SendWqe& w = sq_[i & sq_mask_];
+    if (!w.answered_locally) bytes += w.length;
+  }
+  node().schedule(Node::Clock::now() + ack_timeout(attr_.timeout, bytes), qpn_,
+                  kAckTimerTag | ++ack_timer_token_);
+}
+
+void Qp::disarm_ack_timer_locked() {
+  ack_timer_pending_ = false;
+  ack_confirming_ = false;
+  ++ack_timer_token_;  // the node timer already queued finds a stale token and does nothing
+}
+
+void Qp::on_ack_timer_locked(uint64_t token) {
+  if (!ack_timer_pending_ || token != (kAckTimerTag | ack_timer_token_)) return;
+  ack_timer_pending_ = false;
+  const ibv_qp_state st = state();
+  if (st != IBV_QPS_RTS && st != IBV_QPS_SQD) return;  // ERR, RESET: all was flushed or dropped
+  // Nothing unanswered; or an RNR / retry delay runs, whose retransmission re-arms the timer.
+  if (sq_head_ == sq_next_ || waiting_retry_) return;
+  if (ack_epoch_ != ack_epoch_armed_) {  // the peer answered meanwhile: time afresh from now
+    arm_ack_timer_locked();
+    return;
+  }
+  if (!ack_confirming_) {
+    // Silent for a whole timeout, as far as this QP has seen. But node timers run before the
+    // transport is progressed (Node::progress), and a process that was not scheduled for a
+    // while finds its timers due before the answers that arrived meanwhile are delivered:
+    // look again just after that progress, so that only a silence that outlasts it counts.
+    ack_confirming_ = true;
+    ack_timer_pending_ = true;
+    const auto grace = std::min<std::chrono::nanoseconds>(
+        std::chrono::nanoseconds(uint64_t{4096} << (attr_.timeout & 31)),
+        std::chrono::milliseconds(1));
+    node().schedule(Node::Clock::now() + grace, qpn_, kAckTimerTag | ++ack_timer_token_);
+    return;
+  }
+  ack_confirming_ = false;
+  SendWqe& oldest = sq_[sq_head_ & sq_mask_];
+  if (retries_left_ == 0) {
+    spdlog::debug("QP {:#x}: local ACK timeout, retry_cnt {} exhausted", qpn_, attr_.retry_cnt);
+    fail_send_locked(oldest, IBV_WC_RETRY_EXC_ERR);
+    return;
+  }
+  --retries_left_;
+  spdlog::debug("QP {:#x}: local ACK timeout, retransmitting from psn {} ({} retries left)", qpn_,
+                oldest.psn, retries_left_);
+  ++ack_epoch_;
+  sq_next_ = sq_head_;  // go back to the oldest unanswered request
+  rd_atomic_in_flight_ = 0;
+  transmit_locked();  // arms the timer again
+}
+
 void Qp::handle_nak_locked(const FrameHeader& h) {
   SendWqe& w = sq_[sq_head_ & sq_mask_];
   switch (h.nak) {
@@ -37,6 +135,9 @@ void Qp::handle_nak_locked(const FrameHeader& h) {
         }
         --rnr_retries_left_;
       }
+      // The responder answered: the silences timed so far were transient. retry_cnt bounds
+      // consecutive silent timeouts, so its budget starts over (as after an ACK).
+      retries_left_ = attr_.retry_cnt;
       // Go back to the refused message: later ones were dropped by the responder.
       sq_next_ = sq_head_;
       rd_atomic_in_flight_ = 0;

@@ -278,6 +278,7 @@ void Qp::to_sq_error_locked() {
   attr_.qp_state = IBV_QPS_SQE;
   ++timer_token_;
   waiting_retry_ = false;
+  disarm_ack_timer_locked();
   flush_send_locked();
 }
 
@@ -287,6 +288,7 @@ void Qp::to_error_locked() {
   attr_.qp_state = IBV_QPS_ERR;
   ++timer_token_;
   waiting_retry_ = false;
+  disarm_ack_timer_locked();
   flush_locked();
   // The QP will take no more buffers from its SRQ: the program may now detach it safely.
   if (srq_ != nullptr) {
@@ -306,9 +308,12 @@ void Qp::reset_locked() {
   waiting_retry_ = false;
   sq_drained_pending_ = false;
   ++timer_token_;
+  disarm_ack_timer_locked();
   link_.reset();
   next_psn_ = 0;
   expected_psn_ = 0;
+  for (AtomicResult& r : atomic_results_) r = AtomicResult{};
+  atomic_results_next_ = 0;
   ibv_qp_attr fresh{};
   fresh.cap = cap_;
   fresh.port_num = 1;
@@ -340,6 +345,7 @@ void Qp::on_link_down(const Link& link) {
 
 void Qp::on_frame(Link& from, const FrameHeader& h, PayloadSource& payload) {
   std::lock_guard lock(lock_);
+  ++ack_epoch_;  // the peer is alive: the local ACK timer starts over (completer.cpp)
   switch (h.op) {
     case FrameOp::kSend:
     case FrameOp::kWrite:
@@ -363,8 +369,13 @@ void Qp::on_frame(Link& from, const FrameHeader& h, PayloadSource& payload) {
 void Qp::on_timer(uint64_t token) {
   {
     std::lock_guard lock(lock_);
+    if (token & kAckTimerTag) {
+      on_ack_timer_locked(token);
+      return;
+    }
     if (token != timer_token_ || !waiting_retry_) return;
     waiting_retry_ = false;
+    ++ack_epoch_;  // a retransmission after an RNR or retry delay: the ACK timer starts over
     transmit_locked();
   }
 }

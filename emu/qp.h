@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "emu/limits.h"
 #include "emu/mpsc_ring.h"
 #include "emu/objects.h"
 #include "emu/spin_lock.h"
@@ -83,6 +84,7 @@ class Qp : public ApiHandle {
   void respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& payload);
   void respond_read_locked(Link& from, const FrameHeader& h);
   void respond_atomic_locked(Link& from, const FrameHeader& h);
+  void replay_atomic_locked(Link& from, const FrameHeader& h);
   void reply_locked(Link& to, const FrameHeader& request, FrameOp op, NakCode nak,
                     const iovec* iov = nullptr, size_t iovcnt = 0, uint64_t value = 0);
   bool take_recv_locked(RecvWqe* out);
@@ -94,6 +96,9 @@ class Qp : public ApiHandle {
   void retire_head_locked(ibv_wc_status status, uint32_t byte_len);
   void handle_nak_locked(const FrameHeader& h);
   void schedule_retry_locked(std::chrono::nanoseconds delay);
+  void arm_ack_timer_locked();
+  void on_ack_timer_locked(uint64_t token);
+  void disarm_ack_timer_locked();
   void fail_send_locked(SendWqe& wqe, ibv_wc_status status);
   // qp.cpp
   void to_error_locked();
@@ -138,8 +143,18 @@ class Qp : public ApiHandle {
   uint32_t rd_atomic_in_flight_ = 0;  // reads and atomics transmitted, not answered
   uint32_t rnr_retries_left_ = 0;
   uint32_t retries_left_ = 0;
-  bool waiting_retry_ = false;       // an RNR or retransmission delay is running
-  uint64_t timer_token_ = 0;         // invalidates stale timers
+  bool waiting_retry_ = false;  // an RNR or retransmission delay is running
+  uint64_t timer_token_ = 0;    // invalidates stale timers
+  // Local ACK timer (IBA 9.7.6.1.3), RC only. At most one node timer per QP is pending; the
+  // fast path only bumps ack_epoch_ (every answer, every retransmission), and the timer, when
+  // it fires, re-arms itself from then if the epoch moved (completer.cpp explains the rule).
+  // Its tokens carry kAckTimerTag, which RNR / retry-delay tokens (timer_token_) never reach.
+  static constexpr uint64_t kAckTimerTag = uint64_t{1} << 63;
+  bool ack_timer_pending_ = false;
+  bool ack_confirming_ = false;   // the timer expired once silently; this is the second look
+  uint64_t ack_timer_token_ = 0;  // invalidates stale ACK timers (disarm bumps it)
+  uint64_t ack_epoch_ = 0;
+  uint64_t ack_epoch_armed_ = 0;     // ack_epoch_ when the pending ACK timer was scheduled
   bool sq_drained_pending_ = false;  // SQD requested an SQ_DRAINED event
   uint64_t sq_sent_high_ = 0;        // furthest sq_next_ ever reached (rewinds keep it)
   uint64_t sqd_limit_ = 0;           // WQEs before it had been transmitted when SQD began
@@ -149,6 +164,16 @@ class Qp : public ApiHandle {
 
   // Responder state.
   uint32_t expected_psn_ = 0;
+  // The results of the last atomics executed, by PSN, so that a duplicate atomic is answered
+  // with its original result instead of being executed again (IBA 9.4.5). IBA asks for the
+  // last max_dest_rd_atomic; keeping the device maximum is a superset.
+  struct AtomicResult {
+    uint32_t psn = 0;
+    bool valid = false;
+    uint64_t original = 0;
+  };
+  AtomicResult atomic_results_[kMaxQpRdAtomic];
+  uint32_t atomic_results_next_ = 0;
 };
 
 }  // namespace emu

@@ -151,6 +151,7 @@ bool Qp::transmit_one_locked(SendWqe& w) {
   }
   advance_next_locked();
   if (is_rd_atomic(w.opcode)) ++rd_atomic_in_flight_;
+  arm_ack_timer_locked();  // no-op when one is pending already: one node timer per QP
   return true;
 }
 

@@ -84,11 +84,22 @@ void Qp::respond_locked(Link& from, const FrameHeader& h, PayloadSource& payload
     int32_t d = psn_diff(h.psn, expected_psn_);
     if (d > 0) return;  // behind a refused message: dropped, the requester goes back to it
     if (d < 0) {
-      // Duplicate of a message already executed: acknowledge again, execute nothing.
-      if (h.op == FrameOp::kSend || h.op == FrameOp::kWrite) {
-        reply_locked(from, h, FrameOp::kAck, NakCode::kNone);
-      } else if (h.op == FrameOp::kReadRequest) {
-        respond_read_locked(from, h);
+      // A duplicate: the requester retransmitted (its ACK timeout, or go-back-N after an RNR
+      // NAK) a request already executed here, whose answer it has not seen.
+      switch (h.op) {
+        case FrameOp::kSend:
+        case FrameOp::kWrite:
+          // Acknowledged again, executed once: no second receive completion, no second write.
+          reply_locked(from, h, FrameOp::kAck, NakCode::kNone);
+          break;
+        case FrameOp::kReadRequest:
+          respond_read_locked(from, h);  // a READ is executed again: the data as it is now
+          break;
+        case FrameOp::kAtomicRequest:
+          replay_atomic_locked(from, h);  // never executed twice: the saved result (IBA 9.4.5)
+          break;
+        default:
+          break;
       }
       return;
     }
@@ -190,17 +201,19 @@ void Qp::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& p
 }
 
 void Qp::respond_read_locked(Link& from, const FrameHeader& h) {
+  // A duplicate is checked and read again, but must not move expected_psn_ back.
+  const bool duplicate = psn_diff(h.psn, expected_psn_) < 0;
   bool allowed = (attr_.qp_access_flags & IBV_ACCESS_REMOTE_READ) != 0 &&
                  (h.length == 0 ||
                   node().mrs().check(h.rkey, pd_, h.remote_addr, h.length, IBV_ACCESS_REMOTE_READ));
   if (!allowed) {
     reply_locked(from, h, FrameOp::kNak, NakCode::kRemoteAccess);
-    expected_psn_ = (h.psn + 1) & kPsnMask;
+    if (!duplicate) expected_psn_ = (h.psn + 1) & kPsnMask;
     responder_error_locked(IBV_EVENT_QP_ACCESS_ERR);
     return;
   }
   iovec iov{reinterpret_cast<void*>(h.remote_addr), h.length};
-  if (psn_diff(h.psn, expected_psn_) == 0) expected_psn_ = (h.psn + 1) & kPsnMask;
+  if (!duplicate) expected_psn_ = (h.psn + 1) & kPsnMask;
   reply_locked(from, h, FrameOp::kReadResponse, NakCode::kNone, &iov, h.length ? 1 : 0);
 }
 
@@ -228,7 +241,22 @@ void Qp::respond_atomic_locked(Link& from, const FrameHeader& h) {
     original = h.compare_add;
     target.compare_exchange_strong(original, h.swap);
   }
+  AtomicResult& saved = atomic_results_[atomic_results_next_++ % kMaxQpRdAtomic];
+  saved = AtomicResult{h.psn, true, original};
   reply_locked(from, h, FrameOp::kAtomicResponse, NakCode::kNone, nullptr, 0, original);
+}
+
+void Qp::replay_atomic_locked(Link& from, const FrameHeader& h) {
+  for (const AtomicResult& r : atomic_results_) {
+    if (r.valid && r.psn == h.psn) {
+      reply_locked(from, h, FrameOp::kAtomicResponse, NakCode::kNone, nullptr, 0, r.original);
+      return;
+    }
+  }
+  // Older than every saved result: the requester cannot still be waiting for it (it keeps no
+  // more than max_rd_atomic <= kMaxQpRdAtomic atomics unanswered), so this is a stray copy.
+  // Executing it again would corrupt the target: drop it.
+  spdlog::debug("QP {:#x}: duplicate atomic psn {} with no saved result dropped", qpn_, h.psn);
 }
 
 }  // namespace emu

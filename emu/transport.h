@@ -95,8 +95,9 @@ class Link {
  public:
   virtual ~Link() = default;
   // Queues a frame. The payload memory must stay valid until the peer's response to this
-  // frame arrives or the link goes down. Returns false when the transport cannot take the
-  // frame now (back-pressure); the engine then retries from Transport::progress.
+  // frame arrives or the link goes down (after a retransmission, until quiesce()). Returns false
+  // when the transport cannot take the frame now (back-pressure); the engine then retries from
+  // Transport::progress.
   virtual bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) = 0;
   virtual const Gid& peer() const = 0;
   virtual bool up() const = 0;

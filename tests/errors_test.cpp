@@ -4,6 +4,8 @@
 //   Rnr            receiver-not-ready retries (rnr_retry 0..6, and 7 = for ever);
 //   FlushOnError   every outstanding work request completes exactly once when a QP errs;
 //   RetryExceeded  a peer that never answers ends in IBV_WC_RETRY_EXC_ERR;
+//   AckTimeout     the local ACK timer against a silent peer or lost answers: retransmission,
+//                  RETRY_EXC_ERR, timeout 0, duplicates at the responder (READ, atomic, SEND);
 //   AtomicErrors   misaligned atomics and atomic local buffers of the wrong length;
 //   AsyncEvents    affiliated events readable through a file descriptor poll(2) can watch.
 #include <sys/epoll.h>
@@ -14,8 +16,14 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <vector>
 
+#include "emu/node.h"
+#include "emu/transport.h"
 #include "tests/engine_fixture.h"
 
 namespace emu_test {
@@ -578,6 +586,368 @@ TEST_F(RetryExceeded, PeerInErrorEndsInRetryExceeded) {
 }
 
 // --------------------------------------------------------------------------------------------
+
+// A one-node wire (as EagerWire in data_path_test.cpp) whose frames a test can drop or hold:
+// the silence of a frozen peer or of a lost answer, which no real transport of ours produces
+// (they deliver every frame or report the link down). Payloads are copied at send; frames are
+// delivered in order from progress(), by polling calls and by the node's progress thread.
+class FilterWire : public emu::Transport, public emu::Link {
+ public:
+  enum class Action { kDeliver, kDrop, kHold };
+  // Decides each frame's fate at send, under the wire's lock (it must not call the engine).
+  using Filter = std::function<Action(const emu::FrameHeader&)>;
+
+  FilterWire() { gid_.raw = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 'f', 'i', 'l', 't', 0, 0, 0, 1}; }
+  std::string name() const override { return "filter-test-wire"; }
+  emu::Gid local_gid() const override { return gid_; }
+  void set_sink(emu::FrameSink* sink) override {
+    std::lock_guard lock(mutex_);
+    sink_ = sink;
+  }
+  std::shared_ptr<emu::Link> connect(const emu::Gid& peer) override {
+    if (peer == gid_) return std::shared_ptr<emu::Link>(std::shared_ptr<void>(), this);
+    return nullptr;
+  }
+  size_t progress() override {
+    size_t delivered = 0;
+    for (;;) {
+      Frame f;
+      emu::FrameSink* sink;
+      {
+        std::lock_guard lock(mutex_);
+        if (draining_ || frames_.empty()) return delivered;
+        draining_ = true;
+        f = std::move(frames_.front());
+        frames_.pop_front();
+        sink = sink_;
+      }
+      Bytes payload(f.bytes);
+      if (sink != nullptr) sink->on_frame(*this, f.header, payload);
+      ++delivered;
+      std::lock_guard lock(mutex_);
+      draining_ = false;
+    }
+  }
+  void quiesce() override {}
+  bool send(const emu::FrameHeader& header, const iovec* iov, size_t iovcnt) override {
+    Frame f;
+    f.header = header;
+    for (size_t i = 0; i < iovcnt; ++i) {
+      const auto* p = static_cast<const uint8_t*>(iov[i].iov_base);
+      f.bytes.insert(f.bytes.end(), p, p + iov[i].iov_len);
+    }
+    std::lock_guard lock(mutex_);
+    sent_.push_back(header);
+    Action a = filter_ ? filter_(header) : Action::kDeliver;
+    if (a == Action::kDeliver) frames_.push_back(std::move(f));
+    if (a == Action::kHold) held_.push_back(std::move(f));
+    return true;
+  }
+  const emu::Gid& peer() const override { return gid_; }
+  bool up() const override { return true; }
+
+  void set_filter(Filter f) {
+    std::lock_guard lock(mutex_);
+    filter_ = std::move(f);
+  }
+  // Every frame sent so far, delivered or not, in order.
+  std::vector<emu::FrameHeader> sent() {
+    std::lock_guard lock(mutex_);
+    return sent_;
+  }
+  size_t held() {
+    std::lock_guard lock(mutex_);
+    return held_.size();
+  }
+  // Delivers the held frames (in their order) from the next progress, and stops filtering.
+  void release() {
+    std::lock_guard lock(mutex_);
+    filter_ = nullptr;
+    for (Frame& f : held_) frames_.push_back(std::move(f));
+    held_.clear();
+  }
+
+ private:
+  struct Frame {
+    emu::FrameHeader header;
+    std::vector<uint8_t> bytes;
+  };
+  class Bytes : public emu::PayloadSource {
+   public:
+    explicit Bytes(const std::vector<uint8_t>& v) : v_(v) {}
+    size_t size() const override { return v_.size() - off_; }
+    void read(void* dst, size_t len) override {
+      std::memcpy(dst, v_.data() + off_, len);
+      off_ += len;
+    }
+    void skip(size_t len) override { off_ += len; }
+
+   private:
+    const std::vector<uint8_t>& v_;
+    size_t off_ = 0;
+  };
+
+  emu::Gid gid_;
+  std::mutex mutex_;
+  emu::FrameSink* sink_ = nullptr;
+  Filter filter_;
+  std::deque<Frame> frames_;
+  std::deque<Frame> held_;
+  std::vector<emu::FrameHeader> sent_;
+  bool draining_ = false;
+};
+
+bool is_request(emu::FrameOp op) {
+  return op == emu::FrameOp::kSend || op == emu::FrameOp::kWrite ||
+         op == emu::FrameOp::kReadRequest || op == emu::FrameOp::kAtomicRequest;
+}
+
+// The local ACK timer of IBA 9.7.6.1.3 against a peer that is silent: a context on a node of
+// its own whose wire (FilterWire) drops or holds frames.
+class AckTimeout : public ErrorTest {
+ protected:
+  void SetUp() override {
+    auto w = std::make_unique<FilterWire>();
+    wire = w.get();
+    node = std::make_unique<emu::Node>(std::move(w));
+    ctx = std::make_unique<Context>(*node);
+    ASSERT_EQ(ctx->alloc_pd(&pd), 0);
+    ASSERT_EQ(ctx->create_cq(256, nullptr, nullptr, 0, &cq), 0);
+  }
+  void TearDown() override {
+    ErrorTest::TearDown();
+    node.reset();
+  }
+
+  // How many times the request with this PSN went on the wire.
+  size_t transmissions(uint32_t psn) {
+    size_t n = 0;
+    for (const emu::FrameHeader& h : wire->sent()) n += is_request(h.op) && h.psn == psn;
+    return n;
+  }
+
+  // Bounded wait (not a timing assertion) for a condition that the timer makes true.
+  template <typename Pred>
+  bool eventually(Pred pred, milliseconds limit = milliseconds(10000)) {
+    auto deadline = Clock::now() + limit;
+    while (!pred()) {
+      if (Clock::now() > deadline) return false;
+      node->progress();
+      std::this_thread::sleep_for(microseconds(100));
+    }
+    return true;
+  }
+
+  int post_atomic(Qp* qp, uint64_t wr_id, ibv_wr_opcode op, uint64_t* local, Mr* ml,
+                  uint64_t* remote, Mr* mr, uint64_t compare_add, uint64_t swap = 0) {
+    ibv_sge sge = sge_of(local, sizeof(*local), ml);
+    ibv_send_wr wr = wr_of(wr_id, op, &sge, 1, IBV_SEND_SIGNALED);
+    wr.wr.atomic.remote_addr = reinterpret_cast<uint64_t>(remote);
+    wr.wr.atomic.rkey = mr->rkey;
+    wr.wr.atomic.compare_add = compare_add;
+    wr.wr.atomic.swap = swap;
+    return post(qp, wr);
+  }
+
+  FilterWire* wire = nullptr;
+  std::unique_ptr<emu::Node> node;
+};
+
+// IBA 9.7.6.1.3 / ibv_modify_qp(3): with no answer at all, the requester retransmits from the
+// oldest unanswered request retry_cnt times, then completes it with IBV_WC_RETRY_EXC_ERR; the
+// later requests are flushed and the QP is in ERR. The error is reported by the completion:
+// the requester's own retry exhaustion is no affiliated asynchronous error.
+TEST_F(AckTimeout, SilentPeerEndsInRetryExceededAfterRetryCntRetransmissions) {
+  ConnectOptions c;
+  c.timeout = 8;  // 1 ms: nothing answers anyway
+  c.retry_cnt = 3;
+  Pair p = make_pair(c, c);
+  wire->set_filter([](const emu::FrameHeader&) { return FilterWire::Action::kDrop; });
+  char src[8] = "silence";
+  Mr* ms = reg(src, sizeof(src));
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 8, ms), 0);
+  ASSERT_EQ(
+      post_send(p.a, 2, IBV_WR_RDMA_WRITE, src, 8, ms, reinterpret_cast<uint64_t>(src), ms->rkey),
+      0);
+  auto s = poll_n(cq, 2, milliseconds(10000));
+  EXPECT_TRUE(CompletionsAre(s, {{1, IBV_WC_RETRY_EXC_ERR}, {2, IBV_WC_WR_FLUSH_ERR}}));
+  EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
+  EXPECT_EQ(transmissions(0), 1u + c.retry_cnt) << "the first request, then retry_cnt retries";
+  EXPECT_EQ(transmissions(1), 1u + c.retry_cnt) << "go-back-N resends the later one too";
+  EXPECT_FALSE(readable(ctx->async_events().fd(), 0)) << "no asynchronous event";
+  EXPECT_EQ(state_of(p.b), IBV_QPS_RTS) << "the responder heard nothing";
+}
+
+// retry_cnt 0: the first expiry already ends the request.
+TEST_F(AckTimeout, RetryCountZeroFailsAtTheFirstTimeout) {
+  ConnectOptions c;
+  c.timeout = 8;
+  c.retry_cnt = 0;
+  Pair p = make_pair(c, c);
+  wire->set_filter([](const emu::FrameHeader&) { return FilterWire::Action::kDrop; });
+  char src[8] = "once";
+  Mr* ms = reg(src, sizeof(src));
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 8, ms), 0);
+  EXPECT_TRUE(CompletionIs(poll_n(cq, 1, milliseconds(10000)).at(0),
+                           {.wr_id = 1, .status = IBV_WC_RETRY_EXC_ERR}));
+  EXPECT_EQ(transmissions(0), 1u);
+  EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
+}
+
+// ibv_modify_qp(3): timeout 0 is infinite. The unanswered request is never sent again, and
+// completes when its answer finally comes.
+TEST_F(AckTimeout, TimeoutZeroNeverExpires) {
+  ConnectOptions c;
+  c.timeout = 0;
+  c.retry_cnt = 1;
+  Pair p = make_pair(c, c);
+  wire->set_filter([](const emu::FrameHeader& h) {
+    return is_request(h.op) ? FilterWire::Action::kHold : FilterWire::Action::kDeliver;
+  });
+  char src[8] = "patient";
+  char dst[8] = {};
+  Mr* ms = reg(src, sizeof(src));
+  Mr* md = reg(dst, sizeof(dst));
+  ASSERT_EQ(post_recv(p.b, 10, dst, sizeof(dst), md), 0);
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 8, ms), 0);
+  // Any finite timeout (4.096 us at the least, here at most 2 x (1 + retry_cnt) of them)
+  // would have retransmitted or failed within this window.
+  EXPECT_TRUE(drain(cq, milliseconds(200)).empty());
+  EXPECT_EQ(transmissions(0), 1u);
+  EXPECT_EQ(state_of(p.a), IBV_QPS_RTS);
+  wire->release();
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 1, .status = IBV_WC_SUCCESS}));
+  EXPECT_TRUE(CompletionIs(poll_one(p.rcq), {.wr_id = 10, .status = IBV_WC_SUCCESS}));
+  EXPECT_STREQ(dst, "patient");
+}
+
+// A lost ACK: the SEND executed, its ACK vanished. The retransmitted copy is a duplicate to
+// the responder: acknowledged again, not delivered again.
+TEST_F(AckTimeout, DuplicateSendAfterLostAckIsDeliveredOnce) {
+  ConnectOptions c;
+  c.timeout = 8;
+  Pair p = make_pair(c, c);
+  auto acks_dropped = std::make_shared<int>(0);
+  wire->set_filter([acks_dropped](const emu::FrameHeader& h) {
+    if (h.op == emu::FrameOp::kAck && *acks_dropped == 0) {
+      ++*acks_dropped;
+      return FilterWire::Action::kDrop;
+    }
+    return FilterWire::Action::kDeliver;
+  });
+  char src[8] = "one";
+  char dst[2][8] = {};
+  Mr* ms = reg(src, sizeof(src));
+  Mr* md = reg(dst, sizeof(dst));
+  ASSERT_EQ(post_recv(p.b, 10, dst[0], 8, md), 0);
+  ASSERT_EQ(post_recv(p.b, 11, dst[1], 8, md), 0);
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 4, ms), 0);
+  EXPECT_TRUE(CompletionIs(poll_n(cq, 1, milliseconds(10000)).at(0),
+                           {.wr_id = 1, .status = IBV_WC_SUCCESS}));
+  EXPECT_GE(transmissions(0), 2u) << "the request was retransmitted";
+  EXPECT_TRUE(CompletionIs(poll_one(p.rcq), {.wr_id = 10, .status = IBV_WC_SUCCESS}));
+  EXPECT_TRUE(drain(p.rcq).empty()) << "the duplicate consumed no second receive";
+  EXPECT_STREQ(dst[0], "one");
+  EXPECT_EQ(dst[1][0], 0);
+  EXPECT_TRUE(drain(cq).empty()) << "one completion per work request";
+  wire->set_filter(nullptr);
+}
+
+// A duplicate RDMA READ is executed again: the data is read anew, as it is now.
+TEST_F(AckTimeout, DuplicateReadIsReadAgain) {
+  ConnectOptions c;  // 67 ms, 7 retries: the held retransmissions leave time to change the data
+  Pair p = make_pair(c, c);
+  // The first READ response is lost; the retransmitted request is held until the test has
+  // changed the source, then delivered.
+  auto responses = std::make_shared<int>(0);
+  wire->set_filter([responses](const emu::FrameHeader& h) {
+    if (h.op == emu::FrameOp::kReadResponse && (*responses)++ == 0) {
+      return FilterWire::Action::kDrop;
+    }
+    if (h.op == emu::FrameOp::kReadRequest && *responses > 0) {
+      return FilterWire::Action::kHold;
+    }
+    return FilterWire::Action::kDeliver;
+  });
+  char source[8] = "before";
+  char dst[8] = {};
+  Mr* msrc = reg(source, sizeof(source));
+  Mr* md = reg(dst, sizeof(dst));
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_RDMA_READ, dst, 8, md, reinterpret_cast<uint64_t>(source),
+                      msrc->rkey),
+            0);
+  ASSERT_TRUE(eventually([&] { return wire->held() > 0; })) << "the READ was retransmitted";
+  std::memcpy(source, "after!", 7);
+  wire->release();
+  EXPECT_TRUE(CompletionIs(poll_n(cq, 1, milliseconds(10000)).at(0),
+                           {.wr_id = 1, .status = IBV_WC_SUCCESS, .opcode = IBV_WC_RDMA_READ}));
+  EXPECT_STREQ(dst, "after!") << "the duplicate was read again, not answered from a copy";
+  EXPECT_EQ(state_of(p.b), IBV_QPS_RTS);
+}
+
+// IBA 9.4.5: an atomic is executed once. The duplicate of one whose response was lost is
+// answered with the saved original value; the target changes once.
+TEST_F(AckTimeout, DuplicateAtomicReturnsTheSavedResultAndExecutesOnce) {
+  ConnectOptions c;
+  c.timeout = 8;
+  Pair p = make_pair(c, c);
+  // The filter may still run on the progress thread after the test: it owns its state.
+  auto dropped = std::make_shared<int>(0);
+  wire->set_filter([dropped](const emu::FrameHeader& h) {
+    if (h.op == emu::FrameOp::kAtomicResponse && *dropped < 2) {
+      ++*dropped;  // the responses of both atomics, the first time
+      return FilterWire::Action::kDrop;
+    }
+    return FilterWire::Action::kDeliver;
+  });
+  alignas(8) uint64_t target[2] = {100, 7};
+  alignas(8) uint64_t result[2] = {0, 0};
+  Mr* mt = reg(target, sizeof(target));
+  Mr* mr = reg(result, sizeof(result));
+  ASSERT_EQ(post_atomic(p.a, 1, IBV_WR_ATOMIC_FETCH_AND_ADD, &result[0], mr, &target[0], mt, 5), 0);
+  ASSERT_EQ(post_atomic(p.a, 2, IBV_WR_ATOMIC_CMP_AND_SWP, &result[1], mr, &target[1], mt, 7, 9),
+            0);
+  auto s = poll_n(cq, 2, milliseconds(10000));
+  EXPECT_TRUE(CompletionsAre(s, {{1, IBV_WC_SUCCESS}, {2, IBV_WC_SUCCESS}}));
+  EXPECT_GE(transmissions(0), 2u) << "the atomic was retransmitted";
+  EXPECT_EQ(result[0], 100u) << "the original value, not that of a second fetch-and-add";
+  EXPECT_EQ(target[0], 105u) << "added once";
+  EXPECT_EQ(result[1], 7u) << "the original value: a second compare would have seen 9";
+  EXPECT_EQ(target[1], 9u);
+  EXPECT_EQ(state_of(p.b), IBV_QPS_RTS);
+  wire->set_filter(nullptr);
+}
+
+// The timer is disarmed out of RTS: a QP moved to ERR while it retransmits reports the flush
+// only and sends nothing more; moved to RESET and connected again, it starts afresh.
+TEST_F(AckTimeout, ErrorAndResetDisarmTheTimer) {
+  ConnectOptions c;
+  c.timeout = 10;  // 4 ms, 7 retries: ERR comes long before they are spent
+  Pair p = make_pair(c, c);
+  wire->set_filter([](const emu::FrameHeader&) { return FilterWire::Action::kDrop; });
+  char src[8] = "x";
+  Mr* ms = reg(src, sizeof(src));
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 1, ms), 0);
+  ASSERT_TRUE(eventually([&] { return transmissions(0) >= 2; })) << "the timer runs";
+  ASSERT_EQ(move_to(p.a, IBV_QPS_ERR), 0);
+  EXPECT_TRUE(CompletionsAre(poll_n(cq, 1), {{1, IBV_WC_WR_FLUSH_ERR}}));
+  const size_t sent = transmissions(0);
+  EXPECT_TRUE(drain(cq, milliseconds(100)).empty()) << "no RETRY_EXC_ERR after the flush";
+  EXPECT_EQ(transmissions(0), sent) << "nothing retransmitted in ERR";
+
+  ASSERT_EQ(move_to(p.a, IBV_QPS_RESET), 0);
+  ASSERT_EQ(move_to(p.b, IBV_QPS_RESET), 0);
+  ConnectOptions slow;  // 67 ms
+  ASSERT_EQ(bring_up(p.a, p.b->qpn(), slow), 0);
+  ASSERT_EQ(bring_up(p.b, p.a->qpn(), slow), 0);
+  wire->set_filter(nullptr);
+  char dst[8] = {};
+  Mr* md = reg(dst, sizeof(dst));
+  ASSERT_EQ(post_recv(p.b, 10, dst, sizeof(dst), md), 0);
+  ASSERT_EQ(post_send(p.a, 3, IBV_WR_SEND, src, 1, ms), 0);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 3, .status = IBV_WC_SUCCESS}));
+  EXPECT_EQ(state_of(p.a), IBV_QPS_RTS);
+}
 
 using AsyncEvents = ErrorTest;
 

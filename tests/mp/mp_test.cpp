@@ -78,11 +78,7 @@ TEST_P(MpTest, KillPeerMidStreamChannelWaiter) {
 // The peer freezes (SIGSTOP): its connections stay up, nothing answers. Only the requester's
 // local ACK timeout (4.096 us x 2^timeout, retry_cnt retries) can end the survivor's QPs, with
 // IBV_WC_RETRY_EXC_ERR then flushes.
-// DISABLED until the engine arms a local ACK timer on transmitted requests (it retransmits
-// only on a kUnavailable NAK today): over shm the survivor waits for ever, over TCP only the
-// transport's TCP_USER_TIMEOUT ends it, with QP_FATAL and flushes. Run it with
-// --gtest_also_run_disabled_tests.
-TEST_P(MpTest, DISABLED_FrozenPeerRetryExceeded) {
+TEST_P(MpTest, FrozenPeerRetryExceeded) {
   mp::FaultRun run;
   run.fault = mp::freeze_peer("b");
   run.fatal_event = false;
