@@ -17,92 +17,15 @@
 #include "emu/node.h"
 #include "emu/transport.h"
 #include "tests/engine_fixture.h"
+#include "tests/test_wire.h"
 
 namespace emu_test {
 namespace {
 
 using std::chrono::milliseconds;
 
-// A one-node wire that copies each frame's payload when the frame is sent, as a transport
-// over shared memory or TCP must, and delivers frames in order when progressed. The loopback
-// transport reads the sender's memory only at delivery, which hides when a request left:
-// here a request transmitted too early carries the bytes of that moment.
-class EagerWire : public emu::Transport, public emu::Link {
- public:
-  EagerWire() { gid_.raw = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 'e', 'a', 'g', 'e', 'r', 0, 0, 1}; }
-  std::string name() const override { return "eager-test-wire"; }
-  emu::Gid local_gid() const override { return gid_; }
-  void set_sink(emu::FrameSink* sink) override {
-    std::lock_guard lock(mutex_);
-    sink_ = sink;
-  }
-  std::shared_ptr<emu::Link> connect(const emu::Gid& peer) override {
-    // The wire outlives every QP that holds the link: an owner-less aliasing pointer.
-    if (peer == gid_) return std::shared_ptr<emu::Link>(std::shared_ptr<void>(), this);
-    return nullptr;
-  }
-  size_t progress() override {
-    size_t delivered = 0;
-    for (;;) {
-      Frame f;
-      emu::FrameSink* sink;
-      {
-        std::lock_guard lock(mutex_);
-        if (draining_ || frames_.empty()) return delivered;
-        draining_ = true;
-        f = std::move(frames_.front());
-        frames_.pop_front();
-        sink = sink_;
-      }
-      Bytes payload(f.bytes);
-      if (sink != nullptr) sink->on_frame(*this, f.header, payload);
-      ++delivered;
-      std::lock_guard lock(mutex_);
-      draining_ = false;
-    }
-  }
-  void quiesce() override {}  // payloads were copied at send: nothing points at a QP
-
-  bool send(const emu::FrameHeader& header, const iovec* iov, size_t iovcnt) override {
-    Frame f;
-    f.header = header;
-    for (size_t i = 0; i < iovcnt; ++i) {
-      const auto* p = static_cast<const uint8_t*>(iov[i].iov_base);
-      f.bytes.insert(f.bytes.end(), p, p + iov[i].iov_len);
-    }
-    std::lock_guard lock(mutex_);
-    frames_.push_back(std::move(f));
-    return true;
-  }
-  const emu::Gid& peer() const override { return gid_; }
-  bool up() const override { return true; }
-
- private:
-  struct Frame {
-    emu::FrameHeader header;
-    std::vector<uint8_t> bytes;
-  };
-  class Bytes : public emu::PayloadSource {
-   public:
-    explicit Bytes(const std::vector<uint8_t>& v) : v_(v) {}
-    size_t size() const override { return v_.size() - off_; }
-    void read(void* dst, size_t len) override {
-      std::memcpy(dst, v_.data() + off_, len);
-      off_ += len;
-    }
-    void skip(size_t len) override { off_ += len; }
-
-   private:
-    const std::vector<uint8_t>& v_;
-    size_t off_ = 0;
-  };
-
-  emu::Gid gid_;
-  std::mutex mutex_;
-  emu::FrameSink* sink_ = nullptr;
-  std::deque<Frame> frames_;
-  bool draining_ = false;
-};
+// The wire of a second "host" (tests/test_wire.h): payloads copied at send.
+using EagerWire = emu_test::TestWire;
 
 // A second "host" whose node runs on the EagerWire, with the objects a test needs.
 struct EagerHost {

@@ -25,6 +25,7 @@
 #include "emu/node.h"
 #include "emu/transport.h"
 #include "tests/engine_fixture.h"
+#include "tests/test_wire.h"
 
 namespace emu_test {
 namespace {
@@ -587,115 +588,7 @@ TEST_F(RetryExceeded, PeerInErrorEndsInRetryExceeded) {
 
 // --------------------------------------------------------------------------------------------
 
-// A one-node wire (as EagerWire in data_path_test.cpp) whose frames a test can drop or hold:
-// the silence of a frozen peer or of a lost answer, which no real transport of ours produces
-// (they deliver every frame or report the link down). Payloads are copied at send; frames are
-// delivered in order from progress(), by polling calls and by the node's progress thread.
-class FilterWire : public emu::Transport, public emu::Link {
- public:
-  enum class Action { kDeliver, kDrop, kHold };
-  // Decides each frame's fate at send, under the wire's lock (it must not call the engine).
-  using Filter = std::function<Action(const emu::FrameHeader&)>;
-
-  FilterWire() { gid_.raw = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 'f', 'i', 'l', 't', 0, 0, 0, 1}; }
-  std::string name() const override { return "filter-test-wire"; }
-  emu::Gid local_gid() const override { return gid_; }
-  void set_sink(emu::FrameSink* sink) override {
-    std::lock_guard lock(mutex_);
-    sink_ = sink;
-  }
-  std::shared_ptr<emu::Link> connect(const emu::Gid& peer) override {
-    if (peer == gid_) return std::shared_ptr<emu::Link>(std::shared_ptr<void>(), this);
-    return nullptr;
-  }
-  size_t progress() override {
-    size_t delivered = 0;
-    for (;;) {
-      Frame f;
-      emu::FrameSink* sink;
-      {
-        std::lock_guard lock(mutex_);
-        if (draining_ || frames_.empty()) return delivered;
-        draining_ = true;
-        f = std::move(frames_.front());
-        frames_.pop_front();
-        sink = sink_;
-      }
-      Bytes payload(f.bytes);
-      if (sink != nullptr) sink->on_frame(*this, f.header, payload);
-      ++delivered;
-      std::lock_guard lock(mutex_);
-      draining_ = false;
-    }
-  }
-  void quiesce() override {}
-  bool send(const emu::FrameHeader& header, const iovec* iov, size_t iovcnt) override {
-    Frame f;
-    f.header = header;
-    for (size_t i = 0; i < iovcnt; ++i) {
-      const auto* p = static_cast<const uint8_t*>(iov[i].iov_base);
-      f.bytes.insert(f.bytes.end(), p, p + iov[i].iov_len);
-    }
-    std::lock_guard lock(mutex_);
-    sent_.push_back(header);
-    Action a = filter_ ? filter_(header) : Action::kDeliver;
-    if (a == Action::kDeliver) frames_.push_back(std::move(f));
-    if (a == Action::kHold) held_.push_back(std::move(f));
-    return true;
-  }
-  const emu::Gid& peer() const override { return gid_; }
-  bool up() const override { return true; }
-
-  void set_filter(Filter f) {
-    std::lock_guard lock(mutex_);
-    filter_ = std::move(f);
-  }
-  // Every frame sent so far, delivered or not, in order.
-  std::vector<emu::FrameHeader> sent() {
-    std::lock_guard lock(mutex_);
-    return sent_;
-  }
-  size_t held() {
-    std::lock_guard lock(mutex_);
-    return held_.size();
-  }
-  // Delivers the held frames (in their order) from the next progress, and stops filtering.
-  void release() {
-    std::lock_guard lock(mutex_);
-    filter_ = nullptr;
-    for (Frame& f : held_) frames_.push_back(std::move(f));
-    held_.clear();
-  }
-
- private:
-  struct Frame {
-    emu::FrameHeader header;
-    std::vector<uint8_t> bytes;
-  };
-  class Bytes : public emu::PayloadSource {
-   public:
-    explicit Bytes(const std::vector<uint8_t>& v) : v_(v) {}
-    size_t size() const override { return v_.size() - off_; }
-    void read(void* dst, size_t len) override {
-      std::memcpy(dst, v_.data() + off_, len);
-      off_ += len;
-    }
-    void skip(size_t len) override { off_ += len; }
-
-   private:
-    const std::vector<uint8_t>& v_;
-    size_t off_ = 0;
-  };
-
-  emu::Gid gid_;
-  std::mutex mutex_;
-  emu::FrameSink* sink_ = nullptr;
-  Filter filter_;
-  std::deque<Frame> frames_;
-  std::deque<Frame> held_;
-  std::vector<emu::FrameHeader> sent_;
-  bool draining_ = false;
-};
+using FilterWire = emu_test::TestWire;
 
 bool is_request(emu::FrameOp op) {
   return op == emu::FrameOp::kSend || op == emu::FrameOp::kWrite ||

@@ -1,0 +1,132 @@
+// A one-node test wire: every frame a node sends comes back to the same node, its payload
+// copied when the frame is sent (as a transport over shared memory or TCP must), delivered in
+// order from progress(), by polling calls and by the node's progress thread. The loopback
+// transport reads the sender's memory only at delivery, which hides when a request left; here
+// a request transmitted too early carries the bytes of that moment. A test may also drop or
+// hold frames: the silence of a frozen peer or of a lost answer, which no real transport of
+// ours produces (they deliver every frame or report the link down).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "emu/transport.h"
+
+namespace emu_test {
+
+class TestWire : public emu::Transport, public emu::Link {
+ public:
+  enum class Action { kDeliver, kDrop, kHold };
+  // Decides each frame's fate at send, under the wire's lock (it must not call the engine).
+  using Filter = std::function<Action(const emu::FrameHeader&)>;
+
+  // tag: a byte that tells wires apart in their GIDs.
+  explicit TestWire(uint8_t tag = 1) {
+    gid_.raw = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 't', 'e', 's', 't', 0, 0, 0, tag};
+  }
+  std::string name() const override { return "test-wire"; }
+  emu::Gid local_gid() const override { return gid_; }
+  void set_sink(emu::FrameSink* sink) override {
+    std::lock_guard lock(mutex_);
+    sink_ = sink;
+  }
+  std::shared_ptr<emu::Link> connect(const emu::Gid& peer) override {
+    if (peer == gid_) return std::shared_ptr<emu::Link>(std::shared_ptr<void>(), this);
+    return nullptr;
+  }
+  size_t progress() override {
+    size_t delivered = 0;
+    for (;;) {
+      Frame f;
+      emu::FrameSink* sink;
+      {
+        std::lock_guard lock(mutex_);
+        if (draining_ || frames_.empty()) return delivered;
+        draining_ = true;
+        f = std::move(frames_.front());
+        frames_.pop_front();
+        sink = sink_;
+      }
+      Bytes payload(f.bytes);
+      if (sink != nullptr) sink->on_frame(*this, f.header, payload);
+      ++delivered;
+      std::lock_guard lock(mutex_);
+      draining_ = false;
+    }
+  }
+  void quiesce() override {}
+  bool send(const emu::FrameHeader& header, const iovec* iov, size_t iovcnt) override {
+    Frame f;
+    f.header = header;
+    for (size_t i = 0; i < iovcnt; ++i) {
+      const auto* p = static_cast<const uint8_t*>(iov[i].iov_base);
+      f.bytes.insert(f.bytes.end(), p, p + iov[i].iov_len);
+    }
+    std::lock_guard lock(mutex_);
+    sent_.push_back(header);
+    Action a = filter_ ? filter_(header) : Action::kDeliver;
+    if (a == Action::kDeliver) frames_.push_back(std::move(f));
+    if (a == Action::kHold) held_.push_back(std::move(f));
+    return true;
+  }
+  const emu::Gid& peer() const override { return gid_; }
+  bool up() const override { return true; }
+
+  void set_filter(Filter f) {
+    std::lock_guard lock(mutex_);
+    filter_ = std::move(f);
+  }
+  // Every frame sent so far, delivered or not, in order.
+  std::vector<emu::FrameHeader> sent() {
+    std::lock_guard lock(mutex_);
+    return sent_;
+  }
+  size_t held() {
+    std::lock_guard lock(mutex_);
+    return held_.size();
+  }
+  // Delivers the held frames (in their order) from the next progress, and stops filtering.
+  void release() {
+    std::lock_guard lock(mutex_);
+    filter_ = nullptr;
+    for (Frame& f : held_) frames_.push_back(std::move(f));
+    held_.clear();
+  }
+
+ private:
+  struct Frame {
+    emu::FrameHeader header;
+    std::vector<uint8_t> bytes;
+  };
+  class Bytes : public emu::PayloadSource {
+   public:
+    explicit Bytes(const std::vector<uint8_t>& v) : v_(v) {}
+    size_t size() const override { return v_.size() - off_; }
+    void read(void* dst, size_t len) override {
+      std::memcpy(dst, v_.data() + off_, len);
+      off_ += len;
+    }
+    void skip(size_t len) override { off_ += len; }
+
+   private:
+    const std::vector<uint8_t>& v_;
+    size_t off_ = 0;
+  };
+
+  emu::Gid gid_;
+  std::mutex mutex_;
+  emu::FrameSink* sink_ = nullptr;
+  Filter filter_;
+  std::deque<Frame> frames_;
+  std::deque<Frame> held_;
+  std::vector<emu::FrameHeader> sent_;
+  bool draining_ = false;
+};
+
+}  // namespace emu_test
