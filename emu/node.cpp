@@ -120,8 +120,7 @@ void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payloa
   if (found) return;
   // No such QP: a request is answered as silence would be (the requester's timeout), so
   // that it cannot wait for ever; answers to a vanished QP are dropped.
-  const bool request = header.op == FrameOp::kSend || header.op == FrameOp::kWrite ||
-                       header.op == FrameOp::kReadRequest || header.op == FrameOp::kAtomicRequest;
+  const bool request = is_request(header.op);
   if (!request) return;
   FrameHeader r{};
   const bool datagram = (header.flags & kFrameDatagram) != 0;

@@ -49,6 +49,16 @@ enum FrameFlags : uint8_t {
   kFrameFetchAdd = 1 << 3,   // atomic request: fetch-and-add (else compare-and-swap)
 };
 
+// Requests start an exchange; answers (ACK, NAK, READ and atomic responses) end one and are
+// never refused by Link::send.
+inline bool is_request(FrameOp op) {
+  return op == FrameOp::kSend || op == FrameOp::kWrite || op == FrameOp::kReadRequest ||
+         op == FrameOp::kAtomicRequest;
+}
+inline bool is_answer(FrameOp op) {
+  return !is_request(op);
+}
+
 struct FrameHeader {
   FrameOp op{};
   uint8_t flags = 0;

@@ -590,11 +590,6 @@ TEST_F(RetryExceeded, PeerInErrorEndsInRetryExceeded) {
 
 using FilterWire = emu_test::TestWire;
 
-bool is_request(emu::FrameOp op) {
-  return op == emu::FrameOp::kSend || op == emu::FrameOp::kWrite ||
-         op == emu::FrameOp::kReadRequest || op == emu::FrameOp::kAtomicRequest;
-}
-
 // The local ACK timer of IBA 9.7.6.1.3 against a peer that is silent: a context on a node of
 // its own whose wire (FilterWire) drops or holds frames.
 class AckTimeout : public ErrorTest {
@@ -615,7 +610,7 @@ class AckTimeout : public ErrorTest {
   // How many times the request with this PSN went on the wire.
   size_t transmissions(uint32_t psn) {
     size_t n = 0;
-    for (const emu::FrameHeader& h : wire->sent()) n += is_request(h.op) && h.psn == psn;
+    for (const emu::FrameHeader& h : wire->sent()) n += emu::is_request(h.op) && h.psn == psn;
     return n;
   }
 
@@ -695,7 +690,7 @@ TEST_F(AckTimeout, TimeoutZeroNeverExpires) {
   c.retry_cnt = 1;
   Pair p = make_pair(c, c);
   wire->set_filter([](const emu::FrameHeader& h) {
-    return is_request(h.op) ? FilterWire::Action::kHold : FilterWire::Action::kDeliver;
+    return emu::is_request(h.op) ? FilterWire::Action::kHold : FilterWire::Action::kDeliver;
   });
   char src[8] = "patient";
   char dst[8] = {};

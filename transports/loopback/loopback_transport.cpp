@@ -33,11 +33,6 @@ struct Item {
   iovec iov[kMaxIov];
 };
 
-bool is_answer(FrameOp op) {
-  return op == FrameOp::kAck || op == FrameOp::kNak || op == FrameOp::kReadResponse ||
-         op == FrameOp::kAtomicResponse;
-}
-
 // Reads a payload out of the sender's iovecs, in order.
 class IovSource : public PayloadSource {
  public:

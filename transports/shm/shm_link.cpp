@@ -11,11 +11,6 @@ namespace emu::shm {
 
 namespace {
 
-bool is_answer(FrameOp op) {
-  return op == FrameOp::kAck || op == FrameOp::kNak || op == FrameOp::kReadResponse ||
-         op == FrameOp::kAtomicResponse;
-}
-
 // Copies len bytes starting offset bytes into the payload described by iov.
 void gather(const iovec* iov, size_t n, uint64_t offset, uint8_t* dst, uint64_t len) {
   for (size_t i = 0; i < n && len > 0; ++i) {

@@ -189,7 +189,7 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
     std::lock_guard lock(tx_mutex_);
     // A dead link drops answers (nobody waits for them) and refuses requests: the QPs on it
     // are moved to error by on_link_down.
-    if (!up_.load(std::memory_order_relaxed)) return tcp_wire::is_answer(header.op);
+    if (!up_.load(std::memory_order_relaxed)) return is_answer(header.op);
     if (iovcnt < kDirectParts) {
       iovec parts[kDirectParts];
       parts[0] = iovec{head, sizeof head};

@@ -66,11 +66,6 @@ bool carries_payload(FrameOp op) {
   return op == FrameOp::kSend || op == FrameOp::kWrite || op == FrameOp::kReadResponse;
 }
 
-bool is_answer(FrameOp op) {
-  return op == FrameOp::kAck || op == FrameOp::kNak || op == FrameOp::kReadResponse ||
-         op == FrameOp::kAtomicResponse;
-}
-
 void encode_hello(const Gid& gid, uint8_t out[kHelloBytes]) {
   std::memset(out, 0, kHelloBytes);
   put32(out + kHelloOffMagic, kHelloMagic);

@@ -22,8 +22,6 @@ inline constexpr uint32_t kMaxPayload = uint32_t{1} << 31;
 
 // Whether frames of this op carry a payload of header.length bytes (the others carry none).
 bool carries_payload(FrameOp op);
-// Answers (ACK, NAK, read and atomic responses) are never refused by Link::send.
-bool is_answer(FrameOp op);
 
 void encode_hello(const Gid& gid, uint8_t out[kHelloBytes]);
 // Returns nullptr and sets *gid when the HELLO is valid, else the reason it is not.
