@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# Runs an unmodified RDMA program (ibverbs-utils, perftest) on the emulator through
+# scripts/emurdma and checks its result. One ctest entry per call (tests/programs/CMakeLists.txt).
+#
+#   run_program.sh --mode shm|tcp|netns --check KIND [--pair] [--limit S] [--wrapper PATH]
+#                  [--build-dir DIR] -- PROGRAM [ARGS...]
+#
+#   --mode shm     EMURDMA_TRANSPORT=shm, both processes on this host
+#   --mode tcp     EMURDMA_TRANSPORT=tcp, both processes on this host (127.0.0.1)
+#   --mode netns   EMURDMA_TRANSPORT=tcp across two network namespaces joined by a veth pair
+#                  (198.18.0.1 server, 198.18.0.2 client; EMURDMA_TCP_ADDR set to each side's
+#                  address). Needs root and `ip netns`: without them the test is SKIPPED (exit 77,
+#                  which ctest reports as skipped through SKIP_RETURN_CODE), never passed.
+#   --pair         server and client processes: PROGRAM ARGS -p PORT, then PROGRAM ARGS -p PORT
+#                  SERVER_ADDR. Without --pair one process runs PROGRAM ARGS.
+#   --check KIND   what passing means, besides every process exiting 0:
+#                  devices   ibv_devices lists emu0
+#                  devinfo   ibv_devinfo -v shows emu0, PORT_ACTIVE, link_layer Ethernet, GID 0
+#                  pingpong  both sides print their "bytes in ... seconds" and "iters in ..."
+#                            lines and no data-validation (-c) or completion error
+#                  perftest  the client prints a result row; no completion error on either side
+#                  perftest-all  as perftest, plus a result row for every size 2 .. 2^23 (-a)
+#   --limit S      every process is killed after S seconds (default 55): a hang is a failure
+#
+# Exit: 0 pass, 1 fail, 77 skipped (netns without root / ip netns). Every process started is
+# killed on every path (own process group each, plus `timeout`); namespaces are removed.
+set -uo pipefail
+
+readonly kSkip=77
+mode=""
+check=""
+pair=0
+limit=55
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+wrapper="$here/../../scripts/emurdma"
+build_dir=""
+
+fail() {
+  echo "run_program: FAIL: $*" >&2
+  exit 1
+}
+skip() {
+  echo "run_program: SKIPPED: $*" >&2
+  exit "$kSkip"
+}
+
+while (($# > 0)); do
+  case "$1" in
+    --mode) mode="$2"; shift 2 ;;
+    --check) check="$2"; shift 2 ;;
+    --pair) pair=1; shift ;;
+    --limit) limit="$2"; shift 2 ;;
+    --wrapper) wrapper="$2"; shift 2 ;;
+    --build-dir) build_dir="$2"; shift 2 ;;
+    --) shift; break ;;
+    *) fail "unknown argument '$1'" ;;
+  esac
+done
+(($# > 0)) || fail "no program given"
+program=("$@")
+case "$mode" in shm | tcp | netns) ;; *) fail "--mode must be shm, tcp or netns" ;; esac
+case "$check" in devices | devinfo | pingpong | perftest | perftest-all) ;;
+  *) fail "--check must be devices, devinfo, pingpong, perftest or perftest-all" ;; esac
+[[ $limit =~ ^[0-9]+$ ]] || fail "--limit must be a number of seconds"
+[[ -x $wrapper ]] || fail "wrapper $wrapper is not executable"
+[[ -n $build_dir ]] && export EMURDMA_BUILD_DIR="$build_dir"
+command -v "${program[0]}" >/dev/null ||
+  fail "${program[0]} is not installed (scripts/setup.sh installs ibverbs-utils and perftest)"
+
+transport="$mode"
+[[ $mode == netns ]] && transport=tcp
+
+start_s=$SECONDS
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/emurdma_programs.XXXXXX")"
+pgids=()
+ns_a=""
+ns_b=""
+
+# Kills every process group we started (TERM, then KILL), removes the namespaces and files.
+cleanup() {
+  local g
+  for g in "${pgids[@]}"; do kill -TERM -- "-$g" 2>/dev/null; done
+  for g in "${pgids[@]}"; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+      kill -0 -- "-$g" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL -- "-$g" 2>/dev/null
+  done
+  wait 2>/dev/null
+  [[ -n $ns_a ]] && ip netns del "$ns_a" 2>/dev/null
+  [[ -n $ns_b ]] && ip netns del "$ns_b" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'echo "run_program: interrupted" >&2; exit 1' INT TERM HUP
+
+remaining() {
+  local r=$((limit - (SECONDS - start_s)))
+  ((r > 1)) && echo "$r" || echo 1
+}
+
+# start <log> <netns or ""> <EMURDMA_TCP_ADDR or ""> ARGS...: starts the program through the
+# wrapper in a process group of its own, killed by timeout after the remaining time; its pid
+# (= process group id) in $last_pid. stdbuf makes the program's stdout line-buffered, so
+# that what it printed before a hang is in its log when it is killed.
+start() {
+  local log=$1 ns=$2 addr=$3
+  shift 3
+  local cmd=(timeout -k 3 "$(remaining)" env ${addr:+EMURDMA_TCP_ADDR=$addr}
+    "$wrapper" run --transport "$transport" -- stdbuf -oL "$@")
+  if [[ -n $ns ]]; then
+    setsid ip netns exec "$ns" "${cmd[@]}" >"$log" 2>&1 </dev/null &
+  else
+    setsid "${cmd[@]}" >"$log" 2>&1 </dev/null &
+  fi
+  pgids+=("$!")
+  echo "+ [${ns:-host}] EMURDMA_TRANSPORT=$transport${addr:+ EMURDMA_TCP_ADDR=$addr} emurdma run -- $*" >&2
+  last_pid=$!
+}
+
+# wait_for <pid> <seconds>: waits until the process ends (its status in $wait_status, 124
+# after a timeout) or the seconds pass (returns 1, process still running).
+wait_for() {
+  local pid=$1 end=$((SECONDS + $2))
+  while kill -0 "$pid" 2>/dev/null; do
+    ((SECONDS < end)) || return 1
+    sleep 0.1
+  done
+  wait "$pid"
+  wait_status=$?
+  return 0
+}
+
+show() {
+  local name=$1 log=$2
+  echo "----- $name output -----"
+  sed "s/^/$name| /" "$log"
+}
+
+# A TCP port nothing on this host listens on, for the program's out-of-band exchange. Below
+# the kernel's ephemeral range, so no outgoing connection takes it meanwhile; spread by PID and
+# RANDOM so that tests running in parallel pick different ones.
+pick_port() {
+  local port i
+  for ((i = 0; i < 50; ++i)); do
+    port=$((20000 + (RANDOM * 7 + $$) % 12000))
+    if ! command -v ss >/dev/null || [[ -z $(ss -ltnH "sport = :$port" 2>/dev/null) ]]; then
+      echo "$port"
+      return
+    fi
+  done
+  fail "no free TCP port found"
+}
+
+# --- namespaces -----------------------------------------------------------------------------
+addr_a=""
+addr_b=""
+server_host=127.0.0.1
+if [[ $mode == netns ]]; then
+  [[ $(id -u) == 0 ]] || skip "two network namespaces need root (CI runs as root)"
+  command -v ip >/dev/null || skip "the ip command (iproute2) is not installed"
+  ip netns list >/dev/null 2>&1 || skip "ip netns is not available here"
+  tag="$$"
+  ns_a="emupg_a_$tag"
+  ns_b="emupg_b_$tag"
+  if ! ip netns add "$ns_a" 2>"$tmp/netns.err"; then
+    ns_a=""
+    skip "ip netns add failed (no network namespace support here): $(cat "$tmp/netns.err")"
+  fi
+  ip netns add "$ns_b" || { ns_b=""; fail "ip netns add $ns_b failed"; }
+  veth_a="empa$tag"
+  veth_b="empb$tag"
+  ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b" ||
+    fail "creating the veth pair failed"
+  addr_a=198.18.0.1
+  addr_b=198.18.0.2
+  ip -n "$ns_a" addr add "$addr_a/15" dev "$veth_a" || fail "ip addr add failed"
+  ip -n "$ns_b" addr add "$addr_b/15" dev "$veth_b" || fail "ip addr add failed"
+  for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up || fail "lo up failed"; done
+  ip -n "$ns_a" link set "$veth_a" up || fail "veth up failed"
+  ip -n "$ns_b" link set "$veth_b" up || fail "veth up failed"
+  server_host=$addr_a
+fi
+
+# --- run ------------------------------------------------------------------------------------
+status=0
+wait_status=0
+server_log="$tmp/server.log"
+client_log="$tmp/client.log"
+if ((pair == 0)); then
+  start "$client_log" "$ns_a" "$addr_a" "${program[@]}"
+  pid=$last_pid
+  if ! wait_for "$pid" $((limit + 5)); then
+    echo "run_program: the program did not end within $limit s" >&2
+    status=1
+  fi
+  show "${program[0]}" "$client_log"
+  if ((status == 0 && wait_status != 0)); then
+    echo "run_program: ${program[0]} exited with status $wait_status$( ((wait_status == 124)) && echo ' (killed after the time limit)')" >&2
+    status=1
+  fi
+  logs=("$client_log")
+else
+  port="$(pick_port)" || exit 1
+  start "$server_log" "$ns_a" "$addr_a" "${program[@]}" -p "$port"
+  server_pid=$last_pid
+  # The server is ready when it accepts the client's connection: the client is retried for a
+  # while when it could not reach the server's port (nothing has happened on either side then).
+  connect_re="Couldn't connect to [^ ]+:[0-9]+|Unable to open file descriptor for socket connection|Unable to init the socket connection"
+  connect_deadline=$((SECONDS + 15))
+  attempts=0
+  while :; do
+    ((++attempts))
+    start "$client_log" "$ns_b" "$addr_b" "${program[@]}" -p "$port" "$server_host"
+    client_pid=$last_pid
+    if ! wait_for "$client_pid" $((limit + 5)); then
+      client_status=124
+    else
+      client_status=$wait_status
+    fi
+    if ((client_status != 0)) && grep -qE "$connect_re" "$client_log" &&
+      kill -0 "$server_pid" 2>/dev/null && ((SECONDS < connect_deadline)); then
+      sleep 0.3
+      continue
+    fi
+    break
+  done
+  ((attempts > 1)) && echo "run_program: the client connected at attempt $attempts" >&2
+  # The server ends by itself after a good run; after a failed client give it a few seconds.
+  if ((client_status == 0)); then server_wait=$(($(remaining) + 5)); else server_wait=5; fi
+  if wait_for "$server_pid" "$server_wait"; then
+    server_status=$wait_status
+  else
+    server_status=124
+    echo "run_program: the server did not end (within $server_wait s after the client)" >&2
+  fi
+  show server "$server_log"
+  show client "$client_log"
+  report_status() { # report_status <side> <status>
+    if (($2 != 0)); then
+      echo "run_program: the $1 exited with status $2$( (($2 == 124)) && echo ' (killed after the time limit: a hang)')" >&2
+      status=1
+    fi
+  }
+  report_status server "$server_status"
+  report_status client "$client_status"
+  logs=("$server_log" "$client_log")
+fi
+
+# --- checks ---------------------------------------------------------------------------------
+expect() { # expect <log> <ERE> <what>
+  grep -qE "$2" "$1" || { echo "run_program: missing in $(basename "$1" .log) output: $3" >&2; status=1; }
+}
+refuse() { # refuse <ERE> <what>: no line the program printed may match (the library's own
+  # log lines, "[emurdma <level>] ...", are not the program's checks: left out)
+  local log
+  for log in "${logs[@]}"; do
+    if grep -v '^\[emurdma ' "$log" | grep -qE "$1"; then
+      echo "run_program: $(basename "$log" .log) output shows $2:" >&2
+      grep -v '^\[emurdma ' "$log" | grep -E "$1" | head -5 | sed 's/^/  /' >&2
+      status=1
+    fi
+  done
+}
+
+case "$check" in
+  devices)
+    expect "$client_log" '^[[:space:]]+emu0[[:space:]]' "device emu0 in the list"
+    ;;
+  devinfo)
+    expect "$client_log" '^hca_id:[[:space:]]+emu0$' "hca_id: emu0"
+    expect "$client_log" 'state:[[:space:]]+PORT_ACTIVE' "port state PORT_ACTIVE"
+    expect "$client_log" 'link_layer:[[:space:]]+Ethernet' "link_layer: Ethernet"
+    expect "$client_log" 'GID\[ *0\]:[[:space:]]*[0-9a-fA-F:]+' "a GID line for index 0"
+    ;;
+  pingpong)
+    for log in "${logs[@]}"; do
+      expect "$log" '^[0-9]+ bytes in [0-9.]+ seconds = ' "the 'bytes in ... seconds' result line"
+      expect "$log" '^[0-9]+ iters in [0-9.]+ seconds = ' "the 'iters in ... seconds' result line"
+    done
+    refuse 'invalid data|Failed status|[Ff]ailed to|Couldn|unknown wr_id|Completion for' \
+      "a validation or completion error"
+    ;;
+  perftest | perftest-all)
+    # Result rows: "<bytes> <iterations> <figures...>" under the "#bytes" header.
+    expect "$client_log" '^[[:space:]]*#bytes' "the result table header"
+    expect "$client_log" '^[[:space:]]*[0-9]+[[:space:]]+[0-9]+[[:space:]]+[0-9.]+' "a result row"
+    refuse 'Completion with error|[Ff]ailed|Couldn|Unable to|Problems|error in' \
+      "an error"
+    if [[ $check == perftest-all ]]; then
+      missing=()
+      for ((size = 2; size <= 8388608; size *= 2)); do
+        grep -qE "^[[:space:]]*${size}[[:space:]]+[0-9]+[[:space:]]+[0-9.]+" "$client_log" ||
+          missing+=("$size")
+      done
+      if ((${#missing[@]} > 0)); then
+        echo "run_program: -a: no result row for sizes ${missing[*]}" >&2
+        status=1
+      fi
+    fi
+    ;;
+esac
+
+echo "run_program: $( ((status == 0)) && echo PASS || echo FAIL ) (mode $mode, $((SECONDS - start_s)) s)" >&2
+exit "$status"

@@ -1,0 +1,18 @@
+#!/bin/sh
+# check_symbols.sh OBJDUMP SYSTEM_LIB OUR_LIB: the drop-in exports exactly the system
+# library's name@version set (hidden "(VERSION)" entries included), plus EMURDMA_1.0.
+set -eu
+objdump=$1 system=$2 ours=$3
+symbols() {
+  "$objdump" -T "$1" | awk '$0 !~ /\*UND\*/ && ($3 == "DF" || $3 == "DO") { print $(NF) "@" $(NF-1) }' | sort -u
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+symbols "$system" > "$tmp/system"
+symbols "$ours" | grep -v '@EMURDMA_1.0$' > "$tmp/ours"
+if ! diff -u "$tmp/system" "$tmp/ours"; then
+  echo "FAIL: symbol sets differ (- system only, + drop-in only)"
+  exit 1
+fi
+symbols "$ours" | grep -qx 'emu_query_srq_counts@EMURDMA_1.0' || { echo "FAIL: no emu_query_srq_counts@EMURDMA_1.0"; exit 1; }
+echo "OK: $(wc -l < "$tmp/system") symbols match"

@@ -1,0 +1,40 @@
+/* emurdma's extension of the verbs API (installed header, C and C++).
+ *
+ * emu_query_srq_counts: the exact buffer counts of a shared receive queue, which the verbs API
+ * cannot tell (ibv_query_srq reports max_wr and srq_limit only) and the DAT layer needs for
+ * dat_srq_query:
+ *   available   - receive buffers on the SRQ, not yet taken by any QP;
+ *   outstanding - available + buffers taken by QPs and still being received into + buffers
+ *                 whose completions were generated but not yet reaped by ibv_poll_cq;
+ *   max_wr      - the SRQ's size (ibv_srq_attr.max_wr);
+ *   limit       - the armed limit (0 = not armed).
+ * Returns 0 on an SRQ of emu0, EOPNOTSUPP on an SRQ of a real HCA (whose counts are unknown:
+ * DAT reports DAT_VALUE_UNKNOWN), EINVAL for a NULL argument. Symbol version EMURDMA_1.0.
+ *
+ * Programs that may also run on the system libibverbs should look it up with
+ * dlsym(RTLD_DEFAULT, "emu_query_srq_counts") rather than link to it.
+ */
+#ifndef EMURDMA_VERBS_H
+#define EMURDMA_VERBS_H
+
+#include <infiniband/verbs.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct emu_srq_counts {
+  uint32_t max_wr;
+  uint32_t available;
+  uint32_t outstanding;
+  uint32_t limit;
+};
+
+int emu_query_srq_counts(struct ibv_srq* srq, struct emu_srq_counts* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EMURDMA_VERBS_H */

@@ -1,0 +1,32 @@
+// The system's rdma-core, for devices that are not ours (real HCAs). It is loaded once, on
+// first use, with dlmopen(LM_ID_NEWLM) so that its providers bind to it and not to us, and
+// every call on one of its objects is handed to it by name and symbol version.
+#pragma once
+
+namespace emurdma::verbs {
+
+// EMURDMA_DEVICES: soft = emu0 only, hw = the system's devices only, all (default) = both,
+// emu0 first. Read once; an unknown value is logged (error) and taken as all. A build with
+// EMURDMA_NO_SYSTEM_VERBS (the delegation test's stand-in) always answers kSoft.
+enum class DeviceSelection { kSoft, kHw, kAll };
+DeviceSelection device_selection();
+
+// The address of name@version in the system libibverbs, or nullptr when delegation is off
+// (EMURDMA_DEVICES=soft), no system library could be loaded, or it lacks the symbol.
+// The first call loads the system library (dlmopen of a second libc and rdma-core: about a
+// millisecond), so call it only once a system device is wanted, from ibv_get_device_list
+// when device_selection() != kSoft; a program on emu0 alone then never loads it.
+// The system ibv_get_device_list answers NULL (errno set) on a host without RDMA devices:
+// that is zero system devices, not an error to pass on.
+void* system_symbol(const char* name, const char* version);
+
+}  // namespace emurdma::verbs
+
+// The system's implementation of a public verb, resolved once: EMURDMA_SYSTEM_FN(ibv_alloc_pd,
+// "IBVERBS_1.1") has the type of &ibv_alloc_pd and may be null.
+#define EMURDMA_SYSTEM_FN(name, version)                                                     \
+  ([] {                                                                                      \
+    static auto* const resolved =                                                            \
+        reinterpret_cast<decltype(&::name)>(::emurdma::verbs::system_symbol(#name, version)); \
+    return resolved;                                                                         \
+  }())
