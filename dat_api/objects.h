@@ -1,0 +1,227 @@
+// The DAT objects of this slice: IA, PZ, LMR, EVD and SRQ. Each holds its verbs resource and
+// releases it in its destructor, which runs when the last reference goes: the handle table's
+// (dropped by the free call) or that of a call still running on another thread. So a free never
+// pulls a verbs object from under a concurrent post or wait, and dependants keep what they
+// depend on alive (an SRQ holds its PZ and IA, so ibv_dealloc_pd and ibv_close_device come
+// last by construction).
+//
+// Control-path calls of one IA (create, free, resize, set_lw, close) serialise on the IA's
+// mutex; data-path calls (post, dequeue, wait) take only the object's own lock.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dat_api/handles.h"
+#include "dat_api/provider.h"
+
+namespace emudat {
+
+class Evd;
+
+// The event number of the SRQ low-watermark event. DAT 2.0 gives SRQ-affiliated events only a
+// reason (DAT_SRQ_LOW_WATERMARK_EVENT in DAT_ASYNCH_ERROR_EVENT_DATA), no event number of
+// their own; the asynchronous-error numbers are the only ones whose data is
+// DAT_ASYNCH_ERROR_EVENT_DATA, and of those DAT_ASYNC_ERROR_PROVIDER_INTERNAL_ERROR is the
+// one that does not claim a state change of another object (EP broken, IA catastrophic, EVD
+// overflow, timeout). Consumers tell the event by dat_handle (the SRQ) and reason.
+constexpr DAT_EVENT_NUMBER kSrqLowWatermarkEventNumber = DAT_ASYNC_ERROR_PROVIDER_INTERNAL_ERROR;
+
+// The largest EVD queue we accept: events are kept in a deque, so the length costs memory
+// only as events arrive.
+constexpr DAT_COUNT kMaxEvdQlen = 1 << 20;
+
+class Ia : public Object {
+ public:
+  static constexpr Kind kKind = Kind::kIa;
+  Ia(const IaConfig* config, ibv_context* context);
+  ~Ia() override;
+
+  const IaConfig* config() const { return config_; }
+  const DAT_PROVIDER* provider() const { return config_->provider; }
+  ibv_context* context() const { return context_; }
+  const ibv_device_attr& device_attr() const { return device_attr_; }
+  ibv_device_attr* mutable_device_attr() { return &device_attr_; }
+  sockaddr* address() { return reinterpret_cast<sockaddr*>(&address_); }
+
+  // Provider-specific attributes of dat_ia_query, with the names the OpenFabrics providers use
+  // (dapl2-utils' dtestsrq sizes its buffers from DAT_IB_TRANSPORT_MTU). Built once at open.
+  void build_provider_attrs();
+  const std::vector<DAT_NAMED_ATTR>& provider_attrs() const { return provider_attrs_; }
+
+  // The IA handle as the consumer knows it: the registry hands consumers a small integer of
+  // its own and us our pointer; query results must carry the consumer's. Found once by asking
+  // the registry (dats_get_ia_handle) which of its integers maps to us; our own handle when
+  // that fails.
+  DAT_IA_HANDLE consumer_handle();
+
+  std::mutex& mutex() { return mutex_; }  // the control path of this IA and its children
+  // Set by dat_ia_close under mutex(): a create that looked the IA up before the close and got
+  // the lock after it must not add a child to a closed IA.
+  bool closed = false;
+  // Children, for dat_ia_close (abrupt: free them all; graceful: refuse while any is left).
+  void add_child(const std::shared_ptr<Object>& child);  // caller holds mutex()
+  void remove_child(const Object* child);                // caller holds mutex()
+  std::vector<std::shared_ptr<Object>> children() const { return children_; }
+
+  // The asynchronous EVD (null when the IA was opened with DAT_EVD_ASYNC_EXISTS and none was
+  // created since).
+  std::shared_ptr<Evd> async_evd() const;
+  void set_async_evd(std::shared_ptr<Evd> evd, bool owned);
+  bool owns_async_evd() const { return async_evd_owned_; }
+
+  // Reads every verbs asynchronous event ready now (never blocks) and turns it into DAT
+  // events. The IA's thread calls it when the verbs async fd is readable; dat_srq_set_lw calls
+  // it too, so that an event the arming fired at once is on the EVD when the call returns.
+  void pump_async_events();
+  // Posts an asynchronous event to the IA's async EVD, if it has one.
+  void deliver_async(const DAT_EVENT& event);
+
+  void start_async_thread();
+  void stop_async_thread();
+
+ private:
+  void async_loop();
+
+  const IaConfig* config_;
+  ibv_context* context_;
+  ibv_device_attr device_attr_{};
+  sockaddr_storage address_{};
+  std::atomic<DAT_IA_HANDLE> consumer_handle_{nullptr};
+  std::vector<std::string> attr_strings_;  // storage behind provider_attrs_
+  std::vector<DAT_NAMED_ATTR> provider_attrs_;
+
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<Object>> children_;
+
+  mutable std::mutex async_evd_mutex_;
+  std::shared_ptr<Evd> async_evd_;
+  bool async_evd_owned_ = false;
+
+  std::mutex pump_mutex_;  // one reader of the verbs async queue at a time
+  std::thread async_thread_;
+  int stop_fd_ = -1;
+};
+
+class Pz : public Object {
+ public:
+  static constexpr Kind kKind = Kind::kPz;
+  Pz(std::shared_ptr<Ia> ia, ibv_pd* pd) : Object(kKind), ia_(std::move(ia)), pd_(pd) {}
+  ~Pz() override;
+  const std::shared_ptr<Ia>& ia() const { return ia_; }
+  ibv_pd* pd() const { return pd_; }
+  std::atomic<int> users{0};  // LMRs, SRQs (and EPs, later) created in this PZ and not freed
+
+ private:
+  std::shared_ptr<Ia> ia_;
+  ibv_pd* pd_;
+};
+
+class Lmr : public Object {
+ public:
+  static constexpr Kind kKind = Kind::kLmr;
+  Lmr(std::shared_ptr<Ia> ia, std::shared_ptr<Pz> pz, ibv_mr* mr)
+      : Object(kKind), ia_(std::move(ia)), pz_(std::move(pz)), mr_(mr) {}
+  ~Lmr() override;
+  const std::shared_ptr<Ia>& ia() const { return ia_; }
+  const std::shared_ptr<Pz>& pz() const { return pz_; }
+  ibv_mr* mr() const { return mr_; }
+
+  DAT_MEM_TYPE mem_type = DAT_MEM_TYPE_VIRTUAL;
+  DAT_REGION_DESCRIPTION region{};
+  DAT_VLEN length = 0;
+  DAT_MEM_PRIV_FLAGS privileges = DAT_MEM_PRIV_NONE_FLAG;
+  DAT_VA_TYPE va_type = DAT_VA_TYPE_VA;
+
+  // Whether [address, address + length) lies inside the registered region.
+  bool covers(DAT_VADDR address, DAT_VLEN len) const;
+
+ private:
+  std::shared_ptr<Ia> ia_;
+  std::shared_ptr<Pz> pz_;
+  ibv_mr* mr_;
+};
+
+// An Event Dispatcher: a bounded software queue of DAT_EVENTs. Producers are the IA's
+// asynchronous-event reader, dat_evd_post_se, and (later slices) the connection manager and
+// the DTO completion source, all through post(). dat_evd_wait blocks on an eventfd that post()
+// writes while a waiter sleeps, so the wait is a real descriptor wait with a timeout.
+class Evd : public Object {
+ public:
+  static constexpr Kind kKind = Kind::kEvd;
+  Evd(std::shared_ptr<Ia> ia, DAT_COUNT qlen, DAT_EVD_FLAGS flags);
+  ~Evd() override;
+  bool ok() const { return wake_fd_ >= 0; }
+
+  const std::shared_ptr<Ia>& ia() const { return ia_; }
+  DAT_EVD_FLAGS flags() const { return flags_; }
+
+  // Appends an event (its evd_handle is set to this EVD). False when the queue is full.
+  bool post(const DAT_EVENT& event);
+
+  DAT_RETURN dequeue(DAT_EVENT* out);
+  DAT_RETURN wait(DAT_TIMEOUT timeout, DAT_COUNT threshold, DAT_EVENT* out, DAT_COUNT* nmore);
+  DAT_RETURN resize(DAT_COUNT qlen);
+  void query(DAT_EVD_PARAM* out);
+  void set_enabled(bool enabled);
+  void set_waitable(bool waitable);
+  // Wakes a waiter with DAT_ABORT: the EVD is being freed or its IA closed.
+  void abort();
+
+  std::atomic<int> users{0};  // the IA (as its async EVD) and, later, EPs and PSPs using it
+
+ private:
+  void wake_locked();
+
+  std::shared_ptr<Ia> ia_;
+  const DAT_EVD_FLAGS flags_;
+  int wake_fd_ = -1;
+
+  std::mutex mutex_;
+  std::deque<DAT_EVENT> queue_;
+  DAT_COUNT qlen_;
+  bool enabled_ = true;
+  bool waitable_ = true;
+  bool waiting_ = false;
+  bool aborted_ = false;
+};
+
+class Srq : public Object {
+ public:
+  static constexpr Kind kKind = Kind::kSrq;
+  Srq(std::shared_ptr<Ia> ia, std::shared_ptr<Pz> pz)
+      : Object(kKind), ia_(std::move(ia)), pz_(std::move(pz)) {}
+  ~Srq() override;
+  const std::shared_ptr<Ia>& ia() const { return ia_; }
+  const std::shared_ptr<Pz>& pz() const { return pz_; }
+
+  ibv_srq* srq = nullptr;
+  DAT_COUNT max_recv_iov = 1;
+
+  std::mutex mutex;             // set_lw, resize, query
+  DAT_COUNT low_watermark = 0;  // the DAT watermark; kept after the verbs limit fired (reads 0)
+
+  std::atomic<int> ep_count{0};  // EPs created with this SRQ (EP slice)
+  // Receive completions of this SRQ's buffers that an EVD has taken from the verbs CQ but the
+  // consumer has not dequeued yet: still outstanding for DAT although verbs counts them reaped
+  // (EP slice feeds it; 0 until then).
+  std::atomic<int> completions_in_evds{0};
+
+  // The verbs limit event for `verbs_srq` arrived: post the DAT low-watermark event.
+  void on_limit_reached(ibv_srq* verbs_srq);
+
+ private:
+  std::shared_ptr<Ia> ia_;
+  std::shared_ptr<Pz> pz_;
+};
+
+}  // namespace emudat
