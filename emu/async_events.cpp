@@ -16,12 +16,28 @@ void AsyncEventQueue::push(const AsyncEvent& event) {
 }
 
 bool AsyncEventQueue::get(AsyncEvent* out) {
-  // One count per pushed event (semaphore eventfd), so a successful read guarantees an entry.
-  if (!fd_.consume_one()) return false;
+  // One count per pushed event (semaphore eventfd); counts of forgotten events are skipped.
+  for (;;) {
+    if (!fd_.consume_one()) return false;
+    std::lock_guard lock(mutex_);
+    if (!events_.empty()) {
+      *out = events_.front();
+      events_.pop_front();
+      return true;
+    }
+    if (stale_tokens_ > 0) --stale_tokens_;
+  }
+}
+
+void AsyncEventQueue::forget(const void* object) {
+  if (object == nullptr) return;
   std::lock_guard lock(mutex_);
-  *out = events_.front();
-  events_.pop_front();
-  return true;
+  const size_t removed = std::erase_if(events_, [object](const AsyncEvent& e) {
+    return e.cq == object || e.qp == object || e.srq == object;
+  });
+  stale_tokens_ += removed;
+  // As CompChannel::forget: take the counts out now when that cannot block.
+  while (stale_tokens_ > 0 && fd_.non_blocking() && fd_.consume_one()) --stale_tokens_;
 }
 
 size_t AsyncEventQueue::pending() const {

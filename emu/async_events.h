@@ -33,10 +33,14 @@ class AsyncEventQueue {
   bool wait(int timeout_ms) { return fd_.wait_readable(timeout_ms); }
   int fd() const { return fd_.fd(); }
   size_t pending() const;
+  // Drops the events still queued for an object being destroyed (its CQ, QP or SRQ pointer),
+  // as the kernel's uverbs event file does: a later get never returns a freed object.
+  void forget(const void* object);
 
  private:
   mutable std::mutex mutex_;  // async events are rare; never taken on a hot path
   std::deque<AsyncEvent> events_;
+  size_t stale_tokens_ = 0;  // eventfd counts left by forgotten events
   EventFd fd_{true};
 };
 

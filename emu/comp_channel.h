@@ -19,11 +19,16 @@ class CompChannel : public ApiHandle {
   // Returns the CQ of the oldest notification. Blocks while there is none, unless the
   // program made fd() non-blocking: then returns nullptr.
   Cq* get_event();
+  // Drops the notifications still queued for cq (it is being destroyed), as the kernel's
+  // uverbs event file does: a later get_event never returns it.
+  void forget(const Cq* cq);
+  size_t pending();
   std::atomic<int> use_count{0};  // CQs attached
 
  private:
   std::mutex mutex_;  // notifications are already a system call; this is no hot path
   std::deque<Cq*> events_;
+  size_t stale_tokens_ = 0;  // eventfd counts left by forgotten notifications
   EventFd fd_{true};
 };
 

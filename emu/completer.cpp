@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "emu/context.h"
@@ -74,8 +75,17 @@ void Qp::arm_ack_timer_locked() {
     const SendWqe& w = sq_[i & sq_mask_];
     if (!w.answered_locally) bytes += w.length;
   }
-  node().schedule(Node::Clock::now() + ack_timeout(attr_.timeout, bytes), qpn_,
-                  kAckTimerTag | ++ack_timer_token_);
+  // The deadline is rounded up to a grid of about a sixteenth of the timeout, so that the
+  // timers of many busy QPs fall due together and the progress thread wakes once for all of
+  // them instead of once per QP (1,000 QPs sharing an SRQ armed 15,000 wake-ups a second).
+  // Never early, at most 1/16 late: the timeout is a lower bound in IBA too.
+  const uint64_t base_ns = uint64_t{4096} << (attr_.timeout & 31);
+  const uint64_t grid = std::bit_floor(std::max<uint64_t>(base_ns / 16, 1024));
+  const auto due = Node::Clock::now() + ack_timeout(attr_.timeout, bytes);
+  const uint64_t due_ns = static_cast<uint64_t>(due.time_since_epoch().count());
+  const Node::Clock::time_point rounded{
+      std::chrono::nanoseconds((due_ns + grid - 1) & ~(grid - 1))};
+  node().schedule(rounded, qpn_, kAckTimerTag | ++ack_timer_token_);
 }
 
 void Qp::disarm_ack_timer_locked() {
@@ -144,6 +154,13 @@ void Qp::handle_nak_locked(const FrameHeader& h) {
       schedule_retry_locked(std::chrono::nanoseconds(rnr_timer_ns(h.rnr_timer)));
       return;
     case NakCode::kUnavailable:
+      if (attr_.timeout == 0) {
+        // timeout 0 is infinite: hardware would wait for ever, retry_cnt is never spent.
+        sq_next_ = sq_head_;
+        rd_atomic_in_flight_ = 0;
+        waiting_retry_ = true;
+        return;
+      }
       if (retries_left_ == 0) {
         fail_send_locked(w, IBV_WC_RETRY_EXC_ERR);
         return;
@@ -151,10 +168,6 @@ void Qp::handle_nak_locked(const FrameHeader& h) {
       --retries_left_;
       sq_next_ = sq_head_;
       rd_atomic_in_flight_ = 0;
-      if (attr_.timeout == 0) {
-        waiting_retry_ = true;  // timeout 0 is infinite: hardware would wait for ever
-        return;
-      }
       // Local ACK timeout: 4.096 us * 2^timeout.
       schedule_retry_locked(std::chrono::nanoseconds(uint64_t{4096} << attr_.timeout));
       return;

@@ -241,7 +241,12 @@ int Context::destroy_cq(Cq* cq) {
   std::lock_guard lock(objects_mutex_);
   if (cq->use_count.load() != 0) return EBUSY;
   cq->drain_for_destroy();
-  if (cq->channel() != nullptr) cq->channel()->use_count.fetch_sub(1);
+  // Notifications and events still queued for it would hand the program a freed CQ.
+  if (cq->channel() != nullptr) {
+    cq->channel()->forget(cq);
+    cq->channel()->use_count.fetch_sub(1);
+  }
+  async_events_.forget(cq);
   delete cq;
   --cq_count_;
   return 0;
@@ -276,6 +281,7 @@ int Context::destroy_srq(Srq* srq) {
   // reaped or dropped with the CQ, so the SRQ must outlive them: it is retired, not freed,
   // and the memory goes when the context closes.
   srq->pd()->use_count.fetch_sub(1);
+  async_events_.forget(srq);  // its queued events (SRQ_LIMIT_REACHED) go with it
   retired_srqs_.emplace_back(srq);
   --srq_count_;
   return 0;
@@ -308,6 +314,7 @@ int Context::destroy_qp(Qp* qp) {
   qp->send_cq()->use_count.fetch_sub(1);
   qp->recv_cq()->use_count.fetch_sub(1);
   if (qp->srq() != nullptr) qp->srq()->use_count.fetch_sub(1);
+  async_events_.forget(qp);  // its queued events would name a freed QP
   delete qp;
   --qp_count_;
   return 0;

@@ -45,6 +45,9 @@ int Cq::req_notify(bool solicited_only) {
   int current = armed_.load(std::memory_order_relaxed);
   while (current != 1 && !armed_.compare_exchange_weak(current, want)) {
   }
+  // Pairs with the fence in push(): either push() sees the CQ armed, or the program's next
+  // poll sees the completion (no lost wake-up between arming and polling).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   return 0;
 }
 
@@ -58,8 +61,14 @@ bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
     if (srq != nullptr) srq->on_dropped();
     return false;
   }
+  if (channel_ == nullptr) return true;
+  // Store (the completion published) then load (armed_): without a full fence the load may be
+  // satisfied before the store is visible, while the program arms the CQ and polls it empty;
+  // both would then miss each other and a waiter on the channel would sleep for ever. Only
+  // CQs with a channel pay for it.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   int armed = armed_.load(std::memory_order_acquire);
-  if (armed != 0 && channel_ != nullptr) {
+  if (armed != 0) {
     bool fire = armed == 1 || solicited || wc.status != IBV_WC_SUCCESS;
     if (fire && armed_.compare_exchange_strong(armed, 0)) channel_->notify(this);
   }

@@ -118,15 +118,14 @@ Qp* Node::acquire(uint32_t qpn) {
 void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payload) {
   bool found = with_qp(header.dst_qpn, [&](Qp& qp) { qp.on_frame(from, header, payload); });
   if (found) return;
-  // No such QP: a request is answered as silence would be (the requester's timeout), so
-  // that it cannot wait for ever; answers to a vanished QP are dropped.
+  // No such QP: an RC request is answered as silence would be (the requester's timeout), so
+  // that it cannot wait for ever; answers to a vanished QP, and datagrams (UC, UD: never
+  // answered), are dropped.
   const bool request = is_request(header.op);
-  if (!request) return;
+  if (!request || (header.flags & kFrameDatagram) != 0) return;
   FrameHeader r{};
-  const bool datagram = (header.flags & kFrameDatagram) != 0;
-  r.op = datagram ? FrameOp::kAck : FrameOp::kNak;
-  r.nak = datagram ? NakCode::kNone : NakCode::kUnavailable;
-  r.flags = header.flags & kFrameDatagram;
+  r.op = FrameOp::kNak;
+  r.nak = NakCode::kUnavailable;
   r.src_qpn = header.dst_qpn;
   r.dst_qpn = header.src_qpn;
   r.psn = header.psn;
@@ -134,7 +133,9 @@ void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payloa
 }
 
 void Node::on_link_down(Link& link) {
-  spdlog::warn("link to peer down: QPs using it move to the error state");
+  // A peer that goes away is silence, as on hardware: the QPs are told, and only their own
+  // timers (RC local ACK timeout) turn it into an error (Qp::on_link_down).
+  spdlog::info("link to peer down: its RC QPs will time out their unanswered requests");
   for (uint32_t slot = 2; slot < kMaxQp; ++slot) {
     Qp* maybe = qps_[slot].load(std::memory_order_acquire);
     if (maybe == nullptr) continue;
@@ -143,13 +144,18 @@ void Node::on_link_down(Link& link) {
 }
 
 void Node::schedule(Clock::time_point deadline, uint32_t qpn, uint64_t token) {
+  bool earliest;
   {
     std::lock_guard lock(timer_mutex_);
+    earliest = timers_.empty() || deadline < timers_.top().deadline;
     timers_.push(Timer{deadline, qpn, token});
     next_deadline_ns_.store(timers_.top().deadline.time_since_epoch().count(),
                             std::memory_order_release);
   }
-  timer_cv_.notify_one();
+  // The progress thread sleeps until the earliest timer: it needs waking (a system call when
+  // it waits) only if this one comes sooner. Most do not (an ACK timer is armed while another,
+  // earlier one of some QP is pending).
+  if (earliest) timer_cv_.notify_one();
 }
 
 void Node::defer_send(uint32_t qpn) {
@@ -164,10 +170,24 @@ void Node::defer_send(uint32_t qpn) {
   timer_cv_.notify_one();
 }
 
-void Node::run_due_timers() {
+namespace {
+
+// Polls by this thread since it last read the clock for the node timers (any node: only the
+// rate matters).
+thread_local uint32_t t_polls_since_clock = 0;
+
+}  // namespace
+
+void Node::run_due_timers(bool always) {
   // Most polls find no timer at all: spare them the clock read.
   const int64_t next = next_deadline_ns_.load(std::memory_order_acquire);
   if (next == INT64_MAX) return;
+  // While requests are outstanding an ACK timer is almost always pending, and a busy poller
+  // would read the clock (tens of ns on a VM) on every empty poll. Timers are RNR and ACK
+  // delays of microseconds and more: a poller looks on one call in kPollsPerClockRead, and the
+  // progress thread, which wakes at the earliest deadline, always does.
+  if (!always && ++t_polls_since_clock < kPollsPerClockRead) return;
+  t_polls_since_clock = 0;
   const int64_t now = Clock::now().time_since_epoch().count();
   if (now < next) return;
   for (;;) {
@@ -203,10 +223,14 @@ void Node::run_deferred_sends() {
 }
 
 void Node::progress() {
+  progress_rounds(false);
+}
+
+void Node::progress_rounds(bool timers_always) {
   // Each step may produce work for the others (an ACK lets a QP transmit, a timer
   // retransmits): loop until the transport has nothing more to deliver.
   for (int round = 0; round < 64; ++round) {
-    run_due_timers();
+    run_due_timers(timers_always);
     run_deferred_sends();
     if (transport_->progress() == 0 && !has_deferred_.load(std::memory_order_acquire)) break;
   }
@@ -224,7 +248,7 @@ void Node::progress_thread_main() {
     timer_cv_.wait_until(lock, wake);
     if (stopping_.load()) break;
     lock.unlock();
-    progress();
+    progress_rounds(true);
     lock.lock();
   }
 }

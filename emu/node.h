@@ -74,7 +74,10 @@ class Node : public FrameSink {
 
   Qp* acquire(uint32_t qpn);
   void release() { readers_.fetch_sub(1, std::memory_order_release); }
-  void run_due_timers();
+  // always: read the clock even if this thread looked recently (the progress thread).
+  void run_due_timers(bool always);
+  void progress_rounds(bool timers_always);
+  static constexpr uint32_t kPollsPerClockRead = 32;
   void run_deferred_sends();
   void progress_thread_main();
 

@@ -79,6 +79,7 @@ class Qp : public ApiHandle {
   bool transmit_one_locked(SendWqe& wqe);
   bool gather_locked(const SendWqe& wqe, iovec* iov, size_t* iovcnt, ibv_wc_status* status);
   // responder.cpp
+  Link& answer_path_locked(Link& arrived_on);
   void respond_locked(Link& from, const FrameHeader& h, PayloadSource& payload);
   void respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& payload);
   void respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& payload);

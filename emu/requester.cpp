@@ -48,6 +48,14 @@ void Qp::fail_send_locked(SendWqe& w, ibv_wc_status status) {
 
 bool Qp::transmit_one_locked(SendWqe& w) {
   w.answered_locally = false;
+  // A WR that needs no answer (an error found here, or a datagram) completes with the status
+  // given, once earlier WQEs have completed: retire_local_answers_locked retires from the head.
+  auto complete_locally = [&](ibv_wc_status st) {
+    w.answered_locally = true;
+    w.local_status = st;
+    advance_next_locked();
+    retire_local_answers_locked();
+  };
   ibv_wc_status status = IBV_WC_SUCCESS;
   const bool datagram = type_ != IBV_QPT_RC;
   if (w.length > kMaxMsgSize || (type_ == IBV_QPT_UD && w.length > kMtuBytes)) {
@@ -60,11 +68,7 @@ bool Qp::transmit_one_locked(SendWqe& w) {
   size_t iovcnt = 0;
   if (status == IBV_WC_SUCCESS) gather_locked(w, iov, &iovcnt, &status);
   if (status != IBV_WC_SUCCESS) {
-    // Completions stay in order: the error is reported once earlier WQEs have completed.
-    w.answered_locally = true;
-    w.local_status = status;
-    advance_next_locked();
-    retire_local_answers_locked();
+    complete_locally(status);
     return false;
   }
 
@@ -130,10 +134,7 @@ bool Qp::transmit_one_locked(SendWqe& w) {
   if (link == nullptr || !link->up()) {
     if (datagram) {
       // An unreliable message to nowhere is simply lost; locally it completes.
-      w.answered_locally = true;
-      w.local_status = IBV_WC_SUCCESS;
-      advance_next_locked();
-      retire_local_answers_locked();
+      complete_locally(IBV_WC_SUCCESS);
       return true;
     }
     // Nobody answers: behave as the lost packet hardware would retransmit.
@@ -148,6 +149,12 @@ bool Qp::transmit_one_locked(SendWqe& w) {
   if (!link->send(h, iov, iovcnt)) {
     node().defer_send(qpn_);
     return false;
+  }
+  if (datagram) {
+    // UC and UD are never acknowledged: the message is on the wire, the WR is done (the
+    // transport keeps no reference to a datagram's payload once send() returns).
+    complete_locally(IBV_WC_SUCCESS);
+    return true;
   }
   advance_next_locked();
   if (is_rd_atomic(w.opcode)) ++rd_atomic_in_flight_;

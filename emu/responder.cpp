@@ -33,6 +33,9 @@ void build_grh(uint8_t* grh, uint32_t payload_len, const Gid& sgid, const Gid& d
 
 void Qp::reply_locked(Link& to, const FrameHeader& request, FrameOp op, NakCode nak,
                       const iovec* iov, size_t iovcnt, uint64_t value) {
+  // UC and UD are never answered (IBA 9.7.1: unreliable services have no ACK/NAK): their
+  // requester completed the WR when the frame left; a dropped datagram is just lost.
+  if (request.flags & kFrameDatagram) return;
   FrameHeader r{};
   r.op = op;
   r.nak = nak;
@@ -58,7 +61,15 @@ void Qp::responder_error_locked(ibv_event_type event) {
   to_error_locked();
 }
 
-void Qp::respond_locked(Link& from, const FrameHeader& h, PayloadSource& payload) {
+Link& Qp::answer_path_locked(Link& arrived_on) {
+  Link* own = link_.get();
+  if (own == nullptr || own == &arrived_on) return arrived_on;
+  // A frame from another node (a stray with the peer's QPN) is answered where it came from.
+  if (!own->up() || !(own->peer() == arrived_on.peer())) return arrived_on;
+  return *own;
+}
+
+void Qp::respond_locked(Link& arrived_on, const FrameHeader& h, PayloadSource& payload) {
   const bool datagram = (h.flags & kFrameDatagram) != 0;
   const ibv_qp_state st = state();
   const bool can_receive =
@@ -68,10 +79,22 @@ void Qp::respond_locked(Link& from, const FrameHeader& h, PayloadSource& payload
   if (!can_receive || !type_ok) {
     // Not for us, or not now: an RC requester hears nothing and retransmits after its
     // timeout (kUnavailable models that silence); an unreliable message is just lost.
-    reply_locked(from, h, datagram ? FrameOp::kAck : FrameOp::kNak,
+    // From the connected peer, on the QP's own path (below): after a NAK that moved this QP to
+    // ERR, the silence for the requests behind it must not overtake that NAK on another link
+    // (the requester would take it as a cumulative ACK of the refused request).
+    Link& to = type_ok && type_ != IBV_QPT_UD ? answer_path_locked(arrived_on) : arrived_on;
+    reply_locked(to, h, datagram ? FrameOp::kAck : FrameOp::kNak,
                  datagram ? NakCode::kNone : NakCode::kUnavailable);
     return;
   }
+  // A connected QP (RC, UC) answers on its own path, the link its requests leave on, never
+  // on another link to the same node (two processes that attach to each other at the same
+  // moment may hold two). Hardware sends a QP's ACKs and requests along one path, so the peer
+  // sees our answer to its request i before any request we send after executing i; answered
+  // on another link, the answer could trail behind any number of them (that link's drainer
+  // preempted), and a ping-pong peer would find its send queue full of WRs we had long
+  // answered.
+  Link& from = type_ == IBV_QPT_UD ? arrived_on : answer_path_locked(arrived_on);
   if (type_ == IBV_QPT_UD) {
     if (h.op != FrameOp::kSend || h.qkey != attr_.qkey) {
       reply_locked(from, h, FrameOp::kAck, NakCode::kNone);  // Q_Key violation: dropped
@@ -161,9 +184,11 @@ void Qp::respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& pa
     to_error_locked();
     return;
   }
-  complete_recv(wqe, IBV_WC_SUCCESS, IBV_WC_RECV, grh + len, &h, from_srq);
   expected_psn_ = (h.psn + 1) & kPsnMask;
+  // The ACK is handed to the transport before the completion becomes visible: a program that
+  // reaps the receive and exits at once must not take the requester's answer with it.
   reply_locked(from, h, FrameOp::kAck, NakCode::kNone);
+  complete_recv(wqe, IBV_WC_SUCCESS, IBV_WC_RECV, grh + len, &h, from_srq);
 }
 
 void Qp::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& payload) {
@@ -195,9 +220,9 @@ void Qp::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& p
     return;
   }
   if (len != 0) payload.read(reinterpret_cast<void*>(h.remote_addr), len);
-  if (with_imm) complete_recv(wqe, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, len, &h, from_srq);
   expected_psn_ = (h.psn + 1) & kPsnMask;
-  reply_locked(from, h, FrameOp::kAck, NakCode::kNone);
+  reply_locked(from, h, FrameOp::kAck, NakCode::kNone);  // before the completion (see above)
+  if (with_imm) complete_recv(wqe, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, len, &h, from_srq);
 }
 
 void Qp::respond_read_locked(Link& from, const FrameHeader& h) {

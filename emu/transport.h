@@ -45,7 +45,7 @@ enum class NakCode : uint8_t {
 enum FrameFlags : uint8_t {
   kFrameImm = 1 << 0,        // imm is valid
   kFrameSolicited = 1 << 1,  // solicited event requested
-  kFrameDatagram = 1 << 2,   // UD: no RNR, drop when no buffer, ack only for local completion
+  kFrameDatagram = 1 << 2,   // UC/UD: never answered; the transport copies its payload
   kFrameFetchAdd = 1 << 3,   // atomic request: fetch-and-add (else compare-and-swap)
 };
 
@@ -96,7 +96,8 @@ class FrameSink {
  public:
   virtual ~FrameSink() = default;
   virtual void on_frame(Link& from, const FrameHeader& header, PayloadSource& payload) = 0;
-  // The link failed (peer died, connection reset). Every QP using it must go to error.
+  // The link failed (peer died, connection reset). Frames already received from it have been
+  // delivered first. The QPs using it see silence (their own timers decide, as on hardware).
   virtual void on_link_down(Link& link) = 0;
 };
 
@@ -105,7 +106,9 @@ class Link {
  public:
   virtual ~Link() = default;
   // Queues a frame. The payload memory must stay valid until the peer's response to this
-  // frame arrives or the link goes down (after a retransmission, until quiesce()). Returns false
+  // frame arrives or the link goes down (after a retransmission, until quiesce()); except for
+  // a datagram (kFrameDatagram: UC, UD), whose sender completes its WR as soon as send()
+  // returns true, so the transport must not read its payload after that. Returns false
   // when the transport cannot take the frame now (back-pressure); the engine then retries from
   // Transport::progress.
   virtual bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) = 0;

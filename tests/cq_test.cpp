@@ -268,6 +268,54 @@ class CompletionChannel : public EngineTest {
   char dst_[64] = {};
 };
 
+// A notification still queued for a CQ that the program then destroys is dropped with it (the
+// kernel's uverbs event file does the same): ibv_get_cq_event never returns a freed CQ, and a
+// non-blocking descriptor is no longer readable for it. Other CQs' notifications stay.
+TEST_F(CompletionChannel, NotificationsOfADestroyedCqAreDropped) {
+  CompChannel* ch = channel();
+  ASSERT_GE(make_nonblocking(ch->fd()), 0);
+  Cq* doomed = nullptr;
+  ASSERT_EQ(ctx->create_cq(16, nullptr, ch, 0, &doomed), 0);  // destroyed by the test itself
+  Cq* kept = create_cq(16, ch);
+  // A real completion on the doomed CQ (armed), then on the one kept.
+  {
+    Writer w = writer(doomed);
+    ASSERT_EQ(doomed->req_notify(false), 0);
+    ASSERT_EQ(write(w, 1), 0);
+    EXPECT_EQ(poll_one(doomed).wr_id, 1u);
+    ASSERT_TRUE(readable(ch->fd(), 2000)) << "no completion event";
+    // The pair's QPs use the CQ: destroy them first, as a program must.
+    ASSERT_EQ(ctx->destroy_qp(w.a), 0);
+    ASSERT_EQ(ctx->destroy_qp(w.b), 0);
+    std::erase(qps, w.a);
+    std::erase(qps, w.b);
+  }
+  ch->notify(kept);
+  ch->notify(doomed);
+  EXPECT_EQ(ch->pending(), 3u);
+  ASSERT_EQ(ctx->destroy_cq(doomed), 0);
+  EXPECT_EQ(ch->pending(), 1u);
+  ASSERT_TRUE(readable(ch->fd(), 0));
+  EXPECT_EQ(ch->get_event(), kept);
+  EXPECT_EQ(ch->get_event(), nullptr) << "a notification of a destroyed CQ was delivered";
+  EXPECT_FALSE(readable(ch->fd(), 0)) << "readable for a dropped notification";
+}
+
+// The same on a blocking descriptor: the dropped notifications are skipped, never returned.
+TEST_F(CompletionChannel, BlockingChannelSkipsNotificationsOfADestroyedCq) {
+  CompChannel* ch = channel();
+  Cq* doomed = nullptr;
+  ASSERT_EQ(ctx->create_cq(16, nullptr, ch, 0, &doomed), 0);
+  Cq* kept = create_cq(16, ch);
+  ch->notify(doomed);
+  ch->notify(kept);
+  ASSERT_EQ(ctx->destroy_cq(doomed), 0);
+  EXPECT_EQ(ch->get_event(), kept);
+  ch->notify(kept);
+  EXPECT_EQ(ch->get_event(), kept);  // the dropped one's count was skipped, not returned
+  EXPECT_EQ(ch->pending(), 0u);
+}
+
 TEST_F(CompletionChannel, UnarmedCqDoesNotSignal) {
   CompChannel* ch = channel();
   Cq* scq = create_cq(16, ch);

@@ -689,6 +689,37 @@ TEST_F(SrqLimit, ArmingAnEmptySrqFiresImmediately) {
   EXPECT_EQ(query(srq).srq_limit, 0u);
 }
 
+// An event still queued for an SRQ or a QP that the program then destroys is dropped with it,
+// as the kernel's uverbs event file drops them: ibv_get_async_event never hands back a freed
+// object, and the descriptor does not stay readable for it. Events of other objects stay.
+TEST_F(SrqLimit, EventsQueuedForADestroyedSrqOrQpAreDropped) {
+  ibv_srq_init_attr init{};
+  init.attr.max_wr = 10;
+  init.attr.max_sge = 1;
+  Srq* doomed = nullptr;
+  ASSERT_EQ(ctx->create_srq(pd, init, &doomed), 0);  // destroyed by the test itself
+  Srq* kept = create_srq(10);
+  ASSERT_NE(kept, nullptr);
+  Qp* qp = untracked_qp(QpOptions{});
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(arm(doomed, 1), 0);  // empty: fires at once
+  ctx->raise(emu::AsyncEvent{IBV_EVENT_QP_REQ_ERR, nullptr, qp, nullptr, 0});
+  ASSERT_EQ(arm(kept, 1), 0);
+  ASSERT_EQ(arm(doomed, 1), 0);  // a second event for it, after the one to keep
+  EXPECT_EQ(ctx->async_events().pending(), 4u);
+
+  ASSERT_EQ(ctx->destroy_qp(qp), 0);
+  ASSERT_EQ(ctx->destroy_srq(doomed), 0);
+  EXPECT_EQ(ctx->async_events().pending(), 1u);
+  ASSERT_TRUE(readable(ctx->async_events().fd(), 0));
+  emu::AsyncEvent e;
+  ASSERT_TRUE(ctx->async_events().get(&e));
+  EXPECT_EQ(e.type, IBV_EVENT_SRQ_LIMIT_REACHED);
+  EXPECT_EQ(e.srq, kept);
+  EXPECT_FALSE(ctx->async_events().get(&e)) << "an event of a destroyed object was delivered";
+  EXPECT_FALSE(readable(ctx->async_events().fd(), 0)) << "readable for a dropped event";
+}
+
 // Once fired, no further event however low the SRQ goes, even after it is refilled above the
 // limit and drained below again, until the limit is set again.
 TEST_F(SrqLimit, NeverFiresAgainUntilRearmed) {

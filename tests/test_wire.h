@@ -20,6 +20,22 @@
 
 namespace emu_test {
 
+// A frame's payload held in a vector, read front to back.
+class VectorPayload : public emu::PayloadSource {
+ public:
+  explicit VectorPayload(const std::vector<uint8_t>& v) : v_(v) {}
+  size_t size() const override { return v_.size() - off_; }
+  void read(void* dst, size_t len) override {
+    std::memcpy(dst, v_.data() + off_, len);
+    off_ += len;
+  }
+  void skip(size_t len) override { off_ += len; }
+
+ private:
+  const std::vector<uint8_t>& v_;
+  size_t off_ = 0;
+};
+
 class TestWire : public emu::Transport, public emu::Link {
  public:
   enum class Action { kDeliver, kDrop, kHold };
@@ -104,20 +120,7 @@ class TestWire : public emu::Transport, public emu::Link {
     emu::FrameHeader header;
     std::vector<uint8_t> bytes;
   };
-  class Bytes : public emu::PayloadSource {
-   public:
-    explicit Bytes(const std::vector<uint8_t>& v) : v_(v) {}
-    size_t size() const override { return v_.size() - off_; }
-    void read(void* dst, size_t len) override {
-      std::memcpy(dst, v_.data() + off_, len);
-      off_ += len;
-    }
-    void skip(size_t len) override { off_ += len; }
-
-   private:
-    const std::vector<uint8_t>& v_;
-    size_t off_ = 0;
-  };
+  using Bytes = VectorPayload;
 
   emu::Gid gid_;
   std::mutex mutex_;

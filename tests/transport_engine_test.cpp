@@ -400,9 +400,15 @@ TEST_P(TransportEngineTest, SrqSharedByQpsCountsExactly) {
   EXPECT_EQ(c.outstanding, 1u);
 }
 
-TEST_P(TransportEngineTest, DroppedLinkFlushesEveryOutstandingRequestOnce) {
+// A dropped connection is silence, as a cut cable is to hardware: the QP that had requests
+// outstanding retries them per timeout / retry_cnt and ends with exactly one
+// IBV_WC_RETRY_EXC_ERR (the oldest), then flushes everything else, sends and receives, once;
+// no async event is raised. The peer's QP, with nothing outstanding, stays RTS.
+TEST_P(TransportEngineTest, DroppedLinkEndsOutstandingRequestsInOneRetryExceeded) {
   ConnectOptions o;
   o.rnr_retry = 7;
+  o.timeout = 10;  // 4 ms
+  o.retry_cnt = 2;
   auto [qa, qb] = pair(o);
   ASSERT_NE(qa, nullptr);
   std::vector<uint8_t> buf(4 * 256, 1);
@@ -411,33 +417,121 @@ TEST_P(TransportEngineTest, DroppedLinkFlushesEveryOutstandingRequestOnce) {
   ASSERT_EQ(post_recv(qa, 101, &buf[256], 256, a_mr), 0);
   for (uint64_t id = 1; id <= 3; ++id)
     ASSERT_EQ(post(qa, id, IBV_WR_SEND, &buf[512], 256, a_mr), 0);
-  EXPECT_TRUE(poll_n(a.cq, 1, 20ms).empty());
+  EXPECT_TRUE(poll_n(a.cq, 1, 20ms).empty());  // b has no buffer: RNR for ever
   ASSERT_TRUE(emu::drop_connections(b.node->transport()));
   auto wcs = poll_n(a.cq, 5);
   ASSERT_EQ(wcs.size(), 5u);
   std::map<uint64_t, int> seen;
   for (const ibv_wc& wc : wcs) {
     ++seen[wc.wr_id];
-    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << "wr_id " << wc.wr_id;
+    EXPECT_EQ(wc.status, wc.wr_id == 1 ? IBV_WC_RETRY_EXC_ERR : IBV_WC_WR_FLUSH_ERR)
+        << "wr_id " << wc.wr_id;
   }
+  EXPECT_EQ(wcs[0].wr_id, 1u);  // the error first, then the flushes
   for (uint64_t id : {1, 2, 3, 100, 101}) EXPECT_EQ(seen[id], 1) << "wr_id " << id;
   EXPECT_EQ(state_of(qa), IBV_QPS_ERR);
-  EXPECT_EQ(state_of(qb), IBV_QPS_ERR);
+  EXPECT_EQ(state_of(qb), IBV_QPS_RTS);  // nothing outstanding: it has noticed nothing
+  EXPECT_EQ(a.ctx->async_events().pending(), 0u);  // retry exhaustion raises no event
+  EXPECT_EQ(b.ctx->async_events().pending(), 0u);
   EXPECT_TRUE(poll_n(a.cq, 1, 30ms).empty());
 }
 
-TEST_P(TransportEngineTest, PeerNodeGoneMovesQpsToErrorWithoutHang) {
-  auto [qa, qb] = pair();
+// The peer node goes away cleanly (its program exits): the survivor's QP learns nothing. Its
+// posted receive stays posted and the QP stays RTS; only a later send, unanswered, ends in
+// IBV_WC_RETRY_EXC_ERR after retry_cnt retries, and then the receive is flushed, once.
+TEST_P(TransportEngineTest, PeerNodeGoneLeavesReceivesPostedUntilASendRetriesOut) {
+  ConnectOptions o;
+  o.timeout = 10;  // 4 ms
+  o.retry_cnt = 2;
+  auto [qa, qb] = pair(o);
   ASSERT_NE(qa, nullptr);
-  std::vector<uint8_t> buf(256, 1);
+  std::vector<uint8_t> buf(512, 1);
   Mr* a_mr = a.reg(buf.data(), buf.size());
   ASSERT_EQ(post_recv(qa, 100, buf.data(), 256, a_mr), 0);
   b.tear_down();
-  auto wcs = poll_n(a.cq, 1);
-  ASSERT_EQ(wcs.size(), 1u);
-  EXPECT_EQ(wcs[0].wr_id, 100u);
-  EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_TRUE(poll_n(a.cq, 1, 200ms).empty()) << "a receive completed with the peer gone";
+  EXPECT_EQ(state_of(qa), IBV_QPS_RTS);
+  EXPECT_EQ(a.ctx->async_events().pending(), 0u);
+  ASSERT_EQ(post(qa, 1, IBV_WR_SEND, &buf[256], 256, a_mr), 0);
+  auto wcs = poll_n(a.cq, 2);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wcs[1].wr_id, 100u);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
   EXPECT_EQ(state_of(qa), IBV_QPS_ERR);
+  EXPECT_EQ(a.ctx->async_events().pending(), 0u);
+  EXPECT_TRUE(poll_n(a.cq, 1, 30ms).empty());
+}
+
+// timeout 0 is infinite (ibv_modify_qp(3)): a send to a peer that went away never completes,
+// as on hardware; the QP stays RTS.
+TEST_P(TransportEngineTest, PeerGoneWithInfiniteTimeoutWaitsForEver) {
+  ConnectOptions o;
+  o.timeout = 0;
+  o.retry_cnt = 1;
+  auto [qa, qb] = pair(o);
+  ASSERT_NE(qa, nullptr);
+  std::vector<uint8_t> buf(256, 1);
+  Mr* a_mr = a.reg(buf.data(), buf.size());
+  b.tear_down();
+  ASSERT_EQ(post(qa, 1, IBV_WR_SEND, buf.data(), 256, a_mr), 0);
+  EXPECT_TRUE(poll_n(a.cq, 1, 300ms).empty());
+  EXPECT_EQ(state_of(qa), IBV_QPS_RTS);
+}
+
+// UC and UD sends complete when the frame leaves (IBA: unreliable services are never
+// acknowledged): with the peer alive and no receive posted (the message is dropped there), and
+// with the peer gone (a lost packet is invisible to the requester). Completions keep post order.
+TEST_P(TransportEngineTest, UcSendsCompleteLocallyWhetherOrNotThePeerReceives) {
+  auto uc_qp = [](Side& s) {
+    emu::QpInitAttr init = emu_test::rc_qp_init(s.cq, s.cq, 64);
+    init.qp_type = IBV_QPT_UC;
+    Qp* qp = nullptr;
+    EXPECT_EQ(s.ctx->create_qp(s.pd, init, &qp), 0);
+    if (qp) s.qps.push_back(qp);
+    return qp;
+  };
+  Qp* qa = uc_qp(a);
+  Qp* qb = uc_qp(b);
+  ASSERT_TRUE(qa && qb);
+  ASSERT_EQ(emu_test::connect_qp(qa, qb->qpn(), b.gid()), 0);
+  ASSERT_EQ(emu_test::connect_qp(qb, qa->qpn(), a.gid()), 0);
+  std::vector<uint8_t> src = pattern(65536, 7), dst(65536, 0);
+  Mr* a_mr = a.reg(src.data(), src.size());
+  Mr* b_mr = b.reg(dst.data(), dst.size());
+  // No receive at b: dropped there, successful here, in order.
+  for (uint64_t id = 1; id <= 4; ++id)
+    ASSERT_EQ(post(qa, id, IBV_WR_SEND, src.data(), id % 2 ? 256 : 65536, a_mr), 0);
+  auto s = poll_n(a.cq, 4);
+  ASSERT_EQ(s.size(), 4u);
+  for (uint64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(s[i].wr_id, i + 1);
+    EXPECT_EQ(s[i].status, IBV_WC_SUCCESS);
+  }
+  EXPECT_TRUE(poll_n(b.cq, 1, 50ms).empty());
+  // A received message arrives whole even though the sender completed first (its payload
+  // was copied by the transport: overwriting the source now changes nothing).
+  ASSERT_EQ(post_recv(qb, 50, dst.data(), 65536, b_mr), 0);
+  ASSERT_EQ(post(qa, 5, IBV_WR_SEND, src.data(), 65536, a_mr), 0);
+  s = poll_n(a.cq, 1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+  const std::vector<uint8_t> sent = src;
+  std::fill(src.begin(), src.end(), 0xee);
+  auto r = poll_n(b.cq, 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r[0].byte_len, 65536u);
+  EXPECT_EQ(std::memcmp(dst.data(), sent.data(), sent.size()), 0);
+  // The peer gone: still successful, the QP still RTS.
+  b.tear_down();
+  ASSERT_EQ(post(qa, 6, IBV_WR_SEND, src.data(), 256, a_mr), 0);
+  s = poll_n(a.cq, 1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].wr_id, 6u);
+  EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(state_of(qa), IBV_QPS_RTS);
 }
 
 // One message above 1 GiB each way: an RDMA WRITE, an RDMA READ and a SEND into a receive

@@ -80,19 +80,24 @@ TEST_F(TwoHost, ProtectionErrorsLeaveTargetUntouched) {
   mp::run_protection_errors(place());
 }
 
+// Peer death is silence (as on hardware): the survivor's own ACK timeout ends its QPs.
 TEST_F(TwoHost, KillPeerMidStream) {
   mp::FaultRun run;
   run.fault = mp::kill_peer("b");
+  run.fatal_event = false;
+  run.retry_exceeded = true;
+  run.streamer_extra = {"timeout=15", "retry_cnt=3"};
   mp::run_fault(place(), run);
 }
 
-// The link between the hosts goes down mid-stream: no end sees the other die, so each must
-// find out by its own retransmission timeout (IBV_WC_RETRY_EXC_ERR) or the transport's report
-// (QP_FATAL and flushes); either way every WR completes once and nothing hangs.
+// The link between the hosts goes down mid-stream: no end sees the other die, and a link
+// reported down is silence too, so each finds out by its own retransmission timeout
+// (IBV_WC_RETRY_EXC_ERR, then flushes, no async event); every WR completes once, no hang.
 TEST_F(TwoHost, LinkDown) {
   mp::FaultRun run;
   run.b_survives = true;
   run.fatal_event = false;
+  run.retry_exceeded = true;
   // A 134 ms local ACK timeout, 3 retries: the timeout path ends in about half a second.
   run.streamer_extra = {"timeout=15", "retry_cnt=3"};
   run.fault = [](mp::Session&) {

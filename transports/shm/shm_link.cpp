@@ -124,7 +124,10 @@ ShmLink::Emit ShmLink::emit(const FrameHeader& h, const iovec* iov, size_t iovcn
   if (!progress->started) {
     if (total <= kInlineMax)
       return write_inline(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
-    if (iovcnt <= kMaxRemoteIov && producer_.consumer_single_copy()) {
+    // A datagram (UC, UD) is complete for its sender once send() returns: its bytes must be
+    // in the ring or in the backlog by then, never read later from the sender's memory.
+    const bool datagram = (h.flags & kFrameDatagram) != 0;
+    if (!datagram && iovcnt <= kMaxRemoteIov && producer_.consumer_single_copy()) {
       return write_remote(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
     }
     if (!write_frame_record(kFrameStaged, h, total)) return Emit::kBlocked;
@@ -186,8 +189,9 @@ void ShmLink::hold(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64
     o.sent = progress->sent;
     o.started = progress->started;
   }
-  if (total <= kInlineMax) {
-    // Small payloads may live in the send queue (inline data): copy them now.
+  if (total <= kInlineMax || (h.flags & kFrameDatagram) != 0) {
+    // Small payloads may live in the send queue (inline data), and a datagram's sender has
+    // completed its WR when send() returns: copy them now.
     o.bytes.resize(total);
     gather(iov, iovcnt, 0, o.bytes.data(), total);
   } else {

@@ -68,6 +68,22 @@ class ShmTransport : public Transport, public LinkOwner {
   }
 
   ~ShmTransport() override {
+    // Answers held in a backlog (a full ring: a program's last ACKs, when it exits right after
+    // its last receive) are written first, as the peer frees room. Bounded: a peer that reads
+    // nothing does not hold the teardown for long.
+    {
+      std::vector<std::shared_ptr<ShmLink>> all;
+      {
+        std::lock_guard lock(links_mutex_);
+        all = owned_;
+      }
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      for (auto& link : all) {
+        while (link->up() && link->has_backlog() && std::chrono::steady_clock::now() < deadline) {
+          if (!link->flush_backlog()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+      }
+    }
     stopping_.store(true, std::memory_order_release);
     ring_own_doorbell();
     receiver_.join();
@@ -391,9 +407,17 @@ class ShmTransport : public Transport, public LinkOwner {
         char byte;
         const ssize_t n = ::recv(fds[i].fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
         if (n == 0 || (fds[i].revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) {
-          // Deliver what the peer wrote before it went, then report the end.
-          fd_links[i - 2]->drain(SIZE_MAX);
-          link_failed(*fd_links[i - 2], "the peer process ended or closed the link");
+          // Deliver everything the peer wrote before it went (its last ACKs among them), then
+          // report the end. A program thread may be draining this link with a smaller budget:
+          // wait for it and look again until the ring is empty. The peer writes no more, so
+          // this ends; the segment stays mapped until the link is retired below.
+          ShmLink& ended = *fd_links[i - 2];
+          for (;;) {
+            ended.drain(SIZE_MAX);
+            ended.wait_for_drain();
+            if (!ended.up() || !ended.incoming_pending()) break;
+          }
+          link_failed(ended, "the peer process ended or closed the link");
         } else if (n > 0) {
           link_failed(*fd_links[i - 2], "unexpected bytes on the attach socket");
         }

@@ -34,6 +34,10 @@ constexpr size_t kFlushIov = 64;
 // Gathered parts of a frame written directly: the header and up to this many payload iovecs
 // (the engine sends at most kMaxSge = 16).
 constexpr size_t kDirectParts = 64;
+// A datagram request (UC, UD) completes for its sender as soon as it is queued, so nothing
+// else bounds what a fast sender piles up in user space: past this many queued bytes, datagram
+// requests are refused (the engine retries them from progress) until the socket takes more.
+constexpr size_t kDatagramQueueLimit = size_t{8} << 20;
 
 // A payload sitting complete in the receive buffer.
 class BufferSource : public PayloadSource {
@@ -184,23 +188,25 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
   uint8_t head[kFrameHeaderBytes];
   tcp_wire::encode_header(header, static_cast<uint32_t>(payload), head);
 
+  const bool datagram = (header.flags & kFrameDatagram) != 0;
   int error = 0;
   {
     std::lock_guard lock(tx_mutex_);
     // A dead link drops answers (nobody waits for them) and refuses requests: the QPs on it
     // are moved to error by on_link_down.
     if (!up_.load(std::memory_order_relaxed)) return is_answer(header.op);
+    if (datagram && !is_answer(header.op) && queue_.bytes() >= kDatagramQueueLimit) return false;
     if (iovcnt < kDirectParts) {
       iovec parts[kDirectParts];
       parts[0] = iovec{head, sizeof head};
       std::copy(iov, iov + iovcnt, parts + 1);
-      error = write_or_queue_locked(parts, iovcnt + 1, 1, sizeof head + payload);
+      error = write_or_queue_locked(parts, iovcnt + 1, 1, sizeof head + payload, datagram);
     } else {
       // More pieces than the engine ever sends: no direct write, queued as is.
       std::vector<iovec> parts(iovcnt + 1);
       parts[0] = iovec{head, sizeof head};
       std::copy(iov, iov + iovcnt, parts.begin() + 1);
-      queue_locked(parts.data(), parts.size(), 1, 0, sizeof head + payload);
+      queue_locked(parts.data(), parts.size(), 1, 0, sizeof head + payload, datagram);
     }
   }
   if (error != 0) fail_from_any_thread(error);
@@ -208,7 +214,7 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
 }
 
 int TcpLink::write_or_queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part,
-                                   size_t total) {
+                                   size_t total, bool datagram) {
   size_t written = 0;
   if (queue_.empty()) {
     const ssize_t n = send_gathered(fd_, parts, nparts, tsan_key_);
@@ -220,17 +226,18 @@ int TcpLink::write_or_queue_locked(const iovec* parts, size_t nparts, size_t fir
     if (n == static_cast<ssize_t>(total)) return 0;
     written = n < 0 ? 0 : static_cast<size_t>(n);
   }
-  queue_locked(parts, nparts, first_payload_part, written, total);
+  queue_locked(parts, nparts, first_payload_part, written, total, datagram);
   return 0;
 }
 
 void TcpLink::queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part,
-                           size_t skip, size_t total) {
+                           size_t skip, size_t total, bool datagram) {
   size_t header_bytes = 0;
   for (size_t i = 0; i < first_payload_part; ++i) header_bytes += parts[i].iov_len;
   // Small payloads are copied: the caller's memory is then free at once, and runs of small
   // frames merge into one iovec. Large ones are written from where the caller keeps them.
-  const bool copy_payload = total - header_bytes <= kCopyLimit;
+  // A datagram (UC, UD) is complete for its sender once send() returns: always copied.
+  const bool copy_payload = total - header_bytes <= kCopyLimit || datagram;
   const bool was_empty = queue_.empty();
   for (size_t i = 0; i < nparts; ++i) {
     const auto* base = static_cast<const uint8_t*>(parts[i].iov_base);
@@ -285,6 +292,11 @@ void TcpLink::wait_writable() {
                      [self = shared_from_this()](const error_code& ec) {
                        if (!ec) self->flush();
                      });
+}
+
+bool TcpLink::has_queued() {
+  std::lock_guard lock(tx_mutex_);
+  return !queue_.empty();
 }
 
 uint64_t TcpLink::references_queued() {

@@ -104,6 +104,8 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // Any thread: the references to caller memory queued so far, and whether every one of the
   // first `count` has been written (or dropped with the connection).
   uint64_t references_queued();
+  // Whether bytes wait in user space for the socket (the io thread writes them).
+  bool has_queued();
   bool references_released(uint64_t count);
 
   bool dialed() const { return dialed_; }
@@ -127,9 +129,9 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // Writes [parts] now if nothing is queued, queues the rest; under tx_mutex_. Returns 0, or
   // the errno of a failed socket (the link is then down; the caller has it closed).
   int write_or_queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part,
-                            size_t total);
+                            size_t total, bool datagram = false);
   void queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part, size_t skip,
-                    size_t total);
+                    size_t total, bool datagram = false);
   // io thread: writes queued bytes until done or the socket is full.
   void flush();
   void wait_writable();

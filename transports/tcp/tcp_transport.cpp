@@ -33,8 +33,6 @@ using asio::ip::tcp;
 using boost::system::error_code;
 using GidBytes = std::array<uint8_t, 16>;
 
-// How long connect() waits for a peer to accept and answer the HELLO.
-constexpr std::chrono::milliseconds kDialTimeout{2000};
 // After a failed accept (out of descriptors, memory...) the listener waits before trying
 // again, doubling up to the maximum, instead of failing in a tight loop.
 constexpr std::chrono::milliseconds kAcceptBackoffMin{10};
@@ -61,6 +59,24 @@ class TcpTransport : public Transport, public TcpLinkOwner {
   }
 
   ~TcpTransport() override {
+    // Frames still queued in user space (a program's last ACKs, when it exits right after its
+    // last receive) are handed to the kernel first: the io thread writes them as the sockets
+    // take them. Bounded: a peer that reads nothing does not hold the teardown for long.
+    {
+      std::vector<std::shared_ptr<TcpLink>> all;
+      {
+        std::lock_guard lock(links_mutex_);
+        all.assign(links_.begin(), links_.end());
+      }
+      const auto deadline = std::chrono::steady_clock::now() +
+                            std::min<std::chrono::milliseconds>(timeouts_.user_timeout,
+                                                                std::chrono::milliseconds(1000));
+      for (auto& link : all) {
+        while (link->up() && link->has_queued() && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+      }
+    }
     // On the io thread: stop accepting and close every connection; run() then returns once
     // the cancelled operations have finished.
     asio::post(io_, [this] {
@@ -103,7 +119,9 @@ class TcpTransport : public Transport, public TcpLinkOwner {
       spdlog::error("tcp: connect() to {} from the transport's own thread refused", to_string(*ep));
       return nullptr;
     }
-    const auto deadline = std::chrono::steady_clock::now() + kDialTimeout;
+    // The dial (connect and HELLO) is bounded by the link's silence bound,
+    // EMURDMA_TCP_TIMEOUT_MS: a loaded peer may take a while to answer.
+    const auto deadline = std::chrono::steady_clock::now() + timeouts_.user_timeout;
     // One dial per peer at a time: a second caller shares the first one's connection.
     while (dialing_.count(peer.raw) != 0) {
       if (links_cv_.wait_until(lock, deadline) == std::cv_status::timeout) return nullptr;
