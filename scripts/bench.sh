@@ -4,7 +4,7 @@
 #   bench <metric> <unit> <higher|lower> <label>=<value> ...
 # where "higher"/"lower" says which direction is better.
 #
-# Usage: scripts/bench.sh rings|engine|transports
+# Usage: scripts/bench.sh rings|engine|transports|verbs
 #   rings   two-thread SPSC throughput of emu::SpscRing against boost::lockfree::spsc_queue
 #           (uint64_t elements, same capacity, medians of repetitions). The summary uses the
 #           capacity in RING_BENCH_CAPACITY (default 1024; the benchmark has 1024 and 4096).
@@ -12,6 +12,9 @@
 #           its receive (post, deliver, both completions, both polls), and the message rate of
 #           1,000 QPs sharing one SRQ divided by that of one QP. Ours only: no peer runs
 #           in-process; the transports issue compares shm and TCP with libfabric and UCX.
+#   verbs   the transports comparison with perftest over emu0 added to its lines, as
+#           perftest=<v> (ib_send_lat 8 B and ib_write_bw 1 MiB, over shm and over tcp),
+#           through scripts/emurdma: an unmodified verbs program on our libibverbs.so.1.
 #   transports  two processes on this host, over shared memory and over TCP (127.0.0.1): our
 #           transport_bench (RC SEND/RECV ping-pong, RDMA WRITE streaming, SRQ rate) beside
 #           libfabric fi_pingpong (providers shm and tcp), UCX ucx_perftest (shared memory,
@@ -32,6 +35,7 @@ usage() {
   echo "  engine  engine cost per message and SRQ rate with 1000 QPs vs 1 (loopback)" >&2
   echo "  transports  shm and TCP between two processes: ours vs fi_pingpong, ucx_perftest," >&2
   echo "          qperf; latency in us (one way = round trip / 2), bandwidth in GB/s (10^9 B/s)" >&2
+  echo "  verbs   transports, plus perftest over emu0 (ib_send_lat, ib_write_bw) as perftest=" >&2
 }
 
 # Configures and builds into build/. Its output goes to stderr so that stdout carries only
@@ -290,6 +294,23 @@ bench_transports_cleanup() {
   [[ -n $transports_tmp ]] && rm -rf "$transports_tmp"
 }
 
+# perftest over emu0 (scripts/bench.sh verbs): PROGRAM at SIZE bytes over TRANSPORT, server and
+# client through scripts/emurdma. Latency tests print t_avg (perftest's lat tests report one
+# way, half a round trip); bandwidth tests print BW average, MiB/s in perftest, here GB/s.
+perftest_figure() {
+  local transport=$1 program=$2 size=$3 iters=$4 port
+  ((with_perftest)) || return 0
+  port="$(next_port)"
+  local run=(scripts/emurdma run --transport "$transport" -- "$program" -x 0 -F -s "$size"
+    -n "$iters" -p "$port")
+  printf 'perftest=%s' "$(peer_run "$port" "${run[@]}" -- "${run[@]}" 127.0.0.1 |
+    awk -v size="$size" -v lat="${program: -3}" '
+      $1 == size && $2 ~ /^[0-9]+$/ && NF >= 5 {
+        if (lat == "lat") printf "%.3f\n", $6
+        else printf "%.3f\n", $4 * 1048576 / 1e9
+      }' | figure_or_failed "$program -s $size over $transport")"
+}
+
 bench_transports() {
   # The peers need no build: a failed build (or a missing binary) only makes ours n/a.
   transport_bench_ok=1
@@ -326,7 +347,8 @@ bench_transports() {
   echo "bench: ours over shm, 8 B: median one-way $(result_of "$ours_lines" lat_8B_median_us) us" >&2
   echo "bench shm_lat_8B_us us lower ours=$(result_of "$ours_lines" lat_8B_us)" \
     "fi_shm_pingpong=$(fi_pingpong_us shm rdm 8 100000)" \
-    "ucx_tag_lat=$(ucx_perftest_figure "$ucx_shm" tag_lat 8 200000 latency)"
+    "ucx_tag_lat=$(ucx_perftest_figure "$ucx_shm" tag_lat 8 200000 latency)" \
+    "$(perftest_figure shm ib_send_lat 8 100000)"
 
   ours_lines="$(ours shm lat --size 64 --iters 200000)"
   echo "bench: ours over shm, 64 B: median one-way $(result_of "$ours_lines" lat_64B_median_us)" \
@@ -338,20 +360,23 @@ bench_transports() {
   ours_lines="$(ours shm bw --size 1048576 --window 32 --seconds 2)"
   echo "bench shm_bw_1MiB_GBps GB/s higher ours=$(result_of "$ours_lines" bw_1048576B_GBps)" \
     "ucx_tag_bw=$(ucx_perftest_figure "$ucx_shm" tag_bw 1048576 5000 bandwidth)" \
-    "ucx_put_bw=$(ucx_perftest_figure "$ucx_shm" ucp_put_bw 1048576 20000 bandwidth)"
+    "ucx_put_bw=$(ucx_perftest_figure "$ucx_shm" ucp_put_bw 1048576 20000 bandwidth)" \
+    "$(perftest_figure shm ib_write_bw 1048576 5000)"
 
   ours_lines="$(ours tcp lat --size 8 --iters 100000)"
   echo "bench: ours over tcp, 8 B: median one-way $(result_of "$ours_lines" lat_8B_median_us) us" >&2
   echo "bench tcp_lat_8B_us us lower ours=$(result_of "$ours_lines" lat_8B_us)" \
     "fi_tcp_pingpong=$(fi_pingpong_us tcp msg 8 20000)" \
     "ucx_tag_lat=$(ucx_perftest_figure tcp tag_lat 8 20000 latency)" \
-    "qperf_tcp_lat=$(qperf_figure tcp_lat 8)"
+    "qperf_tcp_lat=$(qperf_figure tcp_lat 8)" \
+    "$(perftest_figure tcp ib_send_lat 8 20000)"
 
   ours_lines="$(ours tcp bw --size 1048576 --window 32 --seconds 2)"
   echo "bench tcp_bw_1MiB_GBps GB/s higher ours=$(result_of "$ours_lines" bw_1048576B_GBps)" \
     "ucx_tag_bw=$(ucx_perftest_figure tcp tag_bw 1048576 3000 bandwidth)" \
     "ucx_put_bw=$(ucx_perftest_figure tcp ucp_put_bw 1048576 3000 bandwidth)" \
-    "qperf_tcp_bw=$(qperf_figure tcp_bw 1M)"
+    "qperf_tcp_bw=$(qperf_figure tcp_bw 1M)" \
+    "$(perftest_figure tcp ib_write_bw 1048576 3000)"
 
   # The SRQ rate is the engine's, measured between two processes: over shm, or over tcp when
   # shm is not available here (a note line says so).
@@ -374,8 +399,8 @@ bench_transports() {
 case "${1:-}" in
   rings) bench_rings ;;
   engine) bench_engine ;;
-  transports) bench_transports ;;
-  # verbs) bench_verbs ;;             (to come)
+  transports) with_perftest=0 bench_transports ;;
+  verbs) with_perftest=1 bench_transports ;;
   *)
     usage
     exit 2
