@@ -45,9 +45,11 @@ int Cq::req_notify(bool solicited_only) {
   int current = armed_.load(std::memory_order_relaxed);
   while (current != 1 && !armed_.compare_exchange_weak(current, want)) {
   }
-  // Pairs with the fence in push(): either push() sees the CQ armed, or the program's next
-  // poll sees the completion (no lost wake-up between arming and polling).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Pairs with the read-modify-write in push(): the two RMWs on armed_ are ordered, so either
+  // push() sees the CQ armed, or this one reads push()'s and the program's next poll sees the
+  // completion (no lost wake-up between arming and polling). An RMW rather than a fence, which
+  // ThreadSanitizer does not model.
+  armed_.fetch_add(0, std::memory_order_seq_cst);
   return 0;
 }
 
@@ -62,12 +64,11 @@ bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
     return false;
   }
   if (channel_ == nullptr) return true;
-  // Store (the completion published) then load (armed_): without a full fence the load may be
-  // satisfied before the store is visible, while the program arms the CQ and polls it empty;
-  // both would then miss each other and a waiter on the channel would sleep for ever. Only
-  // CQs with a channel pay for it.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  int armed = armed_.load(std::memory_order_acquire);
+  // Store (the completion published) then read armed_: a plain load could be satisfied before
+  // the store is visible, while the program arms the CQ and polls it empty; both would then
+  // miss each other and a waiter on the channel would sleep for ever. A seq_cst RMW pairs with
+  // the one in req_notify(). Only CQs with a channel pay for it.
+  int armed = armed_.fetch_add(0, std::memory_order_seq_cst);
   if (armed != 0) {
     bool fire = armed == 1 || solicited || wc.status != IBV_WC_SUCCESS;
     if (fire && armed_.compare_exchange_strong(armed, 0)) channel_->notify(this);
