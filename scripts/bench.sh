@@ -301,7 +301,8 @@ perftest_figure() {
   local transport=$1 program=$2 size=$3 iters=$4 port
   ((with_perftest)) || return 0
   port="$(next_port)"
-  local run=(scripts/emurdma run --transport "$transport" -- "$program" -x 0 -F -s "$size"
+  # No "--" after the wrapper's options: peer_run splits server from client at the first one.
+  local run=(scripts/emurdma run --transport "$transport" "$program" -x 0 -F -s "$size"
     -n "$iters" -p "$port")
   printf 'perftest=%s' "$(peer_run "$port" "${run[@]}" -- "${run[@]}" 127.0.0.1 |
     awk -v size="$size" -v lat="${program: -3}" '
