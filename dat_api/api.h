@@ -69,4 +69,8 @@ namespace emudat {
 // not_yet.cpp: the DAT_PROVIDER slots of this slice's "not yet" list (EP, CR, PSP/RSP/CSP,
 // RMR, CNO, DTO posts, extensions) filled with entry points that answer DAT_NOT_IMPLEMENTED.
 void fill_not_yet(DAT_PROVIDER* table);
+// Each slice fills the DAT_PROVIDER slots it implements, after fill_not_yet:
+void fill_ep_dto(DAT_PROVIDER* table);   // ep_table.cpp: EP lifecycle, DTO posts
+void fill_cm(DAT_PROVIDER* table);       // cm_table.cpp: PSP/RSP/CSP/CR, connect/disconnect
+void fill_rmr_cno(DAT_PROVIDER* table);  // rmr_cno_table.cpp: RMRs, CNOs
 }  // namespace emudat

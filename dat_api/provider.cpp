@@ -29,6 +29,10 @@ std::mutex g_entries_mutex;
 
 void fill_table(DAT_PROVIDER* t) {
   fill_not_yet(t);
+  // Later slices overwrite the slots they implement.
+  fill_ep_dto(t);
+  fill_cm(t);
+  fill_rmr_cno(t);
   t->ia_open_func = api::ia_open;
   t->ia_query_func = api::ia_query;
   t->ia_close_func = api::ia_close;
