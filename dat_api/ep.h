@@ -57,4 +57,11 @@ class Ep : public Object {
 //   returns.
 void cm_on_ep_free(Ep& ep);
 
+// Called by the RMR code (rmr*.cpp) for dat_rmr_bind; implemented with the DTO posts
+// (dto*.cpp). The bind goes through the EP's send queue like a DTO, so its completion comes back
+// in order on the request EVD as a DAT_RMR_BIND_COMPLETION_EVENT {rmr, cookie, status}
+// (suppressed on success when `flags` say so). State and argument checks as for a DTO post.
+DAT_RETURN ep_post_rmr_bind(Ep& ep, ibv_mw* mw, const ibv_mw_bind_info& bind, DAT_RMR_HANDLE rmr,
+                            DAT_RMR_COOKIE cookie, DAT_COMPLETION_FLAGS flags);
+
 }  // namespace emudat
