@@ -1,6 +1,7 @@
 #include "transports/tcp/tcp_link.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 
@@ -29,6 +30,21 @@ constexpr size_t kRxKeep = 4 * 1024 * 1024;  // larger buffers are given back on
 // connection, and a polling caller should return to its program.
 constexpr size_t kIoReadBudget = 16 * 1024 * 1024;
 constexpr size_t kPollReadBudget = 1024 * 1024;
+// When the io thread wakes for bytes and finds that the program polled the transport at least
+// kBusyProgramPolls times since its last look, it stops waiting for readability and looks
+// again every kBusyProgramNap, for as long as the program keeps polling and reading the
+// connection: bytes found waiting at a look are looked at again kRecheck later, and bytes
+// still waiting then mean the program does not read them in time (it alternates polling a CQ
+// with spinning on memory an RDMA WRITE fills). The io thread then reads, waits for
+// readability again, and takes no nap for kNapBackoffMin, doubling per such miss up to
+// kNapBackoffMax (back to the minimum after kNapsToForgetMisses naps without one). A program
+// that stops polling therefore sees a frame up to a nap late, once.
+constexpr uint64_t kBusyProgramPolls = 8;
+constexpr std::chrono::microseconds kBusyProgramNap{1000};
+constexpr std::chrono::microseconds kRecheck{30};
+constexpr std::chrono::milliseconds kNapBackoffMin{16};
+constexpr std::chrono::milliseconds kNapBackoffMax{1000};
+constexpr uint32_t kNapsToForgetMisses = 1000;
 // iovecs per sendmsg when draining the queue (IOV_MAX is 1024; the queue merges small frames).
 constexpr size_t kFlushIov = 64;
 // Gathered parts of a frame written directly: the header and up to this many payload iovecs
@@ -124,6 +140,7 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
       fd_(socket_.native_handle()),
       dialed_(expected_peer != nullptr),
       local_(local),
+      nap_timer_(io),
       rx_(kRxInitial) {
   if (expected_peer != nullptr) peer_ = *expected_peer;
   error_code ec;
@@ -138,7 +155,9 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
   tsan_key_ = tsan_key(ec ? 0 : ep.port(), local_ec ? 0 : local_ep.port());
 }
 
-TcpLink::~TcpLink() = default;
+TcpLink::~TcpLink() {
+  if (released_) ::close(fd_);  // napping when the transport went: the descriptor is ours
+}
 
 void TcpLink::start() {
   if (dialed_) {
@@ -196,21 +215,65 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
     // are moved to error by on_link_down.
     if (!up_.load(std::memory_order_relaxed)) return is_answer(header.op);
     if (datagram && !is_answer(header.op) && queue_.bytes() >= kDatagramQueueLimit) return false;
-    if (iovcnt < kDirectParts) {
+    if (header.op == FrameOp::kAck && payload == 0 && napping_ &&
+        corked_len_ + sizeof head <= kCorkBytes) {
+      if (corked_len_ == 0) {
+        corked_at_poll_ = owner_.program_polls();
+        has_corked_.store(true, std::memory_order_relaxed);
+        owner_.on_corked();
+      }
+      std::memcpy(corked_ + corked_len_, head, sizeof head);
+      corked_len_ += sizeof head;
+      return true;
+    }
+    if (iovcnt + 2 <= kDirectParts) {
+      // Held-back ACKs go first, in the same system call.
       iovec parts[kDirectParts];
-      parts[0] = iovec{head, sizeof head};
-      std::copy(iov, iov + iovcnt, parts + 1);
-      error = write_or_queue_locked(parts, iovcnt + 1, 1, sizeof head + payload, datagram);
+      size_t n = 0;
+      if (corked_len_ != 0) parts[n++] = iovec{corked_, corked_len_};
+      parts[n++] = iovec{head, sizeof head};
+      std::copy(iov, iov + iovcnt, parts + n);
+      const size_t total = corked_len_ + sizeof head + payload;
+      error = write_or_queue_locked(parts, n + iovcnt, n, total, datagram);
+      uncork_locked();
     } else {
       // More pieces than the engine ever sends: no direct write, queued as is.
-      std::vector<iovec> parts(iovcnt + 1);
-      parts[0] = iovec{head, sizeof head};
-      std::copy(iov, iov + iovcnt, parts.begin() + 1);
-      queue_locked(parts.data(), parts.size(), 1, 0, sizeof head + payload, datagram);
+      std::vector<iovec> parts;
+      parts.reserve(iovcnt + 2);
+      if (corked_len_ != 0) parts.push_back(iovec{corked_, corked_len_});
+      parts.push_back(iovec{head, sizeof head});
+      const size_t headers = parts.size();
+      parts.insert(parts.end(), iov, iov + iovcnt);
+      queue_locked(parts.data(), parts.size(), headers, 0, corked_len_ + sizeof head + payload,
+                   datagram);
+      uncork_locked();
     }
   }
   if (error != 0) fail_from_any_thread(error);
   return true;
+}
+
+void TcpLink::uncork_locked() {
+  corked_len_ = 0;
+  has_corked_.store(false, std::memory_order_relaxed);
+}
+
+void TcpLink::flush_corked(uint64_t polls_now, bool always) {
+  int error = 0;
+  {
+    std::lock_guard lock(tx_mutex_);
+    if (corked_len_ == 0) return;
+    // Held within the current poll (its later rounds): the program may be about to send.
+    if (!always && polls_now - corked_at_poll_ < 2) return;
+    if (!up_.load(std::memory_order_relaxed)) {
+      uncork_locked();
+      return;
+    }
+    const iovec part{corked_, corked_len_};
+    error = write_or_queue_locked(&part, 1, 1, corked_len_);
+    uncork_locked();
+  }
+  if (error != 0) fail_from_any_thread(error);
 }
 
 int TcpLink::write_or_queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part,
@@ -273,6 +336,11 @@ void TcpLink::flush() {
     }
     if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       lock.unlock();
+      // The writability wait needs the socket back in the reactor.
+      if (released_) {
+        if (!end_naps()) return;
+        wait_readable();
+      }
       wait_writable();
       return;
     }
@@ -319,19 +387,127 @@ void TcpLink::wait_readable() {
 
 void TcpLink::on_readable(const error_code& ec) {
   if (ec || closed_) return;
+  if (read_as_io_thread() < 0) return;
+  const uint64_t polls = owner_.program_polls();
+  const bool program_polling = polls - program_polls_seen_ >= kBusyProgramPolls;
+  program_polls_seen_ = polls;
+  if (program_polling && std::chrono::steady_clock::now() >= no_nap_until_ &&
+      nap(kBusyProgramNap)) {
+    return;
+  }
+  // Re-arming re-checks readiness, so data left behind by the budget is picked up at once.
+  wait_readable();
+}
+
+ptrdiff_t TcpLink::read_as_io_thread() {
   ReadResult r;
   {
     std::lock_guard lock(rx_mutex_);
-    if (!rx_open_) return;
+    if (!rx_open_) return -1;
     r = read_locked(kIoReadBudget);
   }
   if (r.failure != Failure::kNone) {
     report_failure(r);
     close(true);
-    return;
+    return -1;
   }
-  // Re-arming re-checks readiness, so data left behind by the budget is picked up at once.
+  return static_cast<ptrdiff_t>(r.frames);
+}
+
+size_t TcpLink::bytes_waiting() const {
+  int bytes = 0;
+  if (::ioctl(fd_, FIONREAD, &bytes) != 0) return 1;  // let a read find out
+  return bytes > 0 ? static_cast<size_t>(bytes) : 0;
+}
+
+bool TcpLink::nap(std::chrono::microseconds length) {
+  if (!released_) {
+    {
+      std::lock_guard lock(tx_mutex_);
+      // Bytes waiting for the socket to drain need the reactor's writability wait.
+      if (write_armed_) return false;
+      napping_ = true;
+    }
+    // Out of the reactor's epoll set: bytes arriving raise no wake-up of this thread at all
+    // (edge-triggered epoll reports every arrival, whether or not a wait is queued).
+    socket_.release();
+    released_ = true;
+  }
+  nap_timer_.expires_after(length);
+  nap_timer_.async_wait([self = shared_from_this()](const error_code& ec) { self->after_nap(ec); });
+  return true;
+}
+
+bool TcpLink::end_naps() {
+  if (!released_) return true;
+  nap_timer_.cancel();
+  released_ = false;
+  rechecking_ = false;
+  error_code ec;
+  socket_.assign(asio::ip::tcp::v4(), fd_, ec);
+  if (ec) {
+    // The descriptor is still ours: close() closes it.
+    released_ = true;
+    spdlog::warn("tcp: connection with {}: cannot watch it again: {}", remote_, ec.message());
+    close(true);
+    return false;
+  }
+  // No ACK is held back from here on: those held go now.
+  int error = 0;
+  {
+    std::lock_guard lock(tx_mutex_);
+    napping_ = false;
+    if (corked_len_ != 0 && up_.load(std::memory_order_relaxed)) {
+      const iovec part{corked_, corked_len_};
+      error = write_or_queue_locked(&part, 1, 1, corked_len_);
+    }
+    uncork_locked();
+  }
+  if (error != 0) {
+    fail_from_any_thread(error);
+    return false;
+  }
+  return true;
+}
+
+void TcpLink::after_nap(const error_code& ec) {
+  if (ec || closed_ || !released_) return;
+  const uint64_t polls = owner_.program_polls();
+  const bool program_polled =
+      polls - program_polls_seen_ >= (rechecking_ ? uint64_t{1} : kBusyProgramPolls);
+  program_polls_seen_ = polls;
+  const auto now = std::chrono::steady_clock::now();
+  if (program_polled) {
+    if (bytes_waiting() == 0) {
+      rechecking_ = false;
+      if (++naps_without_miss_ >= kNapsToForgetMisses) nap_backoff_ = kNapBackoffMin / 2;
+      // ACKs held since before the program's previous poll go now: none is late by more
+      // than about a nap.
+      flush_corked(polls, false);
+      if (nap(kBusyProgramNap)) return;
+    }
+    const uint64_t program_frames = program_frames_.load(std::memory_order_relaxed);
+    if (!rechecking_ || program_frames != program_frames_seen_) {
+      // Bytes are waiting, perhaps only since a moment (or, at the second look, new ones: the
+      // program read frames of this connection meanwhile). A polling program takes them
+      // within microseconds: look again shortly.
+      rechecking_ = true;
+      program_frames_seen_ = program_frames;
+      if (nap(kRecheck)) return;
+    }
+    // Still waiting: the program polls, but not this connection's frames in time (it
+    // alternates polling a CQ with spinning on memory an RDMA WRITE fills). No naps for a
+    // while, longer after each such miss.
+    nap_backoff_ = std::clamp(nap_backoff_ * 2, kNapBackoffMin, kNapBackoffMax);
+    no_nap_until_ = now + nap_backoff_;
+    naps_without_miss_ = 0;
+  }
+  if (!end_naps()) return;
+  // Arm, then read: readiness is edge-triggered, so bytes that arrived during the naps raised
+  // no event that anyone waits for; this read takes them, and anything arriving after the arm
+  // raises one.
   wait_readable();
+  read_as_io_thread();
 }
 
 size_t TcpLink::poll() {
@@ -341,6 +517,11 @@ size_t TcpLink::poll() {
     std::unique_lock lock(rx_mutex_, std::try_to_lock);
     if (!lock.owns_lock() || !rx_open_) return 0;
     r = read_locked(kPollReadBudget);
+    if (r.frames != 0) {
+      // One writer at a time (under the receive lock): no read-modify-write needed.
+      program_frames_.store(program_frames_.load(std::memory_order_relaxed) + r.frames,
+                            std::memory_order_relaxed);
+    }
   }
   if (r.failure != Failure::kNone) {
     // The socket is closed by the io thread, which owns it.
@@ -502,6 +683,8 @@ void TcpLink::close(bool report) {
     up_.store(false, std::memory_order_release);
     queue_.clear();  // no caller memory is referenced from here on
     write_armed_ = false;
+    napping_ = false;
+    uncork_locked();
   }
   {
     std::lock_guard lock(rx_mutex_);  // waits for a reader on another thread
@@ -509,9 +692,17 @@ void TcpLink::close(bool report) {
   }
   int expected = kHandshake;
   state_.compare_exchange_strong(expected, kFailed, std::memory_order_acq_rel);
-  error_code ignored;
-  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
+  nap_timer_.cancel();
+  if (released_) {
+    // Napping: the descriptor is ours, not the reactor's.
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    released_ = false;
+  } else {
+    error_code ignored;
+    socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
   if (report) owner_.on_down(*this);
 }
 

@@ -9,7 +9,18 @@
 //
 // Receiving: the io thread waits for readability and reads; poll() lets any other thread
 // (Transport::progress, i.e. polling calls) read and deliver first. One reader at a time per
-// connection (the receive lock), so frames of a connection are delivered in order.
+// connection (the receive lock), so frames of a connection are delivered in order. While the
+// program busy-polls, the io thread stands aside: it stops waiting for readability and only
+// looks again every nap (1 ms), because an io thread woken per frame takes a core from the
+// polling program (two processes and their io threads on two cores) and multiplies the
+// latency. Once the program stops polling, the io thread waits for readability again (the
+// rule is in tcp_link.cpp, kProgramWinsBeforeNap).
+//
+// Acknowledgements are held back ("corked") while the io thread naps: an ACK the program's own
+// poll produced leaves with the next frame to that peer (one system call for both: in a
+// ping-pong the reply carries it), at the program's next-but-one poll, or when the nap ends,
+// whichever comes first; so an ACK is late by at most one nap, and a busy program pays one
+// sendmsg per message instead of two.
 //
 // Opening: the dialer sends its HELLO; the acceptor answers with its own only once its owner
 // has accepted the connection (see TcpTransport: simultaneous dials converge on one
@@ -19,6 +30,9 @@
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -67,6 +81,11 @@ class TcpLinkOwner {
   // io thread. The connection failed or was closed by the peer; called once. link.ready()
   // tells whether the engine may know it.
   virtual void on_down(TcpLink& link) = 0;
+  // Any thread: how many times the program has polled the transport so far (a counter that
+  // only grows). The io thread compares it between two looks to tell a busy-polling program.
+  virtual uint64_t program_polls() const = 0;
+  // Under the link's send lock: the link holds back ACKs now (TcpLink::flush_corked).
+  virtual void on_corked() = 0;
 };
 
 class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
@@ -101,6 +120,11 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // reading this connection. Returns the number of frames delivered.
   size_t poll();
 
+  // Any thread: sends the held-back ACKs if they were held since before the program's previous
+  // poll (`polls_now` is TcpLinkOwner::program_polls()), or in any case when `always`.
+  void flush_corked(uint64_t polls_now, bool always);
+  bool has_corked() const { return has_corked_.load(std::memory_order_relaxed); }
+
   // Any thread: the references to caller memory queued so far, and whether every one of the
   // first `count` has been written (or dropped with the connection).
   uint64_t references_queued();
@@ -130,6 +154,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // the errno of a failed socket (the link is then down; the caller has it closed).
   int write_or_queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part,
                             size_t total, bool datagram = false);
+  void uncork_locked();
   void queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part, size_t skip,
                     size_t total, bool datagram = false);
   // io thread: writes queued bytes until done or the socket is full.
@@ -138,6 +163,19 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
 
   void wait_readable();
   void on_readable(const boost::system::error_code& ec);
+  // io thread: reads and delivers what the socket holds; returns the frames delivered, or -1
+  // when the connection was closed.
+  ptrdiff_t read_as_io_thread();
+  // io thread: stops waiting for readability for one nap, then looks again.
+  // io thread: takes the socket out of the reactor (if not yet) and naps; false when it cannot
+  // (bytes wait for the socket to drain), the link then stays as it was.
+  bool nap(std::chrono::microseconds length);
+  // io thread: puts the socket back in the reactor and sends held-back ACKs; false when the
+  // link closed meanwhile. The caller then arms the readability wait and reads.
+  bool end_naps();
+  // Bytes the socket holds unread (FIONREAD).
+  size_t bytes_waiting() const;
+  void after_nap(const boost::system::error_code& ec);
   // Under rx_mutex_: reads at most `budget` bytes and delivers the complete frames; a failure
   // also closes the receive side (rx_open_).
   ReadResult read_locked(size_t budget);
@@ -153,7 +191,8 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
 
   TcpLinkOwner& owner_;
   boost::asio::io_context& io_;
-  boost::asio::ip::tcp::socket socket_;  // asio calls on the io thread only
+  // asio calls on the io thread only. Owns fd_, except while napping (released_).
+  boost::asio::ip::tcp::socket socket_;
   const int fd_;                         // raw I/O under tx_mutex_ / rx_mutex_ while open
   const bool dialed_;
   Gid local_;
@@ -163,12 +202,32 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::atomic<bool> up_{true};
   std::atomic<int> state_{kHandshake};
   bool closed_ = false;  // io thread
+  boost::asio::steady_timer nap_timer_;  // io thread
+  uint64_t program_polls_seen_ = 0;     // io thread: TcpLinkOwner::program_polls() at last look
+  // io thread: naps are off until no_nap_until_ after a nap let a frame wait (tcp_link.cpp).
+  std::chrono::steady_clock::time_point no_nap_until_{};
+  std::chrono::milliseconds nap_backoff_{8};
+  uint32_t naps_without_miss_ = 0;
+  bool rechecking_ = false;  // this nap is the short second look at waiting bytes
+  bool released_ = false;    // napping: socket_ has released fd_ from the reactor
+  // Frames the program's polls delivered from this connection (poll()), and the io thread's
+  // copy at its last look.
+  std::atomic<uint64_t> program_frames_{0};
+  uint64_t program_frames_seen_ = 0;
 
   // Sending. write_armed_: the io thread owns the queue's draining (set whenever the queue
   // is not empty).
   std::mutex tx_mutex_;
   TcpSendQueue queue_;
   bool write_armed_ = false;
+  // Held-back ACK frames (encoded), see above; napping_ mirrors the io thread's nap so that an
+  // ACK is held only while a nap's end is sure to send it.
+  static constexpr size_t kCorkBytes = 16 * 72;  // 16 frame headers
+  uint8_t corked_[kCorkBytes];
+  size_t corked_len_ = 0;
+  uint64_t corked_at_poll_ = 0;
+  bool napping_ = false;
+  std::atomic<bool> has_corked_{false};
 
   // Receiving: rx_[rx_begin_, rx_end_) is received, not yet consumed. rx_open_ turns false
   // once the connection is failing, so that no reader touches the socket any more.

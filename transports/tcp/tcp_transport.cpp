@@ -1,6 +1,7 @@
 #include "transports/tcp/tcp_transport.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,8 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <cstring>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -42,9 +45,13 @@ class TcpTransport : public Transport, public TcpLinkOwner {
  public:
   explicit TcpTransport(const TcpEndpoint& listen)
       : timeouts_(tcp_timeouts()),
+        poll_epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)),
         work_(asio::make_work_guard(io_)),
         acceptor_(io_),
         accept_backoff_timer_(io_) {
+    if (poll_epoll_fd_ < 0) {
+      throw std::system_error(errno, std::generic_category(), "epoll_create1");
+    }
     const tcp::endpoint ep(asio::ip::address_v4(listen.ipv4), listen.port);
     acceptor_.open(ep.protocol());
     acceptor_.set_option(tcp::acceptor::reuse_address(true));
@@ -71,6 +78,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
       const auto deadline = std::chrono::steady_clock::now() +
                             std::min<std::chrono::milliseconds>(timeouts_.user_timeout,
                                                                 std::chrono::milliseconds(1000));
+      for (auto& link : all) link->flush_corked(0, true);
       for (auto& link : all) {
         while (link->up() && link->has_queued() && std::chrono::steady_clock::now() < deadline) {
           std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -98,6 +106,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     });
     work_.reset();
     io_thread_.join();
+    ::close(poll_epoll_fd_);
   }
 
   std::string name() const override { return "tcp"; }
@@ -150,8 +159,25 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     // One poller at a time (the others would find every connection's receive lock taken).
     std::unique_lock lock(pollable_lock_, std::try_to_lock);
     if (!lock.owns_lock()) return 0;
+    // One writer (under the lock): a plain increment, no read-modify-write on the hot path.
+    program_polls_.store(program_polls_.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_relaxed);
+    // Which connections hold bytes: one epoll_wait that reads no socket, instead of a recv per
+    // connection. A recv takes the socket's lock, which the peer's transmit path (the kernel
+    // delivering on loopback) then spins on; and with many peers one call covers them all.
+    epoll_event ready[kPollEvents];
+    const int n = ::epoll_wait(poll_epoll_fd_, ready, kPollEvents, 0);
     size_t delivered = 0;
-    for (TcpLink* link : pollable_) delivered += link->poll();
+    for (int i = 0; i < n; ++i) delivered += static_cast<TcpLink*>(ready[i].data.ptr)->poll();
+    if (corked_.load(std::memory_order_relaxed)) {
+      corked_.store(false, std::memory_order_relaxed);
+      const uint64_t polls = program_polls_.load(std::memory_order_relaxed);
+      for (TcpLink* link : pollable_) {
+        if (!link->has_corked()) continue;
+        link->flush_corked(polls, false);
+        if (link->has_corked()) corked_.store(true, std::memory_order_relaxed);
+      }
+    }
     return delivered;
   }
 
@@ -248,11 +274,21 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     delivering_.fetch_sub(1, std::memory_order_release);
   }
 
+  uint64_t program_polls() const override {
+    return program_polls_.load(std::memory_order_relaxed);
+  }
+  void on_corked() override { corked_.store(true, std::memory_order_relaxed); }
+
   void on_down(TcpLink& link) override {
     std::shared_ptr<TcpLink> keep = link.shared_from_this();
     {
       std::lock_guard lock(pollable_lock_);
-      pollable_.erase(std::remove(pollable_.begin(), pollable_.end(), &link), pollable_.end());
+      const auto it = std::find(pollable_.begin(), pollable_.end(), &link);
+      if (it != pollable_.end()) {
+        // Under the lock a poller holds: no epoll_wait can return the link after this.
+        ::epoll_ctl(poll_epoll_fd_, EPOLL_CTL_DEL, link.native_handle(), nullptr);
+        pollable_.erase(it);
+      }
     }
     {
       std::lock_guard lock(links_mutex_);
@@ -277,6 +313,16 @@ class TcpTransport : public Transport, public TcpLinkOwner {
 
   void add_pollable(TcpLink* link) {
     std::lock_guard lock(pollable_lock_);
+    // Level-triggered: a connection left with bytes (a read budget spent) stays reported.
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = link;
+    if (::epoll_ctl(poll_epoll_fd_, EPOLL_CTL_ADD, link->native_handle(), &ev) != 0) {
+      spdlog::warn("tcp: polling calls cannot watch the connection with {}: {}; its frames "
+                   "wait for the io thread",
+                   link->remote(), std::strerror(errno));
+      return;
+    }
     pollable_.push_back(link);
   }
 
@@ -355,6 +401,10 @@ class TcpTransport : public Transport, public TcpLinkOwner {
   }
 
   const TcpTimeouts timeouts_;
+  // Level-triggered epoll over the ready connections, for polling calls (progress()); the io
+  // thread has its own (asio's).
+  const int poll_epoll_fd_;
+  static constexpr int kPollEvents = 64;
   asio::io_context io_;  // before everything that uses it: destroyed after them
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   tcp::acceptor acceptor_;
@@ -369,13 +419,15 @@ class TcpTransport : public Transport, public TcpLinkOwner {
   std::map<GidBytes, std::shared_ptr<TcpLink>> canonical_;  // by peer GID
   std::set<GidBytes> dialing_;                              // peers being dialed by connect()
 
-  // Ready connections, read by progress(). Entries are removed (on the io thread) before the
-  // link can be freed.
+  // Ready connections, read by progress() through poll_epoll_fd_. Entries are removed (on the
+  // io thread) before the link can be freed.
   SpinLock pollable_lock_;
   std::vector<TcpLink*> pollable_;
 
   std::atomic<FrameSink*> sink_{nullptr};
   std::atomic<int> delivering_{0};
+  std::atomic<uint64_t> program_polls_{0};  // progress() calls that got the poll lock
+  std::atomic<bool> corked_{false};         // some link may hold back ACKs
 };
 
 }  // namespace
