@@ -99,7 +99,9 @@ void Node::unregister_qp(uint32_t qpn) {
   qps_[slot].store(nullptr, std::memory_order_seq_cst);
   // Wait for the threads that may have found the QP before it was unpublished.
   while (readers_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
-  // Frames it sent may still point into its send queue (inline data).
+  // Answers it owed go out now; frames it sent may still point into its send queue (inline
+  // data).
+  transport_->flush_held();
   transport_->quiesce();
   std::lock_guard lock(qp_alloc_mutex_);
   free_qp_slots_.push_back(slot);
@@ -133,9 +135,16 @@ void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payloa
 }
 
 void Node::on_link_down(Link& link) {
-  // A peer that goes away is silence, as on hardware: the QPs are told, and only their own
-  // timers (RC local ACK timeout) turn it into an error (Qp::on_link_down).
-  spdlog::info("link to peer down: its RC QPs will time out their unanswered requests");
+  // A peer that ended in order (farewell) is silence, as on hardware: only the QPs' own timers
+  // (RC local ACK timeout) turn it into an error. Otherwise the QPs on the link go to error
+  // with QP_FATAL (Qp::on_link_down).
+  if (link.farewell()) {
+    spdlog::info("link to peer closed in order: its RC QPs will time out unanswered requests");
+  } else {
+    spdlog::warn(
+        "link to peer lost (peer died, connection reset or link down): its QPs go to "
+        "the error state");
+  }
   for (uint32_t slot = 2; slot < kMaxQp; ++slot) {
     Qp* maybe = qps_[slot].load(std::memory_order_acquire);
     if (maybe == nullptr) continue;
@@ -223,6 +232,11 @@ void Node::run_deferred_sends() {
 }
 
 void Node::progress() {
+  progress_rounds(false);
+}
+
+void Node::settle() {
+  transport_->flush_held();
   progress_rounds(false);
 }
 

@@ -59,6 +59,9 @@ class Node : public FrameSink {
   // Delivers pending frames and runs due timers. Cheap when there is nothing to do; every
   // entry point that may wait on the network (post, poll) calls it.
   void progress();
+  // Sends what the transport holds back, then delivers what has arrived: before a QP leaves
+  // the connected states, so that answers already on their way either way are applied.
+  void settle();
 
   // FrameSink
   void on_frame(Link& from, const FrameHeader& header, PayloadSource& payload) override;

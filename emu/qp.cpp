@@ -336,15 +336,27 @@ void Qp::fatal(ibv_event_type event) {
 }
 
 void Qp::on_link_down(const Link& link) {
-  // A real QP never learns that its peer went away: nothing changes here. Posted receives stay
-  // posted; requests already sent are not answered, so the local ACK timer retransmits them
-  // (transmit_one_locked finds the link down and models the loss) until retry_cnt is spent and
-  // the oldest completes with IBV_WC_RETRY_EXC_ERR, the rest flush and the QP enters ERR, with
-  // no async event (completer.cpp). A later post_send ends the same way; timeout 0 waits for
-  // ever. UC and UD never error: their sends complete when they leave.
-  std::lock_guard lock(lock_);  // modify() replaces link_ under the lock
-  if (link_.get() != &link) return;
-  spdlog::debug("QP {:#x}: link to its peer is down; unanswered requests will time out", qpn_);
+  {
+    std::lock_guard lock(lock_);  // modify() replaces link_ under the lock
+    if (link_.get() != &link) return;
+    if (link.farewell()) {
+      // The peer's program ended in order. A real QP would never learn it: nothing changes
+      // here. Posted receives stay posted; requests already sent are not answered, so the
+      // local ACK timer retransmits them (transmit_one_locked finds the link down and models
+      // the loss) until retry_cnt is spent and the oldest completes with IBV_WC_RETRY_EXC_ERR,
+      // the rest flush and the QP enters ERR, with no async event (completer.cpp). A later
+      // post_send ends the same way; timeout 0 waits for ever. This is what lets a program
+      // finish while its peer, done first, has already exited (the pingpongs, perftest).
+      spdlog::debug(
+          "QP {:#x}: the peer closed the link in order; unanswered requests will "
+          "time out",
+          qpn_);
+      return;
+    }
+  }
+  // The peer died, or the connection was reset or lost: the QP goes to error (QP_FATAL) and
+  // every outstanding work request completes once, flushed.
+  fatal(IBV_EVENT_QP_FATAL);
 }
 
 void Qp::on_frame(Link& from, const FrameHeader& h, PayloadSource& payload) {

@@ -144,6 +144,13 @@ void Qp::apply_modify_locked(const ibv_qp_attr& a, int mask, ibv_qp_state next,
 }
 
 int Qp::modify(const ibv_qp_attr& attr, int mask) {
+  if ((mask & IBV_QP_STATE) &&
+      (raw_enum(attr.qp_state) == IBV_QPS_ERR || raw_enum(attr.qp_state) == IBV_QPS_RESET)) {
+    // Leaving the connected states: answers this QP owes go out first, and answers already
+    // arrived for it are applied (a send the peer has acknowledged completes as a success,
+    // not as a flush), as they would be on hardware, where the NIC handles them at once.
+    node().settle();
+  }
   // Resolving the peer may do I/O (a transport connects lazily): done before taking the lock.
   std::shared_ptr<Link> link;
   if ((mask & IBV_QP_AV) && type_ != IBV_QPT_UD && valid_ah(attr.ah_attr)) {

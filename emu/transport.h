@@ -96,8 +96,10 @@ class FrameSink {
  public:
   virtual ~FrameSink() = default;
   virtual void on_frame(Link& from, const FrameHeader& header, PayloadSource& payload) = 0;
-  // The link failed (peer died, connection reset). Frames already received from it have been
-  // delivered first. The QPs using it see silence (their own timers decide, as on hardware).
+  // The link ended. Frames already received from it have been delivered first. When the peer
+  // said goodbye before closing it (link.farewell(): its program ended in order), the QPs using
+  // it see silence, as on hardware (their own timers decide); otherwise (the peer died, the
+  // connection was reset, the link was lost) they go to the error state with QP_FATAL.
   virtual void on_link_down(Link& link) = 0;
 };
 
@@ -114,6 +116,9 @@ class Link {
   virtual bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) = 0;
   virtual const Gid& peer() const = 0;
   virtual bool up() const = 0;
+  // Whether the peer ended the link in order: its transport said goodbye (at its teardown,
+  // when its program ended) before closing. Meaningful once the link is down.
+  virtual bool farewell() const { return false; }
 };
 
 class Transport {
@@ -132,6 +137,11 @@ class Transport {
   // May wait on the network, bounded by the link timeout; never call it from a FrameSink
   // callback.
   virtual void quiesce() = 0;
+  // Sends now the frames the transport holds back to merge them with later ones (TCP holds
+  // ACKs while the program busy-polls). Called before a QP leaves the connected states or is
+  // destroyed: the answers it owes its peer go out before anything the program does next
+  // (a disconnect over another channel, an exit) can reach the peer.
+  virtual void flush_held() {}
 };
 
 }  // namespace emu

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -705,7 +706,13 @@ class RecordingSink : public emu::FrameSink {
   void on_link_down(Link& link) override {
     std::lock_guard lock(mutex_);
     downs_.push_back(link.peer());
+    if (link.farewell()) farewells_.push_back(link.peer());
     cv_.notify_all();
+  }
+  // How many links to `peer` went down after the peer said goodbye.
+  size_t farewells_of(const Gid& peer) {
+    std::lock_guard lock(mutex_);
+    return static_cast<size_t>(std::count(farewells_.begin(), farewells_.end(), peer));
   }
 
   size_t frames_from(const Gid& peer) {
@@ -752,6 +759,7 @@ class RecordingSink : public emu::FrameSink {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<Received> frames_;
+  std::vector<Gid> farewells_;
   std::vector<Gid> downs_;
 };
 
@@ -1338,6 +1346,25 @@ TEST(ShmRemotePayload, UnreadablePieceFailsAfterTheReadableBytes) {
 // =============================================================================================
 // Dropped connections
 
+// A transport that ends in order says goodbye on each link: the peer sees the link down once,
+// as a farewell (its QPs then see silence, as on hardware).
+TEST(ShmDropConnections, TransportEndingInOrderSaysGoodbye) {
+  ShmEndpoint a;
+  ASSERT_TRUE(a.transport);
+  Gid b_gid;
+  {
+    ShmEndpoint b;
+    ASSERT_TRUE(b.transport);
+    b_gid = b.gid();
+    auto link = a.transport->connect(b_gid);
+    ASSERT_NE(link, nullptr);
+    ASSERT_TRUE(send_frame(*link, 1));
+    ASSERT_TRUE(b.sink.wait_frames_from(a.gid(), 1, kDeliveryLimit));
+  }
+  ASSERT_TRUE(a.sink.wait_downs_of(b_gid, 1, kDeliveryLimit));
+  EXPECT_EQ(a.sink.farewells_of(b_gid), 1u);
+}
+
 TEST(ShmDropConnections, BothSidesSeeTheLinkDownOnceAndReconnectingDelivers) {
   ShmEndpoint a, b;
   ASSERT_TRUE(a.transport && b.transport);
@@ -1350,6 +1377,8 @@ TEST(ShmDropConnections, BothSidesSeeTheLinkDownOnceAndReconnectingDelivers) {
   EXPECT_EQ(a.sink.downs_of(b.gid()), 1u);  // reported before the call returns
   EXPECT_FALSE(old_link->up());
   ASSERT_TRUE(b.sink.wait_downs_of(a.gid(), 1, kDeliveryLimit));
+  // Dropped, not closed in order: no goodbye (the engine errors the QPs on it).
+  EXPECT_EQ(b.sink.farewells_of(a.gid()), 0u);
 
   auto fresh = a.transport->connect(b.gid());
   ASSERT_NE(fresh, nullptr);

@@ -84,7 +84,13 @@ class RecordingSink : public emu::FrameSink {
     std::lock_guard lock(mutex_);
     downs_.push_back(&link);
     down_peers_.push_back(link.peer());
+    farewells_.push_back(link.farewell());
     cv_.notify_all();
+  }
+  // Per link reported down: whether its peer said goodbye first.
+  std::vector<bool> farewells() {
+    std::lock_guard lock(mutex_);
+    return farewells_;
   }
 
   bool wait_frames(size_t n, std::chrono::milliseconds limit = 1500ms) {
@@ -122,6 +128,7 @@ class RecordingSink : public emu::FrameSink {
   std::condition_variable cv_;
   std::vector<Received> frames_;
   std::vector<Link*> downs_;
+  std::vector<bool> farewells_;
   std::vector<Gid> down_peers_;
 };
 
@@ -369,6 +376,8 @@ TEST(TcpTransport, PeerGoneMeansLinkDownOnceAndAFreshDialLater) {
   }
   ASSERT_TRUE(a.sink.wait_downs(1));
   EXPECT_EQ(a.sink.downs()[0], link.get());
+  // b's transport ended in order: it said goodbye before closing.
+  EXPECT_TRUE(a.sink.farewells()[0]);
   EXPECT_FALSE(link->up());
   // A request is refused on a dead link; an answer is accepted (and dropped).
   EXPECT_FALSE(link->send(header_of(FrameOp::kSend, 1, 0), nullptr, 0));
@@ -376,6 +385,23 @@ TEST(TcpTransport, PeerGoneMeansLinkDownOnceAndAFreshDialLater) {
   // The dead link is forgotten: a new connect dials again (and nobody listens now).
   EXPECT_EQ(a.transport->connect(b_gid), nullptr);
   EXPECT_EQ(a.sink.downs().size(), 1u);
+}
+
+// A connection that ends without a GOODBYE (the peer died, the connection was reset) is no
+// farewell: the engine moves the QPs on it to error (docs/semantics.md, Transports).
+TEST(TcpTransport, ConnectionEndingWithoutGoodbyeIsNoFarewell) {
+  Endpoint a, b;
+  ASSERT_NE(a.transport, nullptr);
+  ASSERT_NE(b.transport, nullptr);
+  auto link = a.transport->connect(b.transport->local_gid());
+  ASSERT_NE(link, nullptr);
+  ASSERT_TRUE(link->send(header_of(FrameOp::kReadRequest, 0, 8), nullptr, 0));
+  ASSERT_TRUE(b.sink.wait_frames(1));
+  ASSERT_TRUE(emu::tcp_drop_connections(*b.transport));
+  ASSERT_TRUE(a.sink.wait_downs(1));
+  ASSERT_TRUE(b.sink.wait_downs(1));
+  EXPECT_FALSE(a.sink.farewells()[0]);
+  EXPECT_FALSE(b.sink.farewells()[0]);
 }
 
 // Raw input that must close the connection it came on, and only that one.

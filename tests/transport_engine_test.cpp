@@ -400,11 +400,10 @@ TEST_P(TransportEngineTest, SrqSharedByQpsCountsExactly) {
   EXPECT_EQ(c.outstanding, 1u);
 }
 
-// A dropped connection is silence, as a cut cable is to hardware: the QP that had requests
-// outstanding retries them per timeout / retry_cnt and ends with exactly one
-// IBV_WC_RETRY_EXC_ERR (the oldest), then flushes everything else, sends and receives, once;
-// no async event is raised. The peer's QP, with nothing outstanding, stays RTS.
-TEST_P(TransportEngineTest, DroppedLinkEndsOutstandingRequestsInOneRetryExceeded) {
+// A dropped connection (no goodbye: the peer died, or the connection was reset) is a fault
+// (issue 3): both QPs on it go to the error state with one IBV_EVENT_QP_FATAL each, and every
+// outstanding work request, sends and receives, completes exactly once, flushed.
+TEST_P(TransportEngineTest, DroppedLinkMovesItsQpsToErrorWithQpFatalAndFlushes) {
   ConnectOptions o;
   o.rnr_retry = 7;
   o.timeout = 10;  // 4 ms
@@ -424,15 +423,19 @@ TEST_P(TransportEngineTest, DroppedLinkEndsOutstandingRequestsInOneRetryExceeded
   std::map<uint64_t, int> seen;
   for (const ibv_wc& wc : wcs) {
     ++seen[wc.wr_id];
-    EXPECT_EQ(wc.status, wc.wr_id == 1 ? IBV_WC_RETRY_EXC_ERR : IBV_WC_WR_FLUSH_ERR)
-        << "wr_id " << wc.wr_id;
+    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << "wr_id " << wc.wr_id;
   }
-  EXPECT_EQ(wcs[0].wr_id, 1u);  // the error first, then the flushes
   for (uint64_t id : {1, 2, 3, 100, 101}) EXPECT_EQ(seen[id], 1) << "wr_id " << id;
   EXPECT_EQ(state_of(qa), IBV_QPS_ERR);
-  EXPECT_EQ(state_of(qb), IBV_QPS_RTS);  // nothing outstanding: it has noticed nothing
-  EXPECT_EQ(a.ctx->async_events().pending(), 0u);  // retry exhaustion raises no event
-  EXPECT_EQ(b.ctx->async_events().pending(), 0u);
+  EXPECT_EQ(state_of(qb), IBV_QPS_ERR);
+  // b's QP learns it at once (it dropped the connection); a's when its transport sees the end.
+  for (auto* side : {&a, &b}) {
+    ASSERT_TRUE(side->ctx->async_events().wait(2000));
+    emu::AsyncEvent ev{};
+    ASSERT_TRUE(side->ctx->async_events().get(&ev));
+    EXPECT_EQ(ev.type, IBV_EVENT_QP_FATAL);
+    EXPECT_EQ(side->ctx->async_events().pending(), 0u);
+  }
   EXPECT_TRUE(poll_n(a.cq, 1, 30ms).empty());
 }
 

@@ -62,28 +62,26 @@ TEST_P(MpTest, ProtectionErrorsLeaveTargetUntouched) {
   mp::run_protection_errors(place());
 }
 
-// The peer is killed (kill -9). As on hardware, that is silence, not an error the survivor is
-// told about: its QPs with requests outstanding retransmit per timeout / retry_cnt and end
-// with one IBV_WC_RETRY_EXC_ERR each, then flushes; no QP_FATAL (or other) async event
-// beyond LAST_WQE_REACHED for the SRQ-attached QP; the bystander keeps working.
+// The peer is killed (kill -9): its link ends without a goodbye, which is a fault (issue 3).
+// Both of the survivor's QPs to it go to the error state with one IBV_EVENT_QP_FATAL each
+// (and LAST_WQE_REACHED for the SRQ-attached QP), every WR completes exactly once (successes,
+// then flushes), and the bystander keeps working. The long local ACK timeout (timeout=20,
+// 4.3 s) keeps the survivor's own retransmission timer out of it.
 TEST_P(MpTest, KillPeerMidStream) {
   mp::FaultRun run;
   run.fault = mp::kill_peer("b");
-  run.fatal_event = false;
-  run.retry_exceeded = true;
-  run.streamer_extra = {"timeout=15", "retry_cnt=3"};  // 134 ms, 3 retries
+  run.fatal_event = true;
+  run.streamer_extra = {"timeout=20", "retry_cnt=3"};
   mp::run_fault(place(), run);
 }
 
-// The same, with the survivor asleep on its completion channel: the RETRY_EXC_ERR completion
-// wakes it.
+// The same, with the survivor asleep on its completion channel: the flush completions wake it.
 TEST_P(MpTest, KillPeerMidStreamChannelWaiter) {
   mp::FaultRun run;
   run.fault = mp::kill_peer("b");
   run.wait_on_channel = true;
-  run.fatal_event = false;
-  run.retry_exceeded = true;
-  run.streamer_extra = {"timeout=15", "retry_cnt=3"};
+  run.fatal_event = true;
+  run.streamer_extra = {"timeout=20", "retry_cnt=3"};
   mp::run_fault(place(), run);
 }
 

@@ -80,19 +80,20 @@ TEST_F(TwoHost, ProtectionErrorsLeaveTargetUntouched) {
   mp::run_protection_errors(place());
 }
 
-// Peer death is silence (as on hardware): the survivor's own ACK timeout ends its QPs.
+// Peer death across hosts: the kernel of the dead peer's host resets the connection, a fault
+// (issue 3): QP_FATAL on both of the survivor's QPs, every WR completes once.
 TEST_F(TwoHost, KillPeerMidStream) {
   mp::FaultRun run;
   run.fault = mp::kill_peer("b");
-  run.fatal_event = false;
-  run.retry_exceeded = true;
-  run.streamer_extra = {"timeout=15", "retry_cnt=3"};
+  run.fatal_event = true;
+  run.streamer_extra = {"timeout=20", "retry_cnt=3"};
   mp::run_fault(place(), run);
 }
 
-// The link between the hosts goes down mid-stream: no end sees the other die, and a link
-// reported down is silence too, so each finds out by its own retransmission timeout
-// (IBV_WC_RETRY_EXC_ERR, then flushes, no async event); every WR completes once, no hang.
+// The link between the hosts goes down mid-stream: no end sees the other die. The QPs' own
+// retransmission timeout (134 ms, 3 retries) ends them first (IBV_WC_RETRY_EXC_ERR, then
+// flushes); the transport's own bound (EMURDMA_TCP_TIMEOUT_MS, 5 s) reports the connection
+// lost later and finds them in error already, so no QP_FATAL. Every WR completes once, no hang.
 TEST_F(TwoHost, LinkDown) {
   mp::FaultRun run;
   run.b_survives = true;

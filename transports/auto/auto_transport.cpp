@@ -28,6 +28,7 @@ class SelfLink : public Link {
   }
   const Gid& peer() const override { return gid_; }
   bool up() const override { return inner_->up(); }
+  bool farewell() const override { return inner_->farewell(); }
   const Link* inner() const { return inner_.get(); }
 
  private:
@@ -102,6 +103,10 @@ class AutoTransport : public Transport {
     Gid tcp_peer = peer;
     std::fill(tcp_peer.raw.begin(), tcp_peer.raw.begin() + 8, 0);
     return tcp_->connect(tcp_peer);
+  }
+
+  void flush_held() override {
+    if (tcp_) tcp_->flush_held();
   }
 
   size_t progress() override {

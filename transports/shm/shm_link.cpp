@@ -1,8 +1,11 @@
 #include "transports/shm/shm_link.h"
 
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <mutex>
 
 #include "transports/shm/shm_payload.h"
@@ -86,6 +89,29 @@ void ShmLink::ring_peer_doorbell() {
   // The counter cannot overflow in practice; a failed write means the peer is gone, which
   // its socket reports.
   [[maybe_unused]] ssize_t n = ::write(peer_doorbell_fd_, &one, sizeof one);
+}
+
+void ShmLink::say_goodbye() {
+  if (!up()) return;
+  const char byte = kGoodbyeByte;
+  // Best effort: a peer already gone needs no goodbye.
+  [[maybe_unused]] const ssize_t n = ::send(socket_fd_, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+bool ShmLink::socket_ended(short revents) {
+  for (;;) {
+    char byte;
+    const ssize_t n = ::recv(socket_fd_, &byte, 1, MSG_DONTWAIT);
+    if (n == 1) {
+      if (byte == kGoodbyeByte) farewell_.store(true, std::memory_order_release);
+      continue;  // nothing else is ever sent; an unknown byte changes nothing
+    }
+    if (n == 0) return true;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      return (revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
+    return true;
+  }
 }
 
 bool ShmLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {

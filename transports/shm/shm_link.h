@@ -64,6 +64,15 @@ class ShmLink : public Link {
   bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) override;
   const Gid& peer() const override { return peer_; }
   bool up() const override { return up_.load(std::memory_order_acquire); }
+  bool farewell() const override { return farewell_.load(std::memory_order_acquire); }
+
+  // Sends the goodbye byte on the link's socket: this end closes in order (its transport
+  // ends), so the peer's QPs see silence rather than a fault. The only message ever sent on
+  // the socket after the handshake.
+  void say_goodbye();
+  // Receiver thread: the socket is readable. Consumes a goodbye byte if one came (farewell()
+  // turns true) and returns whether the socket has ended (end of file or error).
+  bool socket_ended(short revents);
 
   // Delivers up to budget incoming frames to the sink; 0 when another thread is draining
   // (*contended, when given, is then set).
@@ -131,6 +140,7 @@ class ShmLink : public Link {
   pid_t peer_pid_;
   Gid peer_;
   std::atomic<bool> up_{true};
+  std::atomic<bool> farewell_{false};  // the peer's goodbye byte arrived
   std::atomic<bool> retired_{false};
   std::atomic<bool> released_{false};
 

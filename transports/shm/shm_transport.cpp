@@ -83,6 +83,8 @@ class ShmTransport : public Transport, public LinkOwner {
           if (!link->flush_backlog()) std::this_thread::sleep_for(std::chrono::microseconds(200));
         }
       }
+      // The peers' QPs then see an orderly end, not a fault.
+      for (auto& link : all) link->say_goodbye();
     }
     stopping_.store(true, std::memory_order_release);
     ring_own_doorbell();
@@ -147,7 +149,8 @@ class ShmTransport : public Transport, public LinkOwner {
   // LinkOwner
   void link_failed(ShmLink& link, const std::string& why) override {
     if (!link.mark_down()) return;
-    spdlog::warn("shm: link to peer down: {}", why);
+    spdlog::log(link.farewell() ? spdlog::level::info : spdlog::level::warn,
+                "shm: link to peer down: {}", why);
     // The peer learns it from the socket's end, as when this process dies. Shut down, not
     // closed: the receiver thread may still be polling the descriptor.
     ::shutdown(link.socket_fd(), SHUT_RDWR);
@@ -403,10 +406,9 @@ class ShmTransport : public Transport, public LinkOwner {
       }
       for (size_t i = 2; i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
-        // Nothing is ever sent on the socket after the handshake: readable means it ended.
-        char byte;
-        const ssize_t n = ::recv(fds[i].fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
-        if (n == 0 || (fds[i].revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) {
+        // Only a goodbye byte is ever sent on the socket after the handshake; otherwise
+        // readable means it ended.
+        if (fd_links[i - 2]->socket_ended(fds[i].revents)) {
           // Deliver everything the peer wrote before it went (its last ACKs among them), then
           // report the end. A program thread may be draining this link with a smaller budget:
           // wait for it and look again until the ring is empty. The peer writes no more, so
@@ -417,9 +419,8 @@ class ShmTransport : public Transport, public LinkOwner {
             ended.wait_for_drain();
             if (!ended.up() || !ended.incoming_pending()) break;
           }
-          link_failed(ended, "the peer process ended or closed the link");
-        } else if (n > 0) {
-          link_failed(*fd_links[i - 2], "unexpected bytes on the attach socket");
+          link_failed(ended, ended.farewell() ? "the peer closed the link in order"
+                                              : "the peer process ended without closing the link");
         }
       }
     }

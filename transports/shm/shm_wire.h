@@ -13,6 +13,10 @@ namespace emu::shm {
 
 inline constexpr uint32_t kProtocolVersion = 1;
 
+// The one byte ever sent on a link's Unix socket after the handshake: "this end closes in
+// order" (ShmLink::say_goodbye). End of file without it means the peer died.
+inline constexpr char kGoodbyeByte = 'G';
+
 enum RecordKind : uint32_t {
   kFrameInline = 1,  // FrameRecord, then payload_bytes of payload
   kFrameRemote = 2,  // FrameRecord, then iov_count RemoteIov: the payload in the sender's memory

@@ -253,6 +253,24 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
   return true;
 }
 
+void TcpLink::say_goodbye() {
+  uint8_t goodbye[tcp_wire::kGoodbyeBytes];
+  tcp_wire::encode_goodbye(local_, goodbye);
+  int error = 0;
+  {
+    std::lock_guard lock(tx_mutex_);
+    if (!up_.load(std::memory_order_relaxed) || !ready()) return;
+    // Held-back ACKs first: the GOODBYE is the last unit.
+    iovec parts[2];
+    size_t n = 0;
+    if (corked_len_ != 0) parts[n++] = iovec{corked_, corked_len_};
+    parts[n++] = iovec{goodbye, sizeof goodbye};
+    error = write_or_queue_locked(parts, n, n, corked_len_ + sizeof goodbye);
+    uncork_locked();
+  }
+  if (error != 0) fail_from_any_thread(error);
+}
+
 void TcpLink::uncork_locked() {
   corked_len_ = 0;
   has_corked_.store(false, std::memory_order_relaxed);
@@ -595,6 +613,20 @@ size_t TcpLink::parse_locked(ReadResult* r) {
           return frames;
         }
       }
+      continue;
+    }
+    if (avail >= 4 && tcp_wire::is_goodbye(p)) {
+      if (avail < tcp_wire::kGoodbyeBytes) {
+        make_room_locked(tcp_wire::kGoodbyeBytes);
+        return frames;
+      }
+      if (const char* why = tcp_wire::decode_goodbye(p)) {
+        r->failure = Failure::kBadFrame;
+        r->reason = why;
+        return frames;
+      }
+      rx_begin_ += tcp_wire::kGoodbyeBytes;
+      farewell_.store(true, std::memory_order_release);
       continue;
     }
     if (avail < kFrameHeaderBytes) {

@@ -115,6 +115,9 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) override;
   const Gid& peer() const override { return peer_; }
   bool up() const override { return up_.load(std::memory_order_acquire); }
+  bool farewell() const override { return farewell_.load(std::memory_order_acquire); }
+  // Any thread: sends the GOODBYE (after everything sent so far): this end closes in order.
+  void say_goodbye();
 
   // Any thread: reads and delivers what the socket holds now, unless another thread is
   // reading this connection. Returns the number of frames delivered.
@@ -193,17 +196,18 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   boost::asio::io_context& io_;
   // asio calls on the io thread only. Owns fd_, except while napping (released_).
   boost::asio::ip::tcp::socket socket_;
-  const int fd_;                         // raw I/O under tx_mutex_ / rx_mutex_ while open
+  const int fd_;  // raw I/O under tx_mutex_ / rx_mutex_ while open
   const bool dialed_;
   Gid local_;
   Gid peer_;
   std::string remote_;              // "a.b.c.d:port" of the socket's other end
   const void* tsan_key_ = nullptr;  // tsan_sync.h
   std::atomic<bool> up_{true};
+  std::atomic<bool> farewell_{false};  // the peer's GOODBYE arrived
   std::atomic<int> state_{kHandshake};
-  bool closed_ = false;  // io thread
+  bool closed_ = false;                  // io thread
   boost::asio::steady_timer nap_timer_;  // io thread
-  uint64_t program_polls_seen_ = 0;     // io thread: TcpLinkOwner::program_polls() at last look
+  uint64_t program_polls_seen_ = 0;      // io thread: TcpLinkOwner::program_polls() at last look
   // io thread: naps are off until no_nap_until_ after a nap let a frame wait (tcp_link.cpp).
   std::chrono::steady_clock::time_point no_nap_until_{};
   std::chrono::milliseconds nap_backoff_{8};

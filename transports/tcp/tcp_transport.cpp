@@ -12,12 +12,12 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <condition_variable>
+#include <cstring>
 #include <future>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
-#include <cstring>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -78,7 +78,8 @@ class TcpTransport : public Transport, public TcpLinkOwner {
       const auto deadline = std::chrono::steady_clock::now() +
                             std::min<std::chrono::milliseconds>(timeouts_.user_timeout,
                                                                 std::chrono::milliseconds(1000));
-      for (auto& link : all) link->flush_corked(0, true);
+      // Every connection ends with a GOODBYE: the peers' QPs see an orderly end, not a fault.
+      for (auto& link : all) link->say_goodbye();
       for (auto& link : all) {
         while (link->up() && link->has_queued() && std::chrono::steady_clock::now() < deadline) {
           std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -274,8 +275,13 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     delivering_.fetch_sub(1, std::memory_order_release);
   }
 
-  uint64_t program_polls() const override {
-    return program_polls_.load(std::memory_order_relaxed);
+  uint64_t program_polls() const override { return program_polls_.load(std::memory_order_relaxed); }
+
+  void flush_held() override {
+    if (!corked_.load(std::memory_order_relaxed)) return;
+    std::lock_guard lock(pollable_lock_);
+    corked_.store(false, std::memory_order_relaxed);
+    for (TcpLink* link : pollable_) link->flush_corked(0, true);
   }
   void on_corked() override { corked_.store(true, std::memory_order_relaxed); }
 
@@ -318,9 +324,10 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     ev.events = EPOLLIN;
     ev.data.ptr = link;
     if (::epoll_ctl(poll_epoll_fd_, EPOLL_CTL_ADD, link->native_handle(), &ev) != 0) {
-      spdlog::warn("tcp: polling calls cannot watch the connection with {}: {}; its frames "
-                   "wait for the io thread",
-                   link->remote(), std::strerror(errno));
+      spdlog::warn(
+          "tcp: polling calls cannot watch the connection with {}: {}; its frames "
+          "wait for the io thread",
+          link->remote(), std::strerror(errno));
       return;
     }
     pollable_.push_back(link);

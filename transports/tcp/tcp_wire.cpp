@@ -81,6 +81,21 @@ const char* decode_hello(const uint8_t in[kHelloBytes], Gid* gid) {
   return nullptr;
 }
 
+void encode_goodbye(const Gid& gid, uint8_t out[kGoodbyeBytes]) {
+  encode_hello(gid, out);
+  put32(out + kHelloOffMagic, kGoodbyeMagic);
+}
+
+bool is_goodbye(const uint8_t* in) {
+  return get32(in + kHelloOffMagic) == kGoodbyeMagic;
+}
+
+const char* decode_goodbye(const uint8_t in[kGoodbyeBytes]) {
+  if (in[kHelloOffVersion] != kVersion) return "unsupported protocol version in GOODBYE";
+  if (!all_zero(in + kHelloOffReserved, 3)) return "reserved GOODBYE bytes not zero";
+  return nullptr;
+}
+
 void encode_header(const FrameHeader& h, uint32_t payload_len, uint8_t out[kFrameHeaderBytes]) {
   put32(out + kOffMagic, kFrameMagic);
   out[kOffVersion] = kVersion;
