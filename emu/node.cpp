@@ -237,6 +237,7 @@ void Node::progress() {
 
 void Node::settle() {
   transport_->flush_held();
+  transport_->deliver_arrived();
   progress_rounds(false);
 }
 

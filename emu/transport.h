@@ -142,6 +142,10 @@ class Transport {
   // destroyed: the answers it owes its peer go out before anything the program does next
   // (a disconnect over another channel, an exit) can reach the peer.
   virtual void flush_held() {}
+  // Delivers every frame that has already arrived, waiting for deliveries that other threads
+  // have in progress (progress() skips a link another thread is reading). Called with flush_held
+  // before a QP leaves the connected states. Never from a FrameSink callback.
+  virtual void deliver_arrived() { progress(); }
 };
 
 }  // namespace emu

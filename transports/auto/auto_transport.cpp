@@ -109,6 +109,12 @@ class AutoTransport : public Transport {
     if (tcp_) tcp_->flush_held();
   }
 
+  void deliver_arrived() override {
+    loopback_->progress();
+    if (shm_) shm_->deliver_arrived();
+    if (tcp_) tcp_->deliver_arrived();
+  }
+
   size_t progress() override {
     size_t n = loopback_->progress();
     if (shm_) n += shm_->progress();

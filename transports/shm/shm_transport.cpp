@@ -306,6 +306,16 @@ class ShmTransport : public Transport, public LinkOwner {
   }
 
   // *contended (when given) is set if another thread was draining a link.
+  void deliver_arrived() override {
+    const size_t n = active_count_.load(std::memory_order_acquire);
+    for (size_t i = 0; i < n; ++i) {
+      ShmLink* link = active_[i].load(std::memory_order_acquire);
+      if (!link->up()) continue;
+      link->wait_for_drain();  // a delivery in progress on another thread ends first
+      link->drain(SIZE_MAX);
+    }
+  }
+
   size_t drain_all(bool* contended) {
     size_t delivered = 0;
     const size_t n = active_count_.load(std::memory_order_acquire);

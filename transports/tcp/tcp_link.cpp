@@ -528,6 +528,22 @@ void TcpLink::after_nap(const error_code& ec) {
   read_as_io_thread();
 }
 
+void TcpLink::read_waiting() {
+  if (state_.load(std::memory_order_acquire) != kReady) return;
+  ReadResult r;
+  {
+    std::lock_guard lock(rx_mutex_);
+    if (!rx_open_) return;
+    r = read_locked(kPollReadBudget);
+  }
+  if (r.failure != Failure::kNone) {
+    asio::post(io_, [self = shared_from_this(), r] {
+      self->report_failure(r);
+      self->close(true);
+    });
+  }
+}
+
 size_t TcpLink::poll() {
   if (state_.load(std::memory_order_acquire) != kReady) return 0;
   ReadResult r;

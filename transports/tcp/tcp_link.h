@@ -122,6 +122,9 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // Any thread: reads and delivers what the socket holds now, unless another thread is
   // reading this connection. Returns the number of frames delivered.
   size_t poll();
+  // Any thread but a delivery callback: reads and delivers what the socket holds now, waiting
+  // for a reader on another thread to finish first.
+  void read_waiting();
 
   // Any thread: sends the held-back ACKs if they were held since before the program's previous
   // poll (`polls_now` is TcpLinkOwner::program_polls()), or in any case when `always`.

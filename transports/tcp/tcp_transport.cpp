@@ -277,6 +277,11 @@ class TcpTransport : public Transport, public TcpLinkOwner {
 
   uint64_t program_polls() const override { return program_polls_.load(std::memory_order_relaxed); }
 
+  void deliver_arrived() override {
+    std::lock_guard lock(pollable_lock_);
+    for (TcpLink* link : pollable_) link->read_waiting();
+  }
+
   void flush_held() override {
     if (!corked_.load(std::memory_order_relaxed)) return;
     std::lock_guard lock(pollable_lock_);
