@@ -10,6 +10,7 @@
 #include "emu/comp_channel.h"
 #include "emu/cq.h"
 #include "emu/limits.h"
+#include "emu/mw.h"
 #include "emu/node.h"
 #include "emu/qp.h"
 #include "emu/srq.h"
@@ -19,7 +20,8 @@ namespace emu {
 namespace {
 
 constexpr int kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                                 IBV_ACCESS_MW_BIND;
 
 ibv_device_attr make_device_attr() {
   ibv_device_attr a{};
@@ -34,7 +36,8 @@ ibv_device_attr make_device_attr() {
   a.max_qp = kMaxQp - 2;  // QPN 0 and 1 are reserved
   a.max_qp_wr = kMaxQpWr;
   a.device_cap_flags = IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_N_NOTIFY_CQ |
-                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SHUTDOWN_PORT;
+                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SHUTDOWN_PORT |
+                       IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;  // mw.h
   a.max_sge = kMaxSge;
   a.max_sge_rd = kMaxSge;
   a.max_cq = kMaxCq;
@@ -49,7 +52,7 @@ ibv_device_attr make_device_attr() {
   a.atomic_cap = IBV_ATOMIC_HCA;
   a.max_ee = 0;
   a.max_rdd = 0;
-  a.max_mw = 0;
+  a.max_mw = kMaxMw;
   a.max_raw_ipv6_qp = 0;
   a.max_raw_ethy_qp = 0;
   a.max_mcast_grp = 0;
@@ -201,6 +204,7 @@ int Context::reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out) {
 
 int Context::dereg_mr(Mr* mr) {
   if (mr == nullptr || mr->pd == nullptr || &mr->pd->context != this) return EINVAL;
+  if (node_.mrs().window_refs(mr->lkey) != 0) return EBUSY;  // windows are bound to it (mw.h)
   node_.mrs().remove(mr->lkey);
   // A transport may still be sending a READ response straight from the region (zero copy):
   // the program may unmap it as soon as we return.
@@ -209,6 +213,42 @@ int Context::dereg_mr(Mr* mr) {
   delete mr;
   std::lock_guard lock(objects_mutex_);
   --mr_count_;
+  return 0;
+}
+
+int Context::alloc_mw(Pd* pd, ibv_mw_type type, Mw** out) {
+  if (pd == nullptr || out == nullptr || &pd->context != this) return EINVAL;
+  if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) return EINVAL;
+  {
+    std::lock_guard lock(objects_mutex_);
+    if (mw_count_ >= static_cast<int>(kMaxMw)) return ENOMEM;
+    ++mw_count_;
+  }
+  auto mw = std::make_unique<Mw>();
+  mw->pd = pd;
+  mw->type = type;
+  uint32_t key = node_.mrs().insert_window(pd);
+  if (key == 0) {
+    std::lock_guard lock(objects_mutex_);
+    --mw_count_;
+    return ENOMEM;
+  }
+  mw->rkey.store(key);
+  mw->ibv.rkey = key;  // the verbs layer fills in the rest of ibv
+  mw->ibv.type = type;
+  pd->use_count.fetch_add(1);
+  *out = mw.release();
+  return 0;
+}
+
+int Context::dealloc_mw(Mw* mw) {
+  if (mw == nullptr || mw->pd == nullptr || &mw->pd->context != this) return EINVAL;
+  node_.mrs().remove(mw->rkey.load());  // unbinds it: its rkey answers no more
+  node_.transport().quiesce();  // a READ response may still be sent from the window's memory
+  mw->pd->use_count.fetch_sub(1);
+  delete mw;
+  std::lock_guard lock(objects_mutex_);
+  --mw_count_;
   return 0;
 }
 

@@ -20,6 +20,7 @@ class Cq;
 class CompChannel;
 class Srq;
 class Qp;
+struct Mw;
 
 class Context {
  public:
@@ -40,6 +41,10 @@ class Context {
 
   int reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out);
   int dereg_mr(Mr* mr);
+
+  // Memory windows (mw.h).
+  int alloc_mw(Pd* pd, ibv_mw_type type, Mw** out);
+  int dealloc_mw(Mw* mw);
 
   int create_comp_channel(CompChannel** out);
   int destroy_comp_channel(CompChannel* channel);
@@ -64,7 +69,8 @@ class Context {
   AsyncEventQueue async_events_;
   std::mutex objects_mutex_;  // creation and destruction only
   std::vector<std::unique_ptr<Srq>> retired_srqs_;
-  int pd_count_ = 0, mr_count_ = 0, cq_count_ = 0, srq_count_ = 0, qp_count_ = 0, ah_count_ = 0;
+  int pd_count_ = 0, mr_count_ = 0, cq_count_ = 0, srq_count_ = 0, qp_count_ = 0, ah_count_ = 0,
+      mw_count_ = 0;
 };
 
 }  // namespace emu

@@ -18,6 +18,7 @@ inline constexpr uint32_t kMaxPd = 16384;
 inline constexpr uint32_t kMaxSrq = 4096;
 inline constexpr uint32_t kMaxSrqWr = 16384;
 inline constexpr uint32_t kMaxAh = 65536;
+inline constexpr uint32_t kMaxMw = 16384;  // windows share the region table's slots
 inline constexpr uint32_t kMaxQpRdAtomic = 16;
 inline constexpr uint64_t kMaxMrSize = uint64_t{1} << 40;
 inline constexpr uint32_t kMaxMsgSize = uint32_t{1} << 31;

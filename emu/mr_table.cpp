@@ -22,6 +22,11 @@ uint32_t MrTable::insert(const Mr& mr) {
   slot.addr.store(mr.addr, std::memory_order_relaxed);
   slot.length.store(mr.length, std::memory_order_relaxed);
   slot.access.store(mr.access, std::memory_order_relaxed);
+  slot.window.store(false, std::memory_order_relaxed);
+  slot.bound.store(true, std::memory_order_relaxed);
+  slot.bound_qpn.store(0, std::memory_order_relaxed);
+  slot.window_refs.store(0, std::memory_order_relaxed);
+  slot.region_key.store(0, std::memory_order_relaxed);
   slot.key.store(key, std::memory_order_release);
   return key;
 }
@@ -33,6 +38,10 @@ void MrTable::remove(uint32_t key) {
   Slot& slot = slots_[index];
   if (slot.key.load(std::memory_order_relaxed) != key) return;
   slot.key.store(0, std::memory_order_release);
+  if (slot.window.load(std::memory_order_relaxed)) move_region_ref_locked(slot, 0);
+  // A window's key walks through the low 8 bits as it is rebound: the slot's next tenant
+  // starts after the last one used, so no stale key of this slot names it soon.
+  generation_[index] = static_cast<uint8_t>(key);
   free_slots_.push_back(index);
 }
 
@@ -45,6 +54,10 @@ bool MrTable::lookup(uint32_t key, MrView* out) const {
   out->addr = slot.addr.load(std::memory_order_relaxed);
   out->length = slot.length.load(std::memory_order_relaxed);
   out->access = slot.access.load(std::memory_order_relaxed);
+  out->window = slot.window.load(std::memory_order_relaxed);
+  out->bound = slot.bound.load(std::memory_order_relaxed);
+  out->bound_qpn = slot.bound_qpn.load(std::memory_order_relaxed);
+  out->region_key = slot.region_key.load(std::memory_order_relaxed);
   // A concurrent deregistration may have changed the slot while we read it.
   return slot.key.load(std::memory_order_acquire) == key;
 }
@@ -52,11 +65,90 @@ bool MrTable::lookup(uint32_t key, MrView* out) const {
 bool MrTable::check(uint32_t key, Pd* pd, uint64_t addr, uint64_t len, int required_access) const {
   MrView view;
   if (!lookup(key, &view)) return false;
+  if (view.window) return false;  // a window grants remote access only
   if (view.pd != pd) return false;
   if ((view.access & required_access) != required_access) return false;
   if (addr < view.addr) return false;
   uint64_t offset = addr - view.addr;
   return offset <= view.length && len <= view.length - offset;
+}
+
+bool MrTable::check_remote(uint32_t key, Pd* pd, uint32_t qpn, uint64_t addr, uint64_t len,
+                           int required_access) const {
+  MrView view;
+  if (!lookup(key, &view)) return false;
+  if (view.window) {
+    if (!view.bound) return false;  // never bound, unbound, or invalidated
+    if (view.bound_qpn != 0 && view.bound_qpn != qpn) return false;
+  }
+  if (view.pd != pd) return false;
+  if ((view.access & required_access) != required_access) return false;
+  if (addr < view.addr) return false;
+  uint64_t offset = addr - view.addr;
+  return offset <= view.length && len <= view.length - offset;
+}
+
+uint32_t MrTable::insert_window(Pd* pd) {
+  Mr unbound;
+  unbound.pd = pd;
+  uint32_t key = insert(unbound);
+  if (key == 0) return 0;
+  std::lock_guard lock(alloc_mutex_);
+  Slot& slot = slots_[key >> 8];
+  slot.key.store(0, std::memory_order_release);
+  slot.window.store(true, std::memory_order_relaxed);
+  slot.bound.store(false, std::memory_order_relaxed);
+  slot.key.store(key, std::memory_order_release);
+  return key;
+}
+
+bool MrTable::bind_window(uint32_t old_key, uint32_t new_key, const MrView& bounds) {
+  uint32_t index = old_key >> 8;
+  if (index == 0 || index >= capacity_ || (new_key >> 8) != index) return false;
+  std::lock_guard lock(alloc_mutex_);
+  Slot& slot = slots_[index];
+  if (slot.key.load(std::memory_order_relaxed) != old_key || !slot.window.load()) return false;
+  // Unpublished while it changes: a lookup racing the bind fails rather than mixing fields.
+  slot.key.store(0, std::memory_order_release);
+  slot.addr.store(bounds.addr, std::memory_order_relaxed);
+  slot.length.store(bounds.length, std::memory_order_relaxed);
+  slot.access.store(bounds.access, std::memory_order_relaxed);
+  slot.bound.store(bounds.bound, std::memory_order_relaxed);
+  slot.bound_qpn.store(bounds.bound_qpn, std::memory_order_relaxed);
+  move_region_ref_locked(slot, bounds.bound ? bounds.region_key : 0);
+  slot.key.store(new_key, std::memory_order_release);
+  return true;
+}
+
+bool MrTable::invalidate_window(uint32_t key) {
+  uint32_t index = key >> 8;
+  if (index == 0 || index >= capacity_) return false;
+  std::lock_guard lock(alloc_mutex_);
+  Slot& slot = slots_[index];
+  if (slot.key.load(std::memory_order_relaxed) != key || !slot.window.load()) return false;
+  slot.key.store(0, std::memory_order_release);
+  slot.bound.store(false, std::memory_order_relaxed);
+  move_region_ref_locked(slot, 0);
+  slot.key.store(key, std::memory_order_release);
+  return true;
+}
+
+void MrTable::move_region_ref_locked(Slot& window, uint32_t new_region_key) {
+  auto adjust = [&](uint32_t region_key, int delta) {
+    uint32_t index = region_key >> 8;
+    if (index == 0 || index >= capacity_) return;
+    Slot& region = slots_[index];
+    if (region.key.load(std::memory_order_relaxed) == region_key) region.window_refs += delta;
+  };
+  adjust(window.region_key.exchange(new_region_key), -1);
+  adjust(new_region_key, +1);
+}
+
+int MrTable::window_refs(uint32_t mr_key) const {
+  uint32_t index = mr_key >> 8;
+  if (index == 0 || index >= capacity_) return 0;
+  const Slot& slot = slots_[index];
+  return slot.key.load(std::memory_order_acquire) == mr_key ? slot.window_refs.load() : 0;
 }
 
 }  // namespace emu

@@ -10,6 +10,7 @@
 #include "emu/context.h"
 #include "emu/cq.h"
 #include "emu/limits.h"
+#include "emu/mw.h"
 #include "emu/names.h"
 #include "emu/node.h"
 #include "emu/srq.h"
@@ -34,8 +35,11 @@ bool opcode_allowed(ibv_qp_type type, ibv_wr_opcode op) {
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       return type == IBV_QPT_RC;
+    case IBV_WR_BIND_MW:
+    case IBV_WR_LOCAL_INV:
+      return type != IBV_QPT_UD;  // memory windows (mw.h): connected QPs
     default:
-      return false;  // memory windows, TSO, local invalidate: not offered by emu0
+      return false;  // TSO, send with invalidate, driver-specific: not offered by emu0
   }
 }
 
@@ -50,6 +54,10 @@ ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) {
       return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       return IBV_WC_FETCH_ADD;
+    case IBV_WR_BIND_MW:
+      return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV:
+      return IBV_WC_LOCAL_INV;
     default:
       return IBV_WC_SEND;
   }
@@ -104,6 +112,26 @@ Node& Qp::node() {
 }
 
 int Qp::post_send(const ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  return post_send_impl(wr, bad_wr, false);
+}
+
+int Qp::bind_mw(ibv_mw* mw, const ibv_mw_bind& bind) {
+  if (mw == nullptr || Mw::from_ibv(mw)->type != IBV_MW_TYPE_1) return EINVAL;
+  ibv_send_wr wr{};
+  wr.wr_id = bind.wr_id;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = bind.send_flags;
+  wr.bind_mw.mw = mw;
+  wr.bind_mw.rkey = next_type1_rkey(mw->rkey);
+  wr.bind_mw.bind_info = bind.bind_info;
+  ibv_send_wr* bad = nullptr;
+  int err = post_send_impl(&wr, &bad, true);
+  // ibv_bind_mw(3): the new rkey is the window's as soon as the bind is posted.
+  if (err == 0) mw->rkey = wr.bind_mw.rkey;
+  return err;
+}
+
+int Qp::post_send_impl(const ibv_send_wr* wr, ibv_send_wr** bad_wr, bool type1_bind) {
   auto refuse = [&](const ibv_send_wr* w, int err) {
     if (bad_wr) *bad_wr = const_cast<ibv_send_wr*>(w);
     return err;
@@ -124,6 +152,12 @@ int Qp::post_send(const ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       }
       if (type_ == IBV_QPT_UD && wr->wr.ud.ah == nullptr) {
         err = refuse(wr, EINVAL);
+        break;
+      }
+      if (wr->opcode == IBV_WR_BIND_MW &&
+          (wr->bind_mw.mw == nullptr ||
+           (Mw::from_ibv(wr->bind_mw.mw)->type == IBV_MW_TYPE_1) != type1_bind)) {
+        err = refuse(wr, EINVAL);  // type 1 through ibv_bind_mw only, type 2 through a WR only
         break;
       }
       if (sq_tail_ - sq_head_ >= cap_.max_send_wr) {
@@ -163,7 +197,24 @@ int Qp::post_send(const ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       w.psn = next_psn_;
       next_psn_ = (next_psn_ + 1) & kPsnMask;
       w.ah = nullptr;
-      if (type_ == IBV_QPT_UD) {
+      w.mw = nullptr;
+      if (wr->opcode == IBV_WR_BIND_MW) {
+        const ibv_mw_bind_info& b = wr->bind_mw.bind_info;
+        w.mw = Mw::from_ibv(wr->bind_mw.mw);
+        w.rkey = wr->bind_mw.rkey;
+        w.remote_addr = b.addr;
+        w.bind_mr_key = b.mr != nullptr ? b.mr->lkey : 0;
+        w.bind_length = b.length;
+        w.bind_access = static_cast<int>(b.mw_access_flags);
+        w.length = 0;
+        w.num_sge = 0;
+        w.is_inline = false;
+      } else if (wr->opcode == IBV_WR_LOCAL_INV) {
+        w.rkey = wr->invalidate_rkey;
+        w.length = 0;
+        w.num_sge = 0;
+        w.is_inline = false;
+      } else if (type_ == IBV_QPT_UD) {
         w.ah = Ah::from_ibv(wr->wr.ud.ah);
         w.remote_qpn = wr->wr.ud.remote_qpn;
         w.remote_qkey = wr->wr.ud.remote_qkey;

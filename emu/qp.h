@@ -56,6 +56,9 @@ class Qp : public ApiHandle {
   int query(ibv_qp_attr* attr, int mask, QpInitAttr* init);
 
   int post_send(const ibv_send_wr* wr, ibv_send_wr** bad_wr);
+  // ibv_bind_mw(3) of a type 1 window: posted as an IBV_WR_BIND_MW with the window's next
+  // rkey, which is stored in mw->ibv.rkey when the post succeeds (mw.h).
+  int bind_mw(ibv_mw* mw, const ibv_mw_bind& bind);
   int post_recv(const ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 
   // Called by the node, with the QP kept alive.
@@ -70,8 +73,11 @@ class Qp : public ApiHandle {
  private:
   friend struct QpTestPeer;
 
+  // post_send, and bind_mw with type1_bind (a type 1 window is bound only by ibv_bind_mw).
+  int post_send_impl(const ibv_send_wr* wr, ibv_send_wr** bad_wr, bool type1_bind);
   // requester.cpp
   void transmit_locked();
+  ibv_wc_status execute_mw_wqe_locked(const SendWqe& wqe);
   void retire_local_answers_locked();
   void advance_next_locked() {
     if (++sq_next_ > sq_sent_high_) sq_sent_high_ = sq_next_;

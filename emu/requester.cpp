@@ -3,6 +3,7 @@
 
 #include "emu/context.h"
 #include "emu/limits.h"
+#include "emu/mw.h"
 #include "emu/names.h"
 #include "emu/node.h"
 #include "emu/qp.h"
@@ -56,6 +57,12 @@ bool Qp::transmit_one_locked(SendWqe& w) {
     advance_next_locked();
     retire_local_answers_locked();
   };
+  if (w.opcode == IBV_WR_BIND_MW || w.opcode == IBV_WR_LOCAL_INV) {
+    // Executed here, in send-queue order; never leaves the node.
+    ibv_wc_status st = execute_mw_wqe_locked(w);
+    complete_locally(st);
+    return st == IBV_WC_SUCCESS;
+  }
   ibv_wc_status status = IBV_WC_SUCCESS;
   const bool datagram = type_ != IBV_QPT_RC;
   if (w.length > kMaxMsgSize || (type_ == IBV_QPT_UD && w.length > kMtuBytes)) {
@@ -160,6 +167,17 @@ bool Qp::transmit_one_locked(SendWqe& w) {
   if (is_rd_atomic(w.opcode)) ++rd_atomic_in_flight_;
   arm_ack_timer_locked();  // no-op when one is pending already: one node timer per QP
   return true;
+}
+
+ibv_wc_status Qp::execute_mw_wqe_locked(const SendWqe& w) {
+  if (w.opcode == IBV_WR_LOCAL_INV) return invalidate_mw(node().mrs(), pd_, w.rkey);
+  MwBind bind;
+  bind.new_rkey = w.rkey;
+  bind.mr_key = w.bind_mr_key;
+  bind.addr = w.remote_addr;
+  bind.length = w.bind_length;
+  bind.access = w.bind_access;
+  return emu::bind_mw(node().mrs(), *w.mw, pd_, qpn_, bind);
 }
 
 void Qp::retire_local_answers_locked() {

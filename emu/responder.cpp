@@ -196,9 +196,9 @@ void Qp::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& p
   const bool from_srq = srq_ != nullptr;
   const uint32_t len = static_cast<uint32_t>(payload.size());
   // A zero-length WRITE touches no memory, so its rkey is not checked (IBA 9.4.4).
-  bool allowed =
-      (attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) != 0 &&
-      (len == 0 || node().mrs().check(h.rkey, pd_, h.remote_addr, len, IBV_ACCESS_REMOTE_WRITE));
+  bool allowed = (attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) != 0 &&
+                 (len == 0 || node().mrs().check_remote(h.rkey, pd_, qpn_, h.remote_addr, len,
+                                                        IBV_ACCESS_REMOTE_WRITE));
   if (!allowed) {
     if (datagram) {
       reply_locked(from, h, FrameOp::kAck, NakCode::kNone);  // UC: silently dropped
@@ -229,8 +229,8 @@ void Qp::respond_read_locked(Link& from, const FrameHeader& h) {
   // A duplicate is checked and read again, but must not move expected_psn_ back.
   const bool duplicate = psn_diff(h.psn, expected_psn_) < 0;
   bool allowed = (attr_.qp_access_flags & IBV_ACCESS_REMOTE_READ) != 0 &&
-                 (h.length == 0 ||
-                  node().mrs().check(h.rkey, pd_, h.remote_addr, h.length, IBV_ACCESS_REMOTE_READ));
+                 (h.length == 0 || node().mrs().check_remote(h.rkey, pd_, qpn_, h.remote_addr,
+                                                             h.length, IBV_ACCESS_REMOTE_READ));
   if (!allowed) {
     reply_locked(from, h, FrameOp::kNak, NakCode::kRemoteAccess);
     if (!duplicate) expected_psn_ = (h.psn + 1) & kPsnMask;
@@ -243,9 +243,9 @@ void Qp::respond_read_locked(Link& from, const FrameHeader& h) {
 }
 
 void Qp::respond_atomic_locked(Link& from, const FrameHeader& h) {
-  bool allowed =
-      (attr_.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) != 0 &&
-      node().mrs().check(h.rkey, pd_, h.remote_addr, sizeof(uint64_t), IBV_ACCESS_REMOTE_ATOMIC);
+  bool allowed = (attr_.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) != 0 &&
+                 node().mrs().check_remote(h.rkey, pd_, qpn_, h.remote_addr, sizeof(uint64_t),
+                                           IBV_ACCESS_REMOTE_ATOMIC);
   expected_psn_ = (h.psn + 1) & kPsnMask;
   if (!allowed) {
     reply_locked(from, h, FrameOp::kNak, NakCode::kRemoteAccess);

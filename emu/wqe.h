@@ -17,6 +17,7 @@ struct RecvWqe {
 };
 
 struct Ah;
+struct Mw;
 
 // READ and atomics: answered with data, limited by the initiator depth, waited for by fences.
 inline bool is_rd_atomic(ibv_wr_opcode op) {
@@ -42,6 +43,12 @@ struct SendWqe {
   uint32_t rkey = 0;
   uint64_t compare_add = 0;
   uint64_t swap = 0;
+  // IBV_WR_BIND_MW (the window; rkey = its new rkey, remote_addr = the bound address) and
+  // IBV_WR_LOCAL_INV (rkey = the key to invalidate): executed in order by the requester (mw.h).
+  Mw* mw = nullptr;
+  uint32_t bind_mr_key = 0;
+  uint64_t bind_length = 0;
+  int bind_access = 0;
   // UD destination
   Ah* ah = nullptr;
   uint32_t remote_qpn = 0;

@@ -147,6 +147,9 @@ int post_recv_op(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);        // o
 int post_srq_recv_op(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);  // objects_srq.cpp
 int poll_cq_op(ibv_cq* cq, int n, ibv_wc* wc);                              // objects_cq.cpp
 int req_notify_cq_op(ibv_cq* cq, int solicited_only);                       // objects_cq.cpp
+ibv_mw* alloc_mw_op(ibv_pd* pd, ibv_mw_type type);                          // objects_mw.cpp
+int dealloc_mw_op(ibv_mw* mw);                                              // objects_mw.cpp
+int bind_mw_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);                  // objects_mw.cpp
 
 void install_context_ops(EmuContext* ctx) {
   ibv_context_ops& ops = ctx->vctx.context.ops;
@@ -155,7 +158,9 @@ void install_context_ops(EmuContext* ctx) {
   ops.post_srq_recv = post_srq_recv_op;
   ops.poll_cq = poll_cq_op;
   ops.req_notify_cq = req_notify_cq_op;
-  // alloc_mw / bind_mw / dealloc_mw stay null: the inline verbs answer EOPNOTSUPP.
+  ops.alloc_mw = alloc_mw_op;
+  ops.dealloc_mw = dealloc_mw_op;
+  ops.bind_mw = bind_mw_op;
   verbs_context& v = ctx->vctx;
   v.query_port = query_port_op;
   v.query_device_ex = query_device_ex_op;

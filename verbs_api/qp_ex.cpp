@@ -31,7 +31,8 @@ namespace {
 constexpr uint64_t kSupportedOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                                    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                    IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                                   IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+                                   IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_BIND_MW |
+                                   IBV_QP_EX_WITH_LOCAL_INV;
 
 WrBatch& batch_of(ibv_qp_ex* qp) {
   return *to_emu(qp)->batch;
@@ -95,13 +96,19 @@ void wr_atomic_fetch_add(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, uin
   }
 }
 
-// Memory windows, invalidation, TSO, XRC and atomic write: not offered by emu0.
-void wr_bind_mw(ibv_qp_ex* qp, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
-  set_error(qp, EOPNOTSUPP);
+// Memory windows (emu/mw.h): a type 2 window bound or invalidated through the send queue.
+void wr_bind_mw(ibv_qp_ex* qp, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  if (mw == nullptr || info == nullptr) return set_error(qp, EINVAL);
+  if (ibv_send_wr* wr = begin_wr(qp, IBV_WR_BIND_MW)) {
+    wr->bind_mw.mw = mw;
+    wr->bind_mw.rkey = rkey;
+    wr->bind_mw.bind_info = *info;
+  }
 }
-void wr_local_inv(ibv_qp_ex* qp, uint32_t) {
-  set_error(qp, EOPNOTSUPP);
+void wr_local_inv(ibv_qp_ex* qp, uint32_t rkey) {
+  if (ibv_send_wr* wr = begin_wr(qp, IBV_WR_LOCAL_INV)) wr->invalidate_rkey = rkey;
 }
+// Send with invalidate, TSO, XRC and atomic write: not offered by emu0.
 void wr_send_inv(ibv_qp_ex* qp, uint32_t) {
   set_error(qp, EOPNOTSUPP);
 }
