@@ -1,9 +1,26 @@
-// The connection manager's hooks called by the endpoint code (dat_api/ep.h). Placeholder until
-// the connection manager lands: no EP has a connection yet, so there is nothing to tear down.
+// The connection manager's hooks called by the endpoint and IA code (ep.h, cm_hooks.h).
+#include "dat_api/cm_hooks.h"
+
+#include "dat_api/cm_connection.h"
+#include "dat_api/cm_service.h"
 #include "dat_api/ep.h"
 
 namespace emudat {
 
-void cm_on_ep_free(Ep&) {}
+void cm_on_ep_free(Ep& ep) {
+  std::shared_ptr<Connection> connection;
+  {
+    // Detached under the EP's lock: the CM thread checks the attachment under the same lock
+    // before it posts an event, so none comes after this.
+    std::lock_guard<std::mutex> guard(ep.mutex);
+    connection = std::move(ep.connection);
+  }
+  // The socket closes without a DREQ: a connected peer sees DAT_CONNECTION_EVENT_BROKEN.
+  if (connection) connection->service().post([connection] { connection->abort(); });
+}
+
+void cm_on_ia_close(Ia& ia) {
+  CmService::close_ia(ia);
+}
 
 }  // namespace emudat

@@ -16,6 +16,9 @@
 #include <string>
 
 #include "dat_api/api.h"
+#include "dat_api/cm_hooks.h"
+#include "dat_api/cno.h"
+#include "dat_api/ep.h"
 #include "dat_api/errors.h"
 #include "dat_api/log.h"
 #include "dat_api/objects.h"
@@ -126,10 +129,10 @@ void fill_ia_attr(Ia& ia, DAT_IA_ATTR* a) {
   a->max_lmr_block_size = clamp_seg(d.max_mr_size);
   a->max_lmr_virtual_address = UINT64_MAX;
   a->max_pzs = d.max_pd;
-  a->max_message_size = 1U << 31;  // the engine carries messages up to 2 GiB
-  a->max_rdma_size = 1U << 31;
-  a->max_rmrs = 0;  // memory windows: not offered by emu0 (RMRs: not yet)
-  a->max_rmr_target_address = 0;
+  a->max_message_size = kMaxMessageSize;  // the engine carries messages up to 2 GiB
+  a->max_rdma_size = kMaxMessageSize;
+  a->max_rmrs = d.max_mw;  // H3: RMRs are memory windows (0 on a device without them)
+  a->max_rmr_target_address = d.max_mw != 0 ? UINT64_MAX : 0;
   a->max_srqs = d.max_srq;
   a->max_ep_per_srq = d.max_qp;
   a->max_recv_per_srq = d.max_srq_wr;
@@ -316,6 +319,13 @@ void Ia::pump_async_events() {
       srq = ev.element.srq;
       srq_context = srq != nullptr ? srq->srq_context : nullptr;
     }
+    // A QP's context is its EP's DAT handle (looked up below, never dereferenced).
+    void* qp_context = nullptr;
+    if (type == IBV_EVENT_QP_FATAL || type == IBV_EVENT_QP_REQ_ERR ||
+        type == IBV_EVENT_QP_ACCESS_ERR || type == IBV_EVENT_PATH_MIG_ERR ||
+        type == IBV_EVENT_QP_LAST_WQE_REACHED) {
+      qp_context = ev.element.qp != nullptr ? ev.element.qp->qp_context : nullptr;
+    }
     ibv_ack_async_event(&ev);
 
     switch (type) {
@@ -343,8 +353,25 @@ void Ia::pump_async_events() {
         deliver_async(e);
         break;
       }
+      case IBV_EVENT_QP_FATAL:
+      case IBV_EVENT_QP_REQ_ERR:
+      case IBV_EVENT_QP_ACCESS_ERR:
+      case IBV_EVENT_PATH_MIG_ERR:
+      case IBV_EVENT_QP_LAST_WQE_REACHED: {
+        // The EP's QP went to the error state (for an SRQ EP, Last WQE Reached says so once
+        // the QP takes no more SRQ buffers): the EP is broken, as the OpenFabrics providers
+        // report it and dapl2-utils' dtestsrq expects after a disconnect.
+        if (Handles::get<Ep>(qp_context)) {
+          DAT_EVENT e{};
+          e.event_number = DAT_ASYNC_ERROR_EP_BROKEN;
+          e.event_data.asynch_error_event_data.dat_handle = qp_context;
+          e.event_data.asynch_error_event_data.reason = DAT_EP_TRANSFER_TO_ERROR;
+          deliver_async(e);
+        }
+        break;
+      }
       default:
-        // QP and CQ events belong to endpoints and DTO EVDs (later slices).
+        // CQ events and the informational QP events (COMM_EST, SQ_DRAINED) have no DAT event.
         log_debug("IA {}: verbs async event {} not mapped yet", config_->ia_name,
                   ibv_event_type_str(type));
         break;
@@ -479,6 +506,12 @@ DAT_RETURN ia_close(DAT_IA_HANDLE ia_handle, DAT_CLOSE_FLAGS flags) {
   if (raw(flags) != raw(DAT_CLOSE_ABRUPT_FLAG) && raw(flags) != raw(DAT_CLOSE_GRACEFUL_FLAG)) {
     return invalid_arg(2);
   }
+  if (flags == DAT_CLOSE_ABRUPT_FLAG) {
+    // Connections go first, without the IA's lock (the connection manager may take it).
+    for (const auto& child : ia->children_snapshot()) {
+      if (child->kind() == Kind::kEp) cm_on_ep_free(*static_cast<Ep*>(child.get()));
+    }
+  }
   {
     std::lock_guard<std::mutex> guard(ia->mutex());
     std::vector<std::shared_ptr<Object>> children = ia->children();
@@ -488,19 +521,27 @@ DAT_RETURN ia_close(DAT_IA_HANDLE ia_handle, DAT_CLOSE_FLAGS flags) {
     // Unpublished first, under the IA's lock: a second close racing this one finds no IA.
     if (!Handles::retire(ia->handle(), Kind::kIa)) return invalid_handle(DAT_INVALID_HANDLE_IA);
     ia->closed = true;
-    // Abrupt: free every child, dependants first (SRQ and LMR before EVD and PZ). The verbs
-    // resources go when the last in-flight call on each lets go of it.
-    for (Kind kind : {Kind::kSrq, Kind::kLmr, Kind::kEvd, Kind::kPz}) {
+    // Abrupt: free every child, dependants first (EPs, then the connection manager's and the
+    // RMR code's objects, SRQ and LMR, then EVD and PZ). The verbs resources go when the last
+    // in-flight call on each lets go of it.
+    for (Kind kind : {Kind::kEp, Kind::kCr, Kind::kPsp, Kind::kRsp, Kind::kCsp, Kind::kRmr,
+                      Kind::kSrq, Kind::kLmr, Kind::kEvd, Kind::kCno, Kind::kPz}) {
       for (const auto& child : children) {
         if (child->kind() != kind) continue;
         Handles::retire(child->handle(), kind);
+        if (kind == Kind::kEp) {
+          ep_release(*ia, *static_cast<Ep*>(child.get()));
+          continue;  // ep_release left the children
+        }
         if (kind == Kind::kEvd) static_cast<Evd*>(child.get())->abort();
+        if (kind == Kind::kCno) static_cast<Cno*>(child.get())->kill();  // H3: wakes its waiters
         if (kind == Kind::kSrq) static_cast<Srq*>(child.get())->pz()->users.fetch_sub(1);
         if (kind == Kind::kLmr) static_cast<Lmr*>(child.get())->pz()->users.fetch_sub(1);
         ia->remove_child(child.get());
       }
     }
   }
+  cm_on_ia_close(*ia);  // H2 (connection manager): stops the IA's CM thread, frees PSP/RSP/CR
   ia->stop_async_thread();
   if (std::shared_ptr<Evd> evd = ia->async_evd()) {
     evd->users.fetch_sub(1);

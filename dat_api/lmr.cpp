@@ -101,7 +101,10 @@ DAT_RETURN lmr_create(DAT_IA_HANDLE ia_handle, DAT_MEM_TYPE mem_type, DAT_REGION
 
   std::lock_guard<std::mutex> guard(ia->mutex());
   if (ia->closed) return invalid_handle(DAT_INVALID_HANDLE_IA);
-  ibv_mr* mr = ibv_reg_mr(pz->pd(), address, length, access_of(privileges));
+  // RMRs (H3: dat_api/rmr.h) may be bound to any LMR: verbs asks for IBV_ACCESS_MW_BIND.
+  const bool windows = (ia->device_attr().device_cap_flags & IBV_DEVICE_MEM_WINDOW) != 0;
+  ibv_mr* mr = ibv_reg_mr(pz->pd(), address, length,
+                          access_of(privileges) | (windows ? IBV_ACCESS_MW_BIND : 0));
   if (mr == nullptr) {
     int err = errno;
     if (err == EINVAL || err == EFAULT) return invalid_arg(3);
@@ -150,6 +153,8 @@ DAT_RETURN lmr_free(DAT_LMR_HANDLE h) {
   auto lmr = Handles::get<Lmr>(h);
   if (!lmr) return invalid_handle(DAT_INVALID_HANDLE_LMR);
   std::lock_guard<std::mutex> guard(lmr->ia()->mutex());
+  // H3: an RMR bound to it keeps it until unbound, rebound elsewhere or freed (dat_rmr_bind).
+  if (lmr->rmr_binds.load() != 0) return invalid_state(DAT_INVALID_STATE_LMR_IN_USE);
   if (!Handles::retire(h, Kind::kLmr)) return invalid_handle(DAT_INVALID_HANDLE_LMR);
   lmr->pz()->users.fetch_sub(1);
   lmr->ia()->remove_child(lmr.get());

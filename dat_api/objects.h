@@ -14,11 +14,11 @@
 #include <sys/socket.h>
 
 #include <atomic>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "dat_api/handles.h"
@@ -27,6 +27,7 @@
 namespace emudat {
 
 class Evd;
+class Cno;  // dat_api/cno.h
 
 // The event number of the SRQ low-watermark event. DAT 2.0 gives SRQ-affiliated events only a
 // reason (DAT_SRQ_LOW_WATERMARK_EVENT in DAT_ASYNCH_ERROR_EVENT_DATA), no event number of
@@ -35,9 +36,17 @@ class Evd;
 // one that does not claim a state change of another object (EP broken, IA catastrophic, EVD
 // overflow, timeout). Consumers tell the event by dat_handle (the SRQ) and reason.
 constexpr DAT_EVENT_NUMBER kSrqLowWatermarkEventNumber = DAT_ASYNC_ERROR_PROVIDER_INTERNAL_ERROR;
+// The event number of the endpoint soft high-watermark event (dat_ep_set_watermark, srq_soft_hw),
+// chosen by the same reasoning: data DAT_ASYNCH_ERROR_EVENT_DATA with dat_handle = the EP and
+// reason DAT_SRQ_SOFT_HIGH_WATERMARK_EVENT.
+constexpr DAT_EVENT_NUMBER kEpSoftHighWatermarkEventNumber =
+    DAT_ASYNC_ERROR_PROVIDER_INTERNAL_ERROR;
 
-// The largest EVD queue we accept: events are kept in a deque, so the length costs memory
-// only as events arrive.
+// The largest message and RDMA transfer the engine carries (dat_ia_query, EP attribute limits).
+constexpr DAT_SEG_LENGTH kMaxMessageSize = 1U << 31;
+
+// The largest EVD queue we accept: the event ring grows as events arrive, so the length costs
+// memory only when used.
 constexpr DAT_COUNT kMaxEvdQlen = 1 << 20;
 
 class Ia : public Object {
@@ -71,7 +80,14 @@ class Ia : public Object {
   // Children, for dat_ia_close (abrupt: free them all; graceful: refuse while any is left).
   void add_child(const std::shared_ptr<Object>& child);  // caller holds mutex()
   void remove_child(const Object* child);                // caller holds mutex()
-  std::vector<std::shared_ptr<Object>> children() const { return children_; }
+  std::vector<std::shared_ptr<Object>> children() const {
+    return children_;
+  }  // caller holds mutex()
+  // The same, taking mutex() itself.
+  std::vector<std::shared_ptr<Object>> children_snapshot() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return children_;
+  }
 
   // The asynchronous EVD (null when the IA was opened with DAT_EVD_ASYNC_EXISTS and none was
   // created since).
@@ -119,7 +135,7 @@ class Pz : public Object {
   ~Pz() override;
   const std::shared_ptr<Ia>& ia() const { return ia_; }
   ibv_pd* pd() const { return pd_; }
-  std::atomic<int> users{0};  // LMRs, SRQs (and EPs, later) created in this PZ and not freed
+  std::atomic<int> users{0};  // LMRs, SRQs and EPs created in this PZ and not freed
 
  private:
   std::shared_ptr<Ia> ia_;
@@ -145,22 +161,44 @@ class Lmr : public Object {
   // Whether [address, address + length) lies inside the registered region.
   bool covers(DAT_VADDR address, DAT_VLEN len) const;
 
+  // RMRs bound to this LMR (H3: dat_api/rmr.h): dat_lmr_free refuses while any is.
+  std::atomic<int> rmr_binds{0};
+
  private:
   std::shared_ptr<Ia> ia_;
   std::shared_ptr<Pz> pz_;
   ibv_mr* mr_;
 };
 
-// An Event Dispatcher: a bounded software queue of DAT_EVENTs. Producers are the IA's
-// asynchronous-event reader, dat_evd_post_se, and (later slices) the connection manager and
-// the DTO completion source, all through post(). dat_evd_wait blocks on an eventfd that post()
-// writes while a waiter sleeps, so the wait is a real descriptor wait with a timeout.
+class Ep;
+struct RecvHeld;  // dat_api/ep.h
+
+// Which of an endpoint's queues complete on an EVD (an EVD may be both for one EP).
+enum class EvdRole { kRecv, kRequest };
+
+// An Event Dispatcher: a bounded queue of DAT_EVENTs. Producers are the IA's asynchronous-event
+// reader, dat_evd_post_se and the connection manager, all through post(), and, for an EVD
+// created with DAT_EVD_DTO_FLAG or DAT_EVD_RMR_BIND_FLAG, the verbs CQ it owns: dequeue and wait
+// move completions from the CQ into the queue (harvest) and turn each into a DTO or RMR-bind
+// completion event, so software events and completions keep the order in which the EVD saw them.
+// dat_evd_wait sleeps in ppoll on an eventfd that post() writes while a waiter sleeps, and on the
+// CQ's completion channel, with the timeout in microseconds.
+//
+// The queue is a ring of preallocated slots that grows (doubling, up to qlen) only when full, so
+// the steady state allocates nothing. Lock order: an EVD's lock is taken alone, never while
+// holding another EVD's; the harvest reads endpoints' WR rings (atomics) but never takes an
+// endpoint's lock.
 class Evd : public Object {
  public:
   static constexpr Kind kKind = Kind::kEvd;
   Evd(std::shared_ptr<Ia> ia, DAT_COUNT qlen, DAT_EVD_FLAGS flags);
   ~Evd() override;
   bool ok() const { return wake_fd_ >= 0; }
+
+  // Creates the verbs CQ (at least `cqe` entries) and its completion channel. Called once, by
+  // dat_evd_create, for DTO and RMR-bind EVDs. False (errno set) when verbs refuses.
+  bool open_cq(int cqe);
+  ibv_cq* cq() const { return cq_; }
 
   const std::shared_ptr<Ia>& ia() const { return ia_; }
   DAT_EVD_FLAGS flags() const { return flags_; }
@@ -177,22 +215,70 @@ class Evd : public Object {
   // Wakes a waiter with DAT_ABORT: the EVD is being freed or its IA closed.
   void abort();
 
-  std::atomic<int> users{0};  // the IA (as its async EVD) and, later, EPs and PSPs using it
+  // Endpoints whose QP completes on this EVD's CQ, found by qp_num when a completion is
+  // harvested. The endpoint code attaches a QP after creating it and detaches it before
+  // destroying it, so the harvest never sees a dead Ep.
+  void attach_qp(uint32_t qp_num, Ep* ep, EvdRole role);
+  void detach_qp(uint32_t qp_num, EvdRole role);
+  // Moves what the CQ holds now into the queue (dat_ep_get_status, dat_ep_recv_query and
+  // dat_ep_set_watermark call it, so that their counts include completions already made).
+  void harvest();
+
+  std::atomic<int> users{0};  // the IA (as its async EVD), EPs and PSPs using it
+
+  // --- CNO (H3: dat_api/cno.h; these three are defined in cno.cpp) ---
+  // The CNO this EVD notifies: an event that arrives while the EVD is enabled and nobody waits
+  // on it in dat_evd_wait triggers it, after the EVD's lock is dropped (notify_cno).
+  // set_cno: the caller holds the IA's mutex; false (nothing changed) when `cno` was freed.
+  // `evd_freed`: the EVD is going (dat_evd_free), which may wake the CNO's waiters.
+  std::shared_ptr<Cno> cno();
+  bool set_cno(std::shared_ptr<Cno> cno, bool evd_freed = false);
+  void notify_cno();
 
  private:
+  struct Slot {
+    DAT_EVENT event;
+    std::shared_ptr<RecvHeld> held;  // set for receive completions: released at dequeue
+  };
+  struct Binding {
+    Ep* ep = nullptr;
+    int recv_refs = 0;
+    int request_refs = 0;
+  };
+  // Soft high watermark events found by a harvest, delivered after the lock is dropped (the
+  // async EVD may be this one).
+  struct Notices {
+    static constexpr int kMax = 8;
+    DAT_EP_HANDLE eps[kMax];
+    int count = 0;
+  };
+
   void wake_locked();
+  bool full_locked() const { return static_cast<DAT_COUNT>(count_) >= qlen_; }
+  bool push_locked(const DAT_EVENT& event, std::shared_ptr<RecvHeld> held);
+  void pop_locked(DAT_EVENT* out);
+  void harvest_locked(Notices* notices);
+  void deliver(const Notices& notices);
+  void drain_channel();
 
   std::shared_ptr<Ia> ia_;
   const DAT_EVD_FLAGS flags_;
   int wake_fd_ = -1;
+  ibv_comp_channel* channel_ = nullptr;
+  ibv_cq* cq_ = nullptr;
 
   std::mutex mutex_;
-  std::deque<DAT_EVENT> queue_;
+  std::vector<Slot> ring_;
+  size_t head_ = 0;   // index of the oldest event
+  size_t count_ = 0;  // events queued
   DAT_COUNT qlen_;
+  std::unordered_map<uint32_t, Binding> bindings_;
   bool enabled_ = true;
   bool waitable_ = true;
   bool waiting_ = false;
   bool aborted_ = false;
+  std::shared_ptr<Cno> cno_;             // CNO (H3): under mutex_
+  std::atomic<bool> cno_notify_{false};  // CNO (H3): an arrival must trigger cno_
 };
 
 class Srq : public Object {
@@ -210,10 +296,10 @@ class Srq : public Object {
   std::mutex mutex;             // set_lw, resize, query
   DAT_COUNT low_watermark = 0;  // the DAT watermark; kept after the verbs limit fired (reads 0)
 
-  std::atomic<int> ep_count{0};  // EPs created with this SRQ (EP slice)
+  std::atomic<int> ep_count{0};  // EPs created with this SRQ and not freed
   // Receive completions of this SRQ's buffers that an EVD has taken from the verbs CQ but the
   // consumer has not dequeued yet: still outstanding for DAT although verbs counts them reaped
-  // (EP slice feeds it; 0 until then).
+  // (counted up by the EVD's harvest, down when the consumer dequeues the event).
   std::atomic<int> completions_in_evds{0};
 
   // The verbs limit event for `verbs_srq` arrived: post the DAT low-watermark event.

@@ -947,17 +947,4 @@ TEST_F(DatSrq, ResizeToZeroOrAboveTheDeviceMaximumIsInvalidParameter) {
   EXPECT_EQ(QuerySrq(srq).max_recv_dtos, 4);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Not yet (later slices of issue 5)
-
-TEST_F(Dat, EndpointCallsAreNotImplementedYet) {
-  DAT_PZ_HANDLE pz = NewPz();
-  DAT_EVD_HANDLE evd = NewEvd(8, DAT_EVD_DTO_FLAG);
-  DAT_EP_HANDLE ep = DAT_HANDLE_NULL;
-  EXPECT_DAT(Err(DAT_NOT_IMPLEMENTED),
-             dat_ep_create(ia_, pz, evd, evd, DAT_HANDLE_NULL, nullptr, &ep));
-  DAT_PSP_HANDLE psp = DAT_HANDLE_NULL;
-  EXPECT_DAT(Err(DAT_NOT_IMPLEMENTED), dat_psp_create(ia_, 1234, evd, DAT_PSP_CONSUMER_FLAG, &psp));
-}
-
 }  // namespace
