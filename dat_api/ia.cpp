@@ -464,7 +464,12 @@ DAT_RETURN ia_open(const DAT_NAME_PTR name, DAT_COUNT async_evd_qlen, DAT_EVD_HA
   if (handle == DAT_HANDLE_NULL) return dat_error(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_MEMORY);
 
   if (*async_evd == DAT_HANDLE_NULL) {
-    auto evd = std::make_shared<Evd>(ia, async_evd_qlen, DAT_EVD_ASYNC_FLAG);
+    // The consumer's length is a minimum (dat_ia_open's async_evd_min_qlen): asynchronous
+    // events come one per EP or SRQ (an SRQ EP reports EP_BROKEN when it disconnects), so
+    // the queue gets room for many more and none is lost because the consumer sized it for
+    // a few (dtestsrq passes 8 and waits for one EP_BROKEN per connection).
+    auto evd = std::make_shared<Evd>(ia, std::max(async_evd_qlen, kMinAsyncEvdQlen),
+                                     DAT_EVD_ASYNC_FLAG);
     DAT_HANDLE evd_handle = evd->ok() ? Handles::publish(evd, config->provider) : DAT_HANDLE_NULL;
     if (evd_handle == DAT_HANDLE_NULL) {
       Handles::retire(handle, Kind::kIa);

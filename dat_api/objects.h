@@ -48,6 +48,8 @@ constexpr DAT_SEG_LENGTH kMaxMessageSize = 1U << 31;
 // The largest EVD queue we accept: the event ring grows as events arrive, so the length costs
 // memory only when used.
 constexpr DAT_COUNT kMaxEvdQlen = 1 << 20;
+// The least length of an IA's asynchronous EVD, whatever the consumer asked for (ia.cpp).
+constexpr DAT_COUNT kMinAsyncEvdQlen = 4096;
 
 class Ia : public Object {
  public:
