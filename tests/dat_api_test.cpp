@@ -15,29 +15,14 @@
 #include <thread>
 #include <vector>
 
+#include "tests/dat_test_util.h"
+
 namespace {
 
-constexpr DAT_RETURN Err(DAT_RETURN_TYPE type, DAT_UINT32 subtype = DAT_NO_SUBTYPE) {
-  return DAT_CLASS_ERROR | static_cast<DAT_UINT32>(type) | subtype;
-}
-constexpr DAT_RETURN InvalidHandle(DAT_RETURN_SUBTYPE s) {
-  return Err(DAT_INVALID_HANDLE, s);
-}
-constexpr DAT_RETURN InvalidArg(int n) {
-  return Err(DAT_INVALID_PARAMETER, static_cast<DAT_UINT32>(DAT_INVALID_ARG1) + (n - 1));
-}
+using namespace dat_test;
 
 // The event number the provider gives the SRQ low-watermark event (dat_api/README.md).
 constexpr DAT_EVENT_NUMBER kSrqLowWatermarkEvent = DAT_ASYNC_ERROR_PROVIDER_INTERNAL_ERROR;
-
-std::string Describe(DAT_RETURN r) {
-  const char* major = "?";
-  const char* minor = "?";
-  dat_strerror(r, &major, &minor);
-  char hex[16];
-  std::snprintf(hex, sizeof(hex), "0x%08x", r);
-  return std::string(hex) + " " + major + " / " + minor;
-}
 
 // A C consumer may pass any int where a prototype names a DAT enum (a mask, flags); C++ cannot
 // form such an enum value without undefined behaviour, so these call through the C signature,
@@ -55,21 +40,6 @@ DAT_RETURN EvdCreateRawFlags(DAT_IA_HANDLE ia, DAT_COUNT qlen, DAT_UINT32 flags,
   using Fn = DAT_RETURN (*)(DAT_IA_HANDLE, DAT_COUNT, DAT_CNO_HANDLE, DAT_UINT32, DAT_EVD_HANDLE*);
   return reinterpret_cast<Fn>(&dat_evd_create)(ia, qlen, DAT_HANDLE_NULL, flags, evd);
 }
-
-#define EXPECT_DAT(expected, call)                                    \
-  do {                                                                \
-    DAT_RETURN dat_r_ = (call);                                       \
-    EXPECT_EQ(dat_r_, static_cast<DAT_RETURN>(expected))              \
-        << #call << " returned " << Describe(dat_r_) << ", expected " \
-        << Describe(static_cast<DAT_RETURN>(expected));               \
-  } while (0)
-#define ASSERT_DAT(expected, call)                                    \
-  do {                                                                \
-    DAT_RETURN dat_r_ = (call);                                       \
-    ASSERT_EQ(dat_r_, static_cast<DAT_RETURN>(expected))              \
-        << #call << " returned " << Describe(dat_r_) << ", expected " \
-        << Describe(static_cast<DAT_RETURN>(expected));               \
-  } while (0)
 
 class Dat : public ::testing::Test {
  protected:

@@ -33,23 +33,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "tests/dat_test_util.h"
+
 namespace {
+
+using namespace dat_test;
 
 // ---------------------------------------------------------------------------------------------
 // Return codes
-
-constexpr DAT_RETURN Err(DAT_RETURN_TYPE type, DAT_UINT32 subtype = DAT_NO_SUBTYPE) {
-  return DAT_CLASS_ERROR | static_cast<DAT_UINT32>(type) | subtype;
-}
-
-std::string Describe(DAT_RETURN r) {
-  const char* major = "?";
-  const char* minor = "?";
-  dat_strerror(r, &major, &minor);
-  char hex[16];
-  std::snprintf(hex, sizeof(hex), "0x%08x", r);
-  return std::string(hex) + " " + major + " / " + minor;
-}
 
 #define ASSERT_DAT_OK(call)                                                                       \
   do {                                                                                            \

@@ -12,45 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/dat_test_util.h"
+
 namespace {
 
-constexpr DAT_RETURN Err(DAT_RETURN_TYPE type, DAT_UINT32 subtype = DAT_NO_SUBTYPE) {
-  return DAT_CLASS_ERROR | static_cast<DAT_UINT32>(type) | subtype;
-}
-constexpr DAT_RETURN InvalidHandle(DAT_RETURN_SUBTYPE s) {
-  return Err(DAT_INVALID_HANDLE, s);
-}
-constexpr DAT_RETURN InvalidArg(int n) {
-  return Err(DAT_INVALID_PARAMETER, static_cast<DAT_UINT32>(DAT_INVALID_ARG1) + (n - 1));
-}
-// The type of a return code (DAT_INVALID_STATE ...), whatever its subtype.
-DAT_RETURN_TYPE TypeOf(DAT_RETURN r) {
-  return static_cast<DAT_RETURN_TYPE>(DAT_GET_TYPE(r));
-}
+using namespace dat_test;
 
-std::string Describe(DAT_RETURN r) {
-  const char* major = "?";
-  const char* minor = "?";
-  dat_strerror(r, &major, &minor);
-  char hex[16];
-  std::snprintf(hex, sizeof(hex), "0x%08x", r);
-  return std::string(hex) + " " + major + " / " + minor;
-}
-
-#define EXPECT_DAT(expected, call)                                    \
-  do {                                                                \
-    DAT_RETURN dat_r_ = (call);                                       \
-    EXPECT_EQ(dat_r_, static_cast<DAT_RETURN>(expected))              \
-        << #call << " returned " << Describe(dat_r_) << ", expected " \
-        << Describe(static_cast<DAT_RETURN>(expected));               \
-  } while (0)
-#define ASSERT_DAT(expected, call)                                    \
-  do {                                                                \
-    DAT_RETURN dat_r_ = (call);                                       \
-    ASSERT_EQ(dat_r_, static_cast<DAT_RETURN>(expected))              \
-        << #call << " returned " << Describe(dat_r_) << ", expected " \
-        << Describe(static_cast<DAT_RETURN>(expected));               \
-  } while (0)
 #define EXPECT_DAT_TYPE(type, call)                                                 \
   do {                                                                              \
     DAT_RETURN dat_r_ = (call);                                                     \
