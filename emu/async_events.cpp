@@ -15,7 +15,8 @@ void AsyncEventQueue::push(const AsyncEvent& event) {
   fd_.signal();
 }
 
-bool AsyncEventQueue::get(AsyncEvent* out) {
+bool AsyncEventQueue::get(AsyncEvent* out, void (*on_taken)(const AsyncEvent&, void*),
+                          void* arg) {
   // One count per pushed event (semaphore eventfd); counts of forgotten events are skipped.
   for (;;) {
     if (!fd_.consume_one()) return false;
@@ -23,6 +24,7 @@ bool AsyncEventQueue::get(AsyncEvent* out) {
     if (!events_.empty()) {
       *out = events_.front();
       events_.pop_front();
+      if (on_taken != nullptr) on_taken(*out, arg);
       return true;
     }
     if (stale_tokens_ > 0) --stale_tokens_;

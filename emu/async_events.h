@@ -28,7 +28,12 @@ class AsyncEventQueue {
   void push(const AsyncEvent& event);
   // Returns the oldest event. Blocks while there is none, unless the program made fd()
   // non-blocking: then returns false at once.
-  bool get(AsyncEvent* out);
+  bool get(AsyncEvent* out) { return get(out, nullptr, nullptr); }
+  // As get, and calls `on_taken(event, arg)` before the queue's lock is released: forget()
+  // and so the destruction of the event's object wait for it. The verbs layer translates the
+  // event to its handles and counts it as reported there; between a bare get and that count,
+  // ibv_destroy_qp could free the QP the event names.
+  bool get(AsyncEvent* out, void (*on_taken)(const AsyncEvent& event, void* arg), void* arg);
   // Waits up to timeout_ms for an event, without removing it.
   bool wait(int timeout_ms) { return fd_.wait_readable(timeout_ms); }
   int fd() const { return fd_.fd(); }

@@ -10,13 +10,14 @@ void CompChannel::notify(Cq* cq) {
   fd_.signal();
 }
 
-Cq* CompChannel::get_event() {
+Cq* CompChannel::get_event(void (*on_taken)(Cq*, void*), void* arg) {
   for (;;) {
     if (!fd_.consume_one()) return nullptr;
     std::lock_guard lock(mutex_);
     if (!events_.empty()) {
       Cq* cq = events_.front();
       events_.pop_front();
+      if (on_taken != nullptr) on_taken(cq, arg);
       return cq;
     }
     // The count of a forgotten notification: no event behind it, wait for the next one.

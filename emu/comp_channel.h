@@ -18,7 +18,10 @@ class CompChannel : public ApiHandle {
   void notify(Cq* cq);
   // Returns the CQ of the oldest notification. Blocks while there is none, unless the
   // program made fd() non-blocking: then returns nullptr.
-  Cq* get_event();
+  Cq* get_event() { return get_event(nullptr, nullptr); }
+  // As get_event, and calls `on_taken(cq, arg)` before the channel's lock is released, so that
+  // forget() and so the CQ's destruction wait for it (see AsyncEventQueue::get).
+  Cq* get_event(void (*on_taken)(Cq* cq, void* arg), void* arg);
   // Drops the notifications still queued for cq (it is being destroyed), as the kernel's
   // uverbs event file does: a later get_event never returns it.
   void forget(const Cq* cq);

@@ -35,22 +35,11 @@ void count_completed(pthread_mutex_t* mutex, pthread_cond_t* cond, uint32_t* com
   pthread_mutex_unlock(mutex);
 }
 
-}  // namespace
-
-}  // namespace emurdma::verbs
-
-EMURDMA_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
-  if (context == nullptr || event == nullptr) {
-    errno = EINVAL;
-    return -1;
-  }
-  if (!is_emu(context)) EMURDMA_DELEGATE(ibv_get_async_event, "IBVERBS_1.1", -1, context, event);
-  emu::AsyncEvent e;
-  // Blocks, unless the program made async_fd non-blocking: then EAGAIN, as read(2) says.
-  if (!to_emu(context)->engine->async_events().get(&e)) {
-    errno = EAGAIN;
-    return -1;
-  }
+// Fills the program's event from the engine's and counts it as reported on its object. Runs
+// with the event queue locked: the object's destroy drops queued events under that lock, so
+// the object is alive here, and once counted its destroy waits for the program's ack.
+void translate_async_event(const emu::AsyncEvent& e, void* arg) {
+  auto* event = static_cast<ibv_async_event*>(arg);
   *event = ibv_async_event{};
   event->event_type = e.type;
   if (e.qp != nullptr) {
@@ -69,6 +58,25 @@ EMURDMA_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* ev
     count_reported(&cq->cq.mutex, &cq->async_events_reported);
   } else {
     event->element.port_num = e.port_num;
+  }
+}
+
+}  // namespace
+
+}  // namespace emurdma::verbs
+
+EMURDMA_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  if (context == nullptr || event == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (!is_emu(context)) EMURDMA_DELEGATE(ibv_get_async_event, "IBVERBS_1.1", -1, context, event);
+  emu::AsyncEvent e;
+  // Blocks, unless the program made async_fd non-blocking: then EAGAIN, as read(2) says.
+  // The event is translated under the queue's lock (translate_async_event).
+  if (!to_emu(context)->engine->async_events().get(&e, translate_async_event, event)) {
+    errno = EAGAIN;
+    return -1;
   }
   return 0;
 }
@@ -123,15 +131,21 @@ EMURDMA_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void
   if (!is_emu(channel->context)) {
     EMURDMA_DELEGATE(ibv_get_cq_event, "IBVERBS_1.1", -1, channel, cq, cq_context);
   }
-  emu::Cq* engine_cq = to_emu(channel)->engine->get_event();
-  if (engine_cq == nullptr) {  // the program made the channel's fd non-blocking
-    errno = EAGAIN;
+  // Counted as reported under the channel's lock: ibv_destroy_cq cannot free the engine's CQ
+  // between the notification's removal and the count its destroy waits on; from then on only
+  // our EmuCq, which outlives the acks, is touched.
+  EmuCq* c = nullptr;
+  auto take = [](emu::Cq* taken, void* arg) {
+    auto* emu_cq = static_cast<EmuCq*>(taken->api);
+    count_reported(&emu_cq->cq.mutex, &emu_cq->comp_events_reported);
+    *static_cast<EmuCq**>(arg) = emu_cq;
+  };
+  if (to_emu(channel)->engine->get_event(take, &c) == nullptr) {
+    errno = EAGAIN;  // the program made the channel's fd non-blocking
     return -1;
   }
-  auto* c = static_cast<EmuCq*>(engine_cq->api);
   *cq = ibv_cq_ex_to_cq(&c->cq);
   *cq_context = c->cq.cq_context;
-  count_reported(&c->cq.mutex, &c->comp_events_reported);
   return 0;
 }
 
