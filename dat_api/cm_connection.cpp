@@ -236,6 +236,13 @@ void Connection::abort() {
   close_socket();
 }
 
+void Connection::break_locally() {
+  if (phase_ != Phase::kEstablished && phase_ != Phase::kClosing) return;
+  deliver({DAT_EP_STATE_CONNECTED, DAT_EP_STATE_DISCONNECT_PENDING}, DAT_EP_STATE_DISCONNECTED,
+          DAT_CONNECTION_EVENT_BROKEN, true, false);
+  abort();
+}
+
 void Connection::close_socket() {
   error_code ignored;
   timer_.cancel();

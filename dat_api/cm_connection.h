@@ -72,6 +72,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void send_disconnect(bool graceful);
   // Tears the socket down with no message (abort, free, IA close): the peer sees BROKEN.
   void abort();
+  // The EP's hard high watermark was exceeded: BROKEN here, then abort() (BROKEN there).
+  void break_locally();
 
  private:
   void read_header();

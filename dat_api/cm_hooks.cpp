@@ -19,6 +19,15 @@ void cm_on_ep_free(Ep& ep) {
   if (connection) connection->service().post([connection] { connection->abort(); });
 }
 
+void cm_break_connection(Ep& ep) {
+  std::shared_ptr<Connection> connection;
+  {
+    std::lock_guard<std::mutex> guard(ep.mutex);
+    connection = ep.connection;
+  }
+  if (connection) connection->service().post([connection] { connection->break_locally(); });
+}
+
 void cm_on_ia_close(Ia& ia) {
   CmService::close_ia(ia);
 }

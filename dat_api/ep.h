@@ -111,6 +111,22 @@ struct RecvHeld {
     bool expected = true;
     return armed.compare_exchange_strong(expected, false);
   }
+  // dat_ep_set_watermark's hard high watermark: "a connection broken event ... when the
+  // number of Recv buffers at EP exceeds" it. DAT_WATERMARK_INFINITE (-1): none. Unlike the
+  // soft one, 0 is a real limit (it is never part of a zeroed DAT_EP_ATTR).
+  std::atomic<int> hard_hw{-1};
+  std::atomic<bool> hard_armed{false};
+  void arm_hard_hw(DAT_COUNT hw) {
+    hard_hw.store(hw, std::memory_order_release);
+    hard_armed.store(hw >= 0, std::memory_order_release);
+  }
+  // True once when `held` exceeds the armed hard watermark: the caller breaks the connection.
+  bool check_hard_hw() {
+    int hw = hard_hw.load(std::memory_order_acquire);
+    if (hw < 0 || held.load(std::memory_order_acquire) <= hw) return false;
+    bool expected = true;
+    return hard_armed.compare_exchange_strong(expected, false);
+  }
 };
 
 class Ep : public Object {
@@ -154,7 +170,7 @@ class Ep : public Object {
   WrRing<RecvRecord> recv_ring;  // receive queue (unused with an SRQ)
   std::shared_ptr<RecvHeld> recv_held = std::make_shared<RecvHeld>();
   ibv_qp_cap qp_cap{};       // what the QP was created with (may exceed the attributes)
-  DAT_COUNT hard_hw = -1;    // dat_ep_set_watermark's hard watermark (stored, not enforced)
+  DAT_COUNT hard_hw = -1;    // dat_ep_set_watermark's hard watermark (RecvHeld enforces it)
   bool recv_posted = false;  // a receive was posted (recv_completion_flags are fixed then)
   bool freed = false;        // dat_ep_free ran: the users counts are given back
 
@@ -183,6 +199,10 @@ void ep_release(Ia& ia, Ep& ep);
 //   sees DAT_CONNECTION_EVENT_BROKEN or DISCONNECTED); no event for this EP is posted after it
 //   returns.
 void cm_on_ep_free(Ep& ep);
+// - the hard high watermark was exceeded (dat_ep_set_watermark): a connected EP goes to
+//   DISCONNECTED with DAT_CONNECTION_EVENT_BROKEN on its connect EVD, its QP is flushed, and
+//   the socket closes without a DREQ (the peer sees BROKEN too). Nothing for other states.
+void cm_break_connection(Ep& ep);
 
 // Called by the RMR code (rmr*.cpp) for dat_rmr_bind; implemented with the DTO posts
 // (dto*.cpp). The bind goes through the EP's send queue like a DTO, so its completion comes back

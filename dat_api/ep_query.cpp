@@ -87,6 +87,7 @@ DAT_RETURN ep_set_watermark(DAT_EP_HANDLE h, DAT_COUNT soft_high_watermark,
   if (!valid_watermark(hard_high_watermark)) return invalid_arg(3);
   harvest_dto_evds(*ep);
   bool fire = false;
+  bool broken = false;
   {
     std::lock_guard<std::mutex> guard(ep->mutex);
     ep->param.ep_attr.srq_soft_hw = soft_high_watermark;
@@ -95,8 +96,12 @@ DAT_RETURN ep_set_watermark(DAT_EP_HANDLE h, DAT_COUNT soft_high_watermark,
     // Arms once per setting (0 and DAT_WATERMARK_INFINITE: none); "this can occur during this
     // call" when the EP already holds that many buffers.
     held.arm_soft_hw(soft_high_watermark);
+    held.arm_hard_hw(hard_high_watermark);
     fire = held.check_soft_hw();
+    broken = ep->state == DAT_EP_STATE_CONNECTED && held.check_hard_hw();
   }
+  // "These can occur during this call": an EP already holding more buffers breaks now.
+  if (broken) cm_break_connection(*ep);
   if (fire) {
     DAT_EVENT e{};
     e.event_number = kEpSoftHighWatermarkEventNumber;

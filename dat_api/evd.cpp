@@ -164,6 +164,9 @@ void Evd::harvest_locked(Notices* notices) {
         if (notices->count < Notices::kMax && held->check_soft_hw()) {
           notices->eps[notices->count++] = held->ep;
         }
+        if (notices->broken_count < Notices::kMax && held->check_hard_hw()) {
+          notices->broken[notices->broken_count++] = held->ep;
+        }
       }
       push_locked(event, std::move(held));
     }
@@ -179,6 +182,12 @@ void Evd::deliver(const Notices& notices) {
     e.event_data.asynch_error_event_data.reason = DAT_SRQ_SOFT_HIGH_WATERMARK_EVENT;
     log_debug("EP {}: soft high watermark event", notices.eps[i]);
     ia_->deliver_async(e);
+  }
+  for (int i = 0; i < notices.broken_count; ++i) {
+    if (auto ep = Handles::get<Ep>(notices.broken[i])) {
+      log_debug("EP {}: hard high watermark exceeded: breaking the connection", notices.broken[i]);
+      cm_break_connection(*ep);
+    }
   }
 }
 

@@ -251,8 +251,10 @@ class Evd : public Object {
   // async EVD may be this one).
   struct Notices {
     static constexpr int kMax = 8;
-    DAT_EP_HANDLE eps[kMax];
+    DAT_EP_HANDLE eps[kMax];  // soft high watermark reached
     int count = 0;
+    DAT_EP_HANDLE broken[kMax];  // hard high watermark exceeded
+    int broken_count = 0;
   };
 
   void wake_locked();

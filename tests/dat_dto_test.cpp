@@ -414,6 +414,42 @@ TEST_F(DatDto, SrqReceivesCountUntilDequeuedAndReachTheSoftHighWatermark) {
   EXPECT_EQ(TypeOf(dat_evd_dequeue(async_evd_, &async)), DAT_QUEUE_EMPTY);
 }
 
+// dat_ep_set_watermark's hard high watermark: "A connection broken event will be generated for
+// EP connect_evd when the number of Recv buffers at EP exceeds the hard high watermark". Holding
+// 1 (= the watermark) breaks nothing; the second held buffer exceeds it: BROKEN on both sides,
+// the EP DISCONNECTED, its remaining receive flushed.
+TEST_F(DatDto, ExceedingTheHardHighWatermarkBreaksTheConnection) {
+  CreateEps();
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_DAT(DAT_SUCCESS, Recv(server_, i * 64, 64, 70 + i));
+  ASSERT_DAT(DAT_SUCCESS, dat_ep_set_watermark(server_.ep, DAT_WATERMARK_INFINITE, 1));
+  Connect();
+  ASSERT_DAT(DAT_SUCCESS, Send(client_, 0, 10, 80));
+  ExpectDto(Next(client_.request_evd), client_.ep, 80, DAT_DTO_SEND, DAT_DTO_SUCCESS, 10);
+  DAT_EVENT e{};
+  DAT_COUNT nmore = 0;
+  // One buffer held (harvested by the wait, not dequeued by it): not beyond the watermark.
+  EXPECT_EQ(TypeOf(dat_evd_wait(server_.recv_evd, 100 * 1000, 2, &e, &nmore)), DAT_TIMEOUT_EXPIRED);
+  EXPECT_EQ(TypeOf(dat_evd_dequeue(server_.conn_evd, &e)), DAT_QUEUE_EMPTY);
+  DAT_EP_STATE state;
+  ASSERT_DAT(DAT_SUCCESS, dat_ep_get_status(server_.ep, &state, nullptr, nullptr));
+  EXPECT_EQ(state, DAT_EP_STATE_CONNECTED);
+  ASSERT_DAT(DAT_SUCCESS, Send(client_, 0, 20, 81));
+  ASSERT_DAT(DAT_SUCCESS, dat_evd_wait(server_.recv_evd, kWait, 2, &e, &nmore));
+  ExpectDto(e, server_.ep, 70, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 10);
+  ASSERT_DAT(DAT_SUCCESS, dat_evd_wait(server_.conn_evd, kWait, 1, &e, &nmore));
+  EXPECT_EQ(e.event_number, DAT_CONNECTION_EVENT_BROKEN);
+  EXPECT_EQ(e.event_data.connect_event_data.ep_handle, server_.ep);
+  ASSERT_DAT(DAT_SUCCESS, dat_ep_get_status(server_.ep, &state, nullptr, nullptr));
+  EXPECT_EQ(state, DAT_EP_STATE_DISCONNECTED);
+  ASSERT_DAT(DAT_SUCCESS, dat_evd_wait(client_.conn_evd, kWait, 1, &e, &nmore));
+  EXPECT_EQ(e.event_number, DAT_CONNECTION_EVENT_BROKEN);
+  // The second receive completed before the break; the third is flushed by it.
+  ASSERT_DAT(DAT_SUCCESS, dat_evd_dequeue(server_.recv_evd, &e));
+  ExpectDto(e, server_.ep, 71, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 20);
+  ASSERT_DAT(DAT_SUCCESS, dat_evd_wait(server_.recv_evd, kWait, 1, &e, &nmore));
+  ExpectDto(e, server_.ep, 72, DAT_DTO_RECEIVE, DAT_DTO_ERR_FLUSHED, 0);
+}
+
 // An EP with an SRQ whose QP goes to the error state (here by a disconnect) is broken: the
 // async EVD gets DAT_ASYNC_ERROR_EP_BROKEN for it (the verbs Last WQE Reached event; what
 // dapl2-utils' dtestsrq waits for after its disconnect).
