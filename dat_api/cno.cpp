@@ -16,11 +16,6 @@
 
 namespace emudat {
 
-namespace {
-// How long a dat_cno_wait sleeps between harvests of attached DTO EVDs.
-constexpr std::chrono::milliseconds kCqPollSlice{1};
-}  // namespace
-
 Cno::Cno(std::shared_ptr<Ia> ia, const DAT_OS_WAIT_PROXY_AGENT& agent, bool fd_proxy)
     : Object(kKind), ia_(std::move(ia)), fd_proxy_(fd_proxy), agent_(agent) {
   fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -67,7 +62,8 @@ DAT_RETURN Cno::wait(DAT_TIMEOUT timeout, DAT_EVD_HANDLE* evd) {
   const bool infinite = timeout == DAT_TIMEOUT_INFINITE;
   const Clock::time_point deadline = Clock::now() + std::chrono::microseconds(timeout);
 
-  bool polls_cqs = harvest_attached();
+  pollfd fds[1 + kMaxWatched];
+  std::shared_ptr<Evd> watched[kMaxWatched];
   std::unique_lock<std::mutex> lock(mutex_);
   ++waiters_;
   for (;;) {
@@ -86,26 +82,31 @@ DAT_RETURN Cno::wait(DAT_TIMEOUT timeout, DAT_EVD_HANDLE* evd) {
     }
     timespec ts{};
     timespec* tsp = nullptr;
-    if (!infinite || polls_cqs) {
-      auto left = infinite ? kCqPollSlice : deadline - Clock::now();
+    if (!infinite) {
+      auto left = deadline - Clock::now();
       if (left <= Clock::duration::zero()) {
         --waiters_;
         *evd = DAT_HANDLE_NULL;  // the page: "explicitly set to a null handle"
         return dat_error(DAT_TIMEOUT_EXPIRED);
       }
-      if (polls_cqs) left = std::min<Clock::duration>(left, kCqPollSlice);
       auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
       ts.tv_sec = static_cast<time_t>(ns / 1000000000);
       ts.tv_nsec = static_cast<long>(ns % 1000000000);
       tsp = &ts;
     }
     lock.unlock();
+    // A harvest while arming may trigger us: fd_ is then readable and ppoll returns at once.
+    const size_t channels = arm_attached(fds + 1, watched);
     // The fd stays readable while the CNO is triggered (or dead, or orphaned): every waiter
     // sees it and re-checks under the lock; the one that consumes the trigger drains it.
-    pollfd pfd{fd_, POLLIN, 0};
-    int n = ppoll(&pfd, 1, tsp, nullptr);
+    fds[0] = pollfd{fd_, POLLIN, 0};
+    int n = ppoll(fds, 1 + channels, tsp, nullptr);
     int err = errno;
-    if (polls_cqs) polls_cqs = harvest_attached();
+    for (size_t i = 0; n > 0 && i < channels; ++i) {
+      // Acknowledged here; the next arm_attached harvests what they announced.
+      if ((fds[1 + i].revents & POLLIN) != 0) watched[i]->take_cq_notifications();
+    }
+    for (size_t i = 0; i < channels; ++i) watched[i].reset();
     lock.lock();
     if (n < 0 && err != EINTR) {
       --waiters_;
@@ -168,25 +169,27 @@ void Cno::detach_evd(DAT_EVD_HANDLE evd, bool evd_freed) {
   }
 }
 
-bool Cno::harvest_attached() {
+size_t Cno::arm_attached(pollfd* channels, std::shared_ptr<Evd>* watched) {
   // Copied out: a harvest triggers this CNO, which takes mutex_.
-  DAT_EVD_HANDLE handles[16];
+  DAT_EVD_HANDLE handles[kMaxWatched];
   size_t n = 0;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     for (DAT_EVD_HANDLE h : attached_) {
-      if (n == std::size(handles)) break;
+      if (n == kMaxWatched) break;
       handles[n++] = h;
     }
   }
-  bool any_cq = false;
+  size_t armed = 0;
   for (size_t i = 0; i < n; ++i) {
     auto evd = Handles::get<Evd>(handles[i]);
-    if (!evd || evd->cq() == nullptr) continue;
-    any_cq = true;
-    evd->harvest();
+    if (!evd) continue;
+    const int fd = evd->arm_cq_notification();
+    if (fd < 0) continue;
+    channels[armed] = pollfd{fd, POLLIN, 0};
+    watched[armed++] = std::move(evd);
   }
-  return any_cq;
+  return armed;
 }
 
 void Cno::kill() {
@@ -197,6 +200,20 @@ void Cno::kill() {
 }
 
 // --- The CNO side of Evd (objects.h) ---
+
+int Evd::arm_cq_notification() {
+  if (cq_ == nullptr || channel_ == nullptr) return -1;
+  harvest();
+  // Armed, then harvested again: a completion between the first harvest and the arming is
+  // taken now rather than left without a notification.
+  ibv_req_notify_cq(cq_, 0);
+  harvest();
+  return channel_->fd;
+}
+
+void Evd::take_cq_notifications() {
+  if (channel_ != nullptr) drain_channel();
+}
 
 std::shared_ptr<Cno> Evd::cno() {
   std::lock_guard<std::mutex> guard(mutex_);

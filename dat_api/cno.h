@@ -20,6 +20,8 @@
 // poll. A trigger writes it only on the untriggered -> triggered transition.
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -73,8 +75,11 @@ class Cno : public Object {
   std::atomic<int> evds_{0};
 
   // DTO EVDs keep their completions in a verbs CQ until something harvests them: a waiter
-  // harvests the attached EVDs that have one (and sleeps in slices while any does).
-  bool harvest_attached();
+  // harvests the attached EVDs that have one and arms their CQs, then sleeps on their
+  // completion channels beside fd_. Fills `channels` (at most kMaxWatched; `watched` holds
+  // their EVDs alive meanwhile) and returns how many.
+  static constexpr size_t kMaxWatched = 16;
+  size_t arm_attached(pollfd* channels, std::shared_ptr<Evd>* watched);
 
   std::mutex mutex_;
   std::vector<DAT_EVD_HANDLE> attached_;

@@ -228,7 +228,7 @@ class Evd : public Object {
 
   std::atomic<int> users{0};  // the IA (as its async EVD), EPs and PSPs using it
 
-  // --- CNO (H3: dat_api/cno.h; these three are defined in cno.cpp) ---
+  // --- CNO (H3: dat_api/cno.h; these are defined in cno.cpp) ---
   // The CNO this EVD notifies: an event that arrives while the EVD is enabled and nobody waits
   // on it in dat_evd_wait triggers it, after the EVD's lock is dropped (notify_cno).
   // set_cno: the caller holds the IA's mutex; false (nothing changed) when `cno` was freed.
@@ -236,6 +236,11 @@ class Evd : public Object {
   std::shared_ptr<Cno> cno();
   bool set_cno(std::shared_ptr<Cno> cno, bool evd_freed = false);
   void notify_cno();
+  // For dat_cno_wait: harvests the CQ, arms its notification and harvests again; returns the
+  // completion channel's descriptor, readable once a completion arrives after that (-1: no CQ).
+  int arm_cq_notification();
+  // Acknowledges the notifications seen on that descriptor.
+  void take_cq_notifications();
 
  private:
   struct Slot {
