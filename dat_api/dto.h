@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 
 #include "dat_api/ep.h"
+#include "dat_api/ext.h"
 
 namespace emudat {
 
@@ -18,5 +19,35 @@ DAT_DTO_COMPLETION_STATUS dto_status(ibv_wc_status status);
 // yields no event: a WR posted before dat_ep_reset, or an unsignaled success.
 bool dto_completion_event(Ep& ep, const ibv_wc& wc, bool recv_role, bool request_role,
                           DAT_EVENT* out, bool* receive);
+
+// One send-queue DTO: send, send with invalidate, RDMA write or read, or (with a RequestExt) an
+// IB extension operation.
+struct Request {
+  DAT_COUNT num_segments;
+  const DAT_LMR_TRIPLET* local_iov;
+  DAT_DTO_COOKIE cookie;
+  DAT_COMPLETION_FLAGS flags;
+  const DAT_RMR_TRIPLET* remote;  // RDMA and atomics only
+  ibv_wr_opcode opcode;
+  DAT_DTOS op;  // the core DTO: its IOV limit applies, its completion names it (unless extended)
+  uint32_t invalidate_rkey;
+};
+
+// What an IB extension operation (ext_ops.cpp) adds to a Request.
+struct RequestExt {
+  ExtOp op = ExtOp::kNone;   // recorded in the WR's SendRecord: its completion is extended
+  uint32_t imm_data = 0;     // RDMA write with immediate: network order, as verbs sends it
+  uint64_t compare_add = 0;  // atomics: the compare (CAS) or add (FAA) value
+  uint64_t swap = 0;         // CAS: the value stored on a match
+  int segments_arg = 2;      // the argument position of num_segments (local_iov follows)
+};
+
+// Validates and posts `q` under ep.mutex (the state, queue and length rules of the README).
+DAT_RETURN post_request(const std::shared_ptr<Ep>& ep, const Request& q,
+                        const RequestExt* ext = nullptr);
+
+// Whether `bits` (a DAT_COMPLETION_FLAGS value as the consumer passed it) hold only
+// completion flags the posts know.
+bool dto_known_flag_bits(uint64_t bits);
 
 }  // namespace emudat

@@ -79,6 +79,7 @@ bool dto_completion_event(Ep& ep, const ibv_wc& wc, bool recv_role, bool request
       d.operation = DAT_DTO_RECEIVE_WITH_INVALIDATE;
       d.rmr_context = wc.invalidated_rkey;
     }
+    ext_receive_event(wc, out);  // immediate data: DAT_IB_DTO_EVENT (ext_events.cpp)
     return true;
   }
   SendRecord record;
@@ -100,6 +101,8 @@ bool dto_completion_event(Ep& ep, const ibv_wc& wc, bool recv_role, bool request
   d.transfered_length = ok ? record.length : 0;
   d.operation = record.op;
   d.rmr_context = 0;
+  // An IB extension operation completes as DAT_IB_DTO_EVENT (ext_events.cpp).
+  if (record.ext != 0) ext_request_event(static_cast<ExtOp>(record.ext), ok, out);
   return true;
 }
 

@@ -72,27 +72,23 @@ DAT_RETURN post_error(int err) {
   return from_errno(err, DAT_RESOURCE_TEP);
 }
 
-// One send-queue DTO: send, send with invalidate, RDMA write or read.
-struct Request {
-  DAT_COUNT num_segments;
-  const DAT_LMR_TRIPLET* local_iov;
-  DAT_DTO_COOKIE cookie;
-  DAT_COMPLETION_FLAGS flags;
-  const DAT_RMR_TRIPLET* remote;  // RDMA only
-  ibv_wr_opcode opcode;
-  DAT_DTOS op;
-  uint32_t invalidate_rkey;
-};
+}  // namespace
 
-DAT_RETURN post_request(const std::shared_ptr<Ep>& ep, const Request& q) {
-  if (q.num_segments < 0) return invalid_arg(2);
-  if (q.num_segments > 0 && q.local_iov == nullptr) return invalid_arg(3);
+bool dto_known_flag_bits(uint64_t bits) {
+  return (bits & ~kKnownCompletionFlags) == 0;
+}
+
+DAT_RETURN post_request(const std::shared_ptr<Ep>& ep, const Request& q, const RequestExt* ext) {
+  // The extended operations name their arguments at other positions (dat_ib_extensions.h).
+  const int segments_arg = ext != nullptr ? ext->segments_arg : 2;
+  if (q.num_segments < 0) return invalid_arg(segments_arg);
+  if (q.num_segments > 0 && q.local_iov == nullptr) return invalid_arg(segments_arg + 1);
   std::lock_guard<std::mutex> guard(ep->mutex);
   const DAT_EP_ATTR& a = ep->param.ep_attr;
   DAT_COUNT max_iov = a.max_request_iov;
   if (q.op == DAT_DTO_RDMA_READ) max_iov = ep_rdma_read_iov(a);
   if (q.op == DAT_DTO_RDMA_WRITE) max_iov = ep_rdma_write_iov(a);
-  if (q.num_segments > max_iov) return invalid_arg(2);
+  if (q.num_segments > max_iov) return invalid_arg(segments_arg);
   SgeList sges(q.num_segments, q.local_iov);
   const bool rdma = q.remote != nullptr;
   // The local buffers must fit what the engine carries, and an RDMA the remote segment. The
@@ -111,6 +107,7 @@ DAT_RETURN post_request(const std::shared_ptr<Ep>& ep, const Request& q) {
   record.length = static_cast<DAT_SEG_LENGTH>(sges.total());
   record.op = q.op;
   record.signaled = (q.flags & DAT_COMPLETION_SUPPRESS_FLAG) == 0;
+  if (ext != nullptr) record.ext = static_cast<uint8_t>(ext->op);
   uint64_t seq = ep->send_ring.push(record);
   ibv_send_wr wr{};
   wr.wr_id = seq | kSendWrTag;
@@ -123,6 +120,15 @@ DAT_RETURN post_request(const std::shared_ptr<Ep>& ep, const Request& q) {
     wr.wr.rdma.rkey = q.remote->rmr_context;
   }
   if (q.opcode == IBV_WR_SEND_WITH_INV) wr.invalidate_rkey = q.invalidate_rkey;
+  if (q.opcode == IBV_WR_RDMA_WRITE_WITH_IMM && ext != nullptr) wr.imm_data = ext->imm_data;
+  if ((q.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || q.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
+      ext != nullptr) {
+    // wr.wr.atomic shares its storage with wr.wr.rdma: written whole, after it.
+    wr.wr.atomic.remote_addr = q.remote->virtual_address;
+    wr.wr.atomic.rkey = q.remote->rmr_context;
+    wr.wr.atomic.compare_add = ext->compare_add;
+    wr.wr.atomic.swap = ext->swap;
+  }
   ibv_send_wr* bad = nullptr;
   int err = ibv_post_send(ep->qp, &wr, &bad);
   if (err == 0) return DAT_SUCCESS;
@@ -133,8 +139,6 @@ DAT_RETURN post_request(const std::shared_ptr<Ep>& ep, const Request& q) {
   }
   return post_error(err);
 }
-
-}  // namespace
 
 DAT_RETURN ep_post_rmr_bind(Ep& ep, ibv_mw* mw, const ibv_mw_bind_info& bind, DAT_RMR_HANDLE rmr,
                             DAT_RMR_COOKIE cookie, DAT_COMPLETION_FLAGS flags) {

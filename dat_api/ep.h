@@ -27,6 +27,7 @@ struct SendRecord {
   DAT_DTOS op = DAT_DTO_SEND;
   bool bind = false;
   bool signaled = true;  // false: DAT_COMPLETION_SUPPRESS_FLAG (no event on success)
+  uint8_t ext = 0;       // ext.h ExtOp: an IB extension operation completes as DAT_IB_DTO_EVENT
 };
 
 struct RecvRecord {

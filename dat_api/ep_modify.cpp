@@ -246,8 +246,9 @@ DAT_RETURN ep_reset(DAT_EP_HANDLE h) {
       attr.qp_state = IBV_QPS_INIT;
       attr.pkey_index = 0;
       attr.port_num = static_cast<uint8_t>(ep->ia()->config()->port);
-      attr.qp_access_flags =
-          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+      attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                             IBV_ACCESS_REMOTE_READ |
+                             IBV_ACCESS_REMOTE_ATOMIC;  // as ep_qp.cpp creates it
       err = ibv_modify_qp(ep->qp, &attr,
                           IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
     }

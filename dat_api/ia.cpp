@@ -20,6 +20,7 @@
 #include "dat_api/cno.h"
 #include "dat_api/ep.h"
 #include "dat_api/errors.h"
+#include "dat_api/ext.h"
 #include "dat_api/log.h"
 #include "dat_api/objects.h"
 
@@ -143,8 +144,7 @@ void fill_ia_attr(Ia& ia, DAT_IA_ATTR* a) {
   a->max_rdma_read_per_ep_in_guaranteed = DAT_TRUE;
   a->max_rdma_read_per_ep_out_guaranteed = DAT_TRUE;
   a->zb_supported = DAT_FALSE;
-  a->extension_supported = DAT_EXTENSION_NONE;
-  a->extension_version = 0;
+  ext_fill_ia_attr(a);  // the IB extensions (ext_attrs.cpp)
   a->num_transport_attr = 0;
   a->transport_attr = nullptr;
   a->num_vendor_attr = 0;
@@ -252,15 +252,16 @@ void Ia::build_provider_attrs() {
       port.active_mtu >= IBV_MTU_256 && port.active_mtu <= IBV_MTU_4096) {
     mtu_bytes = 128 << static_cast<int>(port.active_mtu);
   }
-  const std::pair<const char*, std::string> attrs[] = {
+  std::vector<std::pair<const char*, std::string>> attrs = {
       {"DAT_IB_PROVIDER_NAME", "emurdma"},
       {"DAT_IB_DEVICE_NAME", config_->device},
       {"DAT_IB_PORT_NUMBER", std::to_string(config_->port)},
       {"DAT_IB_TRANSPORT_MTU", std::to_string(mtu_bytes)},
       {"DAT_IB_RDMA_READ", "TRUE"},
   };
+  for (auto& a : ext_provider_attrs(device_attr_)) attrs.push_back(std::move(a));
   attr_strings_.clear();
-  attr_strings_.reserve(2 * std::size(attrs));  // no reallocation: the pointers below stay
+  attr_strings_.reserve(2 * attrs.size());  // no reallocation: the pointers below stay
   for (const auto& [name, value] : attrs) {
     attr_strings_.emplace_back(name);
     attr_strings_.emplace_back(value);
@@ -468,8 +469,8 @@ DAT_RETURN ia_open(const DAT_NAME_PTR name, DAT_COUNT async_evd_qlen, DAT_EVD_HA
     // events come one per EP or SRQ (an SRQ EP reports EP_BROKEN when it disconnects), so
     // the queue gets room for many more and none is lost because the consumer sized it for
     // a few (dtestsrq passes 8 and waits for one EP_BROKEN per connection).
-    auto evd = std::make_shared<Evd>(ia, std::max(async_evd_qlen, kMinAsyncEvdQlen),
-                                     DAT_EVD_ASYNC_FLAG);
+    auto evd =
+        std::make_shared<Evd>(ia, std::max(async_evd_qlen, kMinAsyncEvdQlen), DAT_EVD_ASYNC_FLAG);
     DAT_HANDLE evd_handle = evd->ok() ? Handles::publish(evd, config->provider) : DAT_HANDLE_NULL;
     if (evd_handle == DAT_HANDLE_NULL) {
       Handles::retire(handle, Kind::kIa);

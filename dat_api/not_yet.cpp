@@ -1,5 +1,5 @@
 // The entry points of later slices of issue 5 (endpoints, connection management, RMRs, CNOs,
-// DTO posts, extensions). Each answers DAT_NOT_IMPLEMENTED until its slice lands; the list is
+// DTO posts). Each answers DAT_NOT_IMPLEMENTED until its slice lands; the list is
 // in dat_api/README.md, "Not yet". Nothing here pretends to work.
 #include <cstdarg>
 
@@ -73,9 +73,7 @@ void fill_not_yet(DAT_PROVIDER* t) {
   set(t->csp_query_func);
   set(t->csp_free_func);
   set(t->ia_ha_related_func);
-#ifdef DAT_EXTENSIONS
-  set(t->handle_extendedop_func);
-#endif
+  // handle_extendedop_func: the IB extensions (ext_ops.cpp), set by provider.cpp.
 }
 
 }  // namespace emudat

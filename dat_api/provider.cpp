@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "dat_api/api.h"
+#include "dat_api/ext.h"
 #include "dat_api/log.h"
 
 namespace emudat {
@@ -65,6 +66,8 @@ void fill_table(DAT_PROVIDER* t) {
   t->srq_query_func = api::srq_query;
   t->srq_resize_func = api::srq_resize;
   t->srq_set_lw_func = api::srq_set_lw;
+  // udat_config.h defines DAT_EXTENSIONS, so the table always has the slot.
+  t->handle_extendedop_func = ext_extension_op;
 }
 
 // instance_data is "<device> <port> <transport>"; every part is optional. Without a
