@@ -90,7 +90,7 @@ DAT_RETURN connect(const std::shared_ptr<Ep>& ep, const tcp::endpoint& to, DAT_C
 // Under ep.mutex: the EP is DISCONNECTED now, its QP flushed, and the event is posted.
 void disconnect_now_locked(Ep& ep) {
   ep.state = DAT_EP_STATE_DISCONNECTED;
-  qp_to_error(ep.qp);
+  ep_qp_to_error_locked(ep);
   if (ep.connect_evd) {
     DAT_EVENT ev{};
     ev.event_number = DAT_CONNECTION_EVENT_DISCONNECTED;
@@ -236,7 +236,7 @@ DAT_RETURN ep_disconnect(DAT_EP_HANDLE ep_handle, DAT_CLOSE_FLAGS flags) {
       case DAT_EP_STATE_CONNECTED_MULTI_PATH:
         ep->state = DAT_EP_STATE_DISCONNECT_PENDING;
         // Abrupt: outstanding DTOs are flushed now. Graceful: after the peer's DREP.
-        if (!graceful) qp_to_error(ep->qp);
+        if (!graceful) ep_qp_to_error_locked(*ep);
         connection = ep->connection;
         established = true;
         break;
@@ -257,7 +257,7 @@ DAT_RETURN ep_disconnect(DAT_EP_HANDLE ep_handle, DAT_CLOSE_FLAGS flags) {
     std::lock_guard<std::mutex> guard(ep->mutex);
     if (ep->state == DAT_EP_STATE_DISCONNECT_PENDING) {
       ep->state = DAT_EP_STATE_DISCONNECTED;
-      qp_to_error(ep->qp);
+      ep_qp_to_error_locked(*ep);
     }
   }
   return DAT_SUCCESS;

@@ -43,7 +43,7 @@ bool Connection::deliver(std::initializer_list<DAT_EP_STATE> from, DAT_EP_STATE 
   for (DAT_EP_STATE s : from) expected = expected || e->state == s;
   if (!expected) return false;
   e->state = to;
-  if (flush) qp_to_error(e->qp);
+  if (flush) ep_qp_to_error_locked(*e);
   if (e->connect_evd) {
     DAT_EVENT ev{};
     ev.event_number = event;
@@ -119,6 +119,7 @@ void Connection::on_rep(const cm::Message& m) {
         failed = true;
       } else {
         e->state = DAT_EP_STATE_CONNECTED;
+        e->broken_reported = false;  // a new connection can break again
         established = true;
         if (e->connect_evd) {
           DAT_EVENT ev{};

@@ -4,7 +4,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "dat_api/ep.h"
 #include "dat_api/log.h"
+#include "dat_api/objects.h"
 
 namespace emudat {
 
@@ -56,6 +58,22 @@ void qp_to_error(ibv_qp* qp) {
   if (ibv_modify_qp(qp, &a, IBV_QP_STATE) != 0) {
     log_warn("CM: QP {} to ERR failed: {}", qp->qp_num, std::strerror(errno));
   }
+}
+
+void ep_report_broken_locked(Ep& ep) {
+  if (ep.broken_reported) return;
+  ep.broken_reported = true;
+  DAT_EVENT e{};
+  e.event_number = DAT_ASYNC_ERROR_EP_BROKEN;
+  e.event_data.asynch_error_event_data.dat_handle = ep.handle();
+  e.event_data.asynch_error_event_data.reason = DAT_EP_TRANSFER_TO_ERROR;
+  ep.ia()->deliver_async(e);
+}
+
+void ep_qp_to_error_locked(Ep& ep) {
+  if (ep.qp == nullptr) return;
+  qp_to_error(ep.qp);
+  if (ep.srq) ep_report_broken_locked(ep);
 }
 
 uint8_t rdma_read_depth(DAT_COUNT requested, int device_max) {

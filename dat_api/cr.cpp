@@ -72,6 +72,7 @@ DAT_RETURN cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE ep_handle, DAT_COUNT private
     }
     // The RTU completes the connection: COMPLETION_PENDING until then.
     ep->state = DAT_EP_STATE_COMPLETION_PENDING;
+    ep->broken_reported = false;  // a new connection can break again
     ep->connection = connection;
     std::memcpy(&ep->remote_address, &cr->remote_address, sizeof(ep->remote_address));
     ep->param.remote_ia_address_ptr = reinterpret_cast<DAT_IA_ADDRESS_PTR>(&ep->remote_address);

@@ -173,6 +173,8 @@ class Ep : public Object {
   ibv_qp_cap qp_cap{};       // what the QP was created with (may exceed the attributes)
   DAT_COUNT hard_hw = -1;    // dat_ep_set_watermark's hard watermark (RecvHeld enforces it)
   bool recv_posted = false;  // a receive was posted (recv_completion_flags are fixed then)
+  // DAT_ASYNC_ERROR_EP_BROKEN was posted for the current connection's QP (ep_report_broken).
+  bool broken_reported = false;
   bool freed = false;        // dat_ep_free ran: the users counts are given back
 
  private:
@@ -193,6 +195,15 @@ DAT_RETURN ep_invalid_state(DAT_EP_STATE state);
 // the EP gives back its users counts (PZ, EVDs, SRQ), leaves the IA's children and destroys its
 // QP. Caller holds the IA's mutex, not ep.mutex. dat_ia_close (abrupt) uses it too.
 void ep_release(Ia& ia, Ep& ep);
+
+// Moves the EP's QP to ERR (flushing its DTOs). An EP with an SRQ is then broken: it gets
+// DAT_ASYNC_ERROR_EP_BROKEN on the IA's async EVD once per connection (ep_report_broken), as
+// the OpenFabrics providers report it and dapl2-utils' dtestsrq waits for after a disconnect.
+// emu0 also raises IBV_EVENT_QP_LAST_WQE_REACHED for it, which posts the same event once; not
+// every device does (rxe on Linux 6.1 does not), so the connection manager does not wait for it.
+void ep_qp_to_error_locked(Ep& ep);
+// Posts DAT_ASYNC_ERROR_EP_BROKEN for `ep` unless already posted since its QP was connected.
+void ep_report_broken_locked(Ep& ep);
 
 // Calls from the endpoint code into the connection manager (cm*.cpp), made with ep.mutex NOT
 // held:

@@ -361,13 +361,11 @@ void Ia::pump_async_events() {
       case IBV_EVENT_QP_LAST_WQE_REACHED: {
         // The EP's QP went to the error state (for an SRQ EP, Last WQE Reached says so once
         // the QP takes no more SRQ buffers): the EP is broken, as the OpenFabrics providers
-        // report it and dapl2-utils' dtestsrq expects after a disconnect.
-        if (Handles::get<Ep>(qp_context)) {
-          DAT_EVENT e{};
-          e.event_number = DAT_ASYNC_ERROR_EP_BROKEN;
-          e.event_data.asynch_error_event_data.dat_handle = qp_context;
-          e.event_data.asynch_error_event_data.reason = DAT_EP_TRANSFER_TO_ERROR;
-          deliver_async(e);
+        // report it and dapl2-utils' dtestsrq expects after a disconnect. Once per connection:
+        // the connection manager may have reported it already (ep_qp_to_error_locked).
+        if (auto ep = Handles::get<Ep>(qp_context)) {
+          std::lock_guard<std::mutex> guard(ep->mutex);
+          ep_report_broken_locked(*ep);
         }
         break;
       }
