@@ -10,54 +10,21 @@
 // dat_ib_extensions.h uses the DAT types without including them.
 #include <dat2/dat_ib_extensions.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
-#include <vector>
+#include <utility>
 
+#include "tests/dat_pair.h"
 #include "tests/dat_test_util.h"
 
 namespace {
 
 using namespace dat_test;
 
-constexpr DAT_TIMEOUT kWait = 10 * 1000 * 1000;  // only turns a hang into a failure
 constexpr size_t kBuffer = 16 * 1024;
-
-DAT_DTO_COOKIE Cookie(uint64_t v) {
-  DAT_DTO_COOKIE c;
-  c.as_64 = v;
-  return c;
-}
-
-// One side of the connection: EVDs, a buffer registered twice (with and without the remote
-// atomic privilege), an EP.
-struct Side {
-  DAT_EVD_HANDLE recv_evd = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE request_evd = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE conn_evd = DAT_HANDLE_NULL;
-  DAT_EP_HANDLE ep = DAT_HANDLE_NULL;
-  std::vector<uint64_t> buffer = std::vector<uint64_t>(kBuffer / sizeof(uint64_t));
-  DAT_LMR_HANDLE lmr = DAT_HANDLE_NULL;  // DAT_MEM_PRIV_ALL_FLAG | DAT_IB_MEM_PRIV_REMOTE_ATOMIC
-  DAT_LMR_CONTEXT lkey = 0;
-  DAT_RMR_CONTEXT rkey = 0;
-  DAT_LMR_HANDLE plain_lmr = DAT_HANDLE_NULL;  // DAT_MEM_PRIV_ALL_FLAG only
-  DAT_LMR_CONTEXT plain_lkey = 0;
-  DAT_RMR_CONTEXT plain_rkey = 0;
-
-  char* bytes() { return reinterpret_cast<char*>(buffer.data()); }
-  DAT_LMR_TRIPLET Local(size_t offset, DAT_SEG_LENGTH length) {
-    return {reinterpret_cast<DAT_VADDR>(bytes() + offset), length, lkey};
-  }
-  DAT_RMR_TRIPLET Remote(size_t offset, DAT_SEG_LENGTH length) {
-    return {reinterpret_cast<DAT_VADDR>(bytes() + offset), length, rkey};
-  }
-  uint64_t& Word(size_t offset) { return buffer[offset / sizeof(uint64_t)]; }
-};
 
 // What an extended completion carries besides its DTO data.
 DAT_IB_EXTENSION_EVENT_DATA ExtensionData(const DAT_EVENT& e) {
@@ -73,85 +40,31 @@ int OperationOf(const DAT_EVENT& e) {
   return v;
 }
 
-class DatExt : public ::testing::Test {
+// DAT_MEM_PRIV_EXTENSION_BASE is a DAT_MEM_PRIV_FLAGS enumerator: the sum is in range.
+constexpr auto kAtomicPriv = static_cast<DAT_MEM_PRIV_FLAGS>(
+    static_cast<int>(DAT_MEM_PRIV_ALL_FLAG) | static_cast<int>(DAT_IB_MEM_PRIV_REMOTE_ATOMIC));
+
+// Each side's buffer is registered twice: the pair's LMR with the remote atomic privilege, a
+// plain one without it; the EPs are created here, with one segment per DTO.
+class DatExt : public DatPairTest {
  protected:
+  // Another registration of a side's buffer.
+  struct PlainLmr {
+    DAT_LMR_HANDLE lmr = DAT_HANDLE_NULL;
+    DAT_LMR_CONTEXT lkey = 0;
+    DAT_RMR_CONTEXT rkey = 0;
+  };
+
+  DatExt() : DatPairTest({.buffer_bytes = kBuffer, .lmr_privileges = kAtomicPriv, .max_iov = 1}) {}
+
   void SetUp() override {
-    ASSERT_NE(std::getenv("DAT_OVERRIDE"), nullptr) << "run through ctest: it sets DAT_OVERRIDE";
-    ASSERT_DAT(DAT_SUCCESS, dat_ia_open(const_cast<char*>("emu0"), 16, &async_evd_, &ia_));
-    ASSERT_DAT(DAT_SUCCESS, dat_pz_create(ia_, &pz_));
-    ASSERT_DAT(DAT_SUCCESS, dat_evd_create(ia_, 8, DAT_HANDLE_NULL, DAT_EVD_CR_FLAG, &cr_evd_));
-    for (Side* s : {&server_, &client_}) {
+    DatPairTest::SetUp();
+    if (HasFatalFailure()) return;
+    for (auto [s, plain] : {std::pair{&server_, &server_plain_}, {&client_, &client_plain_}}) {
       ASSERT_DAT(DAT_SUCCESS,
-                 dat_evd_create(ia_, 64, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &s->recv_evd));
-      ASSERT_DAT(DAT_SUCCESS,
-                 dat_evd_create(ia_, 64, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &s->request_evd));
-      ASSERT_DAT(DAT_SUCCESS,
-                 dat_evd_create(ia_, 8, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG, &s->conn_evd));
-      DAT_REGION_DESCRIPTION region;
-      region.for_va = s->bytes();
-      DAT_VLEN len = 0;
-      DAT_VADDR addr = 0;
-      // DAT_MEM_PRIV_EXTENSION_BASE is a DAT_MEM_PRIV_FLAGS enumerator: the sum is in range.
-      const auto atomic_priv =
-          static_cast<DAT_MEM_PRIV_FLAGS>(static_cast<int>(DAT_MEM_PRIV_ALL_FLAG) |
-                                          static_cast<int>(DAT_IB_MEM_PRIV_REMOTE_ATOMIC));
-      ASSERT_DAT(DAT_SUCCESS,
-                 dat_lmr_create(ia_, DAT_MEM_TYPE_VIRTUAL, region, kBuffer, pz_, atomic_priv,
-                                DAT_VA_TYPE_VA, &s->lmr, &s->lkey, &s->rkey, &len, &addr));
-      ASSERT_DAT(DAT_SUCCESS, dat_lmr_create(ia_, DAT_MEM_TYPE_VIRTUAL, region, kBuffer, pz_,
-                                             DAT_MEM_PRIV_ALL_FLAG, DAT_VA_TYPE_VA, &s->plain_lmr,
-                                             &s->plain_lkey, &s->plain_rkey, &len, &addr));
+                 Register(*s, DAT_MEM_PRIV_ALL_FLAG, &plain->lmr, &plain->lkey, &plain->rkey));
     }
-    DAT_EP_ATTR a{};
-    a.service_type = DAT_SERVICE_TYPE_RC;
-    a.max_message_size = kBuffer;
-    a.max_rdma_size = kBuffer;
-    a.qos = DAT_QOS_BEST_EFFORT;
-    a.recv_completion_flags = DAT_COMPLETION_DEFAULT_FLAG;
-    a.request_completion_flags = DAT_COMPLETION_DEFAULT_FLAG;
-    a.max_recv_dtos = 16;
-    a.max_request_dtos = 16;
-    a.max_recv_iov = 1;
-    a.max_request_iov = 1;
-    a.max_rdma_read_in = 4;
-    a.max_rdma_read_out = 4;
-    a.srq_soft_hw = DAT_HW_DEFAULT;
-    for (Side* s : {&server_, &client_}) {
-      ASSERT_DAT(DAT_SUCCESS,
-                 dat_ep_create(ia_, pz_, s->recv_evd, s->request_evd, s->conn_evd, &a, &s->ep));
-    }
-  }
-  void TearDown() override {
-    if (ia_ != DAT_HANDLE_NULL) EXPECT_DAT(DAT_SUCCESS, dat_ia_close(ia_, DAT_CLOSE_ABRUPT_FLAG));
-  }
-
-  // The client EP connects to a PSP of this IA; the server accepts on its EP.
-  void Connect() {
-    DAT_CONN_QUAL qual = 0;
-    DAT_PSP_HANDLE psp = DAT_HANDLE_NULL;
-    ASSERT_DAT(DAT_SUCCESS, dat_psp_create_any(ia_, &qual, cr_evd_, DAT_PSP_CONSUMER_FLAG, &psp));
-    DAT_IA_ATTR ia_attr{};
-    ASSERT_DAT(DAT_SUCCESS, dat_ia_query(ia_, nullptr, DAT_IA_FIELD_ALL, &ia_attr, 0, nullptr));
-    ASSERT_DAT(DAT_SUCCESS, dat_ep_connect(client_.ep, ia_attr.ia_address_ptr, qual, kWait, 0,
-                                           nullptr, DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG));
-    DAT_EVENT e{};
-    DAT_COUNT nmore = 0;
-    ASSERT_DAT(DAT_SUCCESS, dat_evd_wait(cr_evd_, kWait, 1, &e, &nmore));
-    ASSERT_EQ(e.event_number, DAT_CONNECTION_REQUEST_EVENT);
-    ASSERT_DAT(DAT_SUCCESS,
-               dat_cr_accept(e.event_data.cr_arrival_event_data.cr_handle, server_.ep, 0, nullptr));
-    for (Side* s : {&server_, &client_}) {
-      ASSERT_DAT(DAT_SUCCESS, dat_evd_wait(s->conn_evd, kWait, 1, &e, &nmore));
-      ASSERT_EQ(e.event_number, DAT_CONNECTION_EVENT_ESTABLISHED);
-    }
-    ASSERT_DAT(DAT_SUCCESS, dat_psp_free(psp));
-  }
-
-  DAT_EVENT Next(DAT_EVD_HANDLE evd) {
-    DAT_EVENT e{};
-    DAT_COUNT nmore = 0;
-    EXPECT_DAT(DAT_SUCCESS, dat_evd_wait(evd, kWait, 1, &e, &nmore));
-    return e;
+    CreateEps();
   }
 
   // Client-side compare-and-swap on the server's word at `offset`; the original value lands in
@@ -166,12 +79,8 @@ class DatExt : public ::testing::Test {
     return Next(client_.request_evd);
   }
 
-  DAT_IA_HANDLE ia_ = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE async_evd_ = DAT_HANDLE_NULL;
-  DAT_PZ_HANDLE pz_ = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE cr_evd_ = DAT_HANDLE_NULL;
-  Side server_;
-  Side client_;
+  PlainLmr server_plain_;
+  PlainLmr client_plain_;
 };
 
 void ExpectExtended(const DAT_EVENT& e, DAT_EP_HANDLE ep, uint64_t cookie, DAT_IB_DTOS op,
@@ -270,7 +179,7 @@ TEST_F(DatExt, AtomicOnMemoryWithoutTheAtomicPrivilegeCompletesInError) {
   server_.Word(16) = 0x55;
   DAT_LMR_TRIPLET local = client_.Local(256, sizeof(uint64_t));
   DAT_RMR_TRIPLET remote = server_.Remote(16, sizeof(uint64_t));
-  remote.rmr_context = server_.plain_rkey;
+  remote.rmr_context = server_plain_.rkey;
   ASSERT_DAT(DAT_SUCCESS, dat_ib_post_fetch_and_add(client_.ep, 1, &local, Cookie(0x42), &remote,
                                                     DAT_COMPLETION_DEFAULT_FLAG));
   DAT_EVENT e = Next(client_.request_evd);

@@ -11,15 +11,14 @@
 #include <dat2/dat_registry.h>
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
-#include <vector>
 
+#include "tests/dat_pair.h"
 #include "tests/dat_test_util.h"
 
 namespace {
@@ -341,123 +340,16 @@ DAT_RETURN RmrCreateForEp(DAT_PZ_HANDLE pz, DAT_RMR_HANDLE* rmr) {
   return ProviderOf(pz)->rmr_create_for_ep_func(pz, rmr);
 }
 
-constexpr DAT_TIMEOUT kWait = 10 * 1000 * 1000;
 constexpr size_t kBuffer = 64 * 1024;
 
-// One end of a connection within the process: its EVDs, EP and an LMR over its buffer.
-struct Side {
-  DAT_EVD_HANDLE recv_evd = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE request_evd = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE conn_evd = DAT_HANDLE_NULL;
-  DAT_EP_HANDLE ep = DAT_HANDLE_NULL;
-  std::vector<char> buffer = std::vector<char>(kBuffer);
-  DAT_LMR_HANDLE lmr = DAT_HANDLE_NULL;
-  DAT_LMR_CONTEXT lkey = 0;
-  DAT_RMR_CONTEXT rkey = 0;
-
-  DAT_LMR_TRIPLET Local(size_t offset, DAT_SEG_LENGTH length) const {
-    return {reinterpret_cast<DAT_VADDR>(buffer.data() + offset), length, lkey};
-  }
-};
-
-DAT_DTO_COOKIE Cookie(uint64_t v) {
-  DAT_DTO_COOKIE c;
-  c.as_64 = v;
-  return c;
-}
-
-class DatRmr : public ::testing::Test {
+// The request EVDs take the RMR bind completions as well as the DTOs.
+class DatRmr : public DatPairTest {
  protected:
-  void SetUp() override {
-    ASSERT_NE(std::getenv("DAT_OVERRIDE"), nullptr) << "run through ctest: it sets DAT_OVERRIDE";
-    ASSERT_DAT(DAT_SUCCESS, dat_ia_open(const_cast<char*>("emu0"), 16, &async_evd_, &ia_));
-    ASSERT_DAT(DAT_SUCCESS, dat_pz_create(ia_, &pz_));
-    ASSERT_DAT(DAT_SUCCESS, dat_evd_create(ia_, 8, DAT_HANDLE_NULL, DAT_EVD_CR_FLAG, &cr_evd_));
-    for (Side* s : {&server_, &client_}) {
-      ASSERT_DAT(DAT_SUCCESS,
-                 dat_evd_create(ia_, 64, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &s->recv_evd));
-      ASSERT_DAT(DAT_SUCCESS, dat_evd_create(ia_, 64, DAT_HANDLE_NULL,
-                                             static_cast<DAT_EVD_FLAGS>(DAT_EVD_DTO_FLAG |
-                                                                        DAT_EVD_RMR_BIND_FLAG),
-                                             &s->request_evd));
-      ASSERT_DAT(DAT_SUCCESS,
-                 dat_evd_create(ia_, 8, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG, &s->conn_evd));
-      s->lmr = NewLmr(*s, DAT_MEM_PRIV_ALL_FLAG);
-    }
-  }
-  void TearDown() override {
-    if (ia_ != DAT_HANDLE_NULL) EXPECT_DAT(DAT_SUCCESS, dat_ia_close(ia_, DAT_CLOSE_ABRUPT_FLAG));
-  }
-
-  DAT_LMR_HANDLE NewLmr(Side& s, DAT_MEM_PRIV_FLAGS privileges) {
-    DAT_REGION_DESCRIPTION region;
-    region.for_va = s.buffer.data();
-    DAT_VLEN len = 0;
-    DAT_VADDR addr = 0;
-    DAT_LMR_HANDLE lmr = DAT_HANDLE_NULL;
-    EXPECT_DAT(DAT_SUCCESS,
-               dat_lmr_create(ia_, DAT_MEM_TYPE_VIRTUAL, region, kBuffer, pz_, privileges,
-                              DAT_VA_TYPE_VA, &lmr, &s.lkey, &s.rkey, &len, &addr));
-    return lmr;
-  }
-
-  static DAT_EP_ATTR Attr() {
-    DAT_EP_ATTR a{};
-    a.service_type = DAT_SERVICE_TYPE_RC;
-    a.max_message_size = kBuffer;
-    a.max_rdma_size = kBuffer;
-    a.qos = DAT_QOS_BEST_EFFORT;
-    a.recv_completion_flags = DAT_COMPLETION_DEFAULT_FLAG;
-    a.request_completion_flags = DAT_COMPLETION_DEFAULT_FLAG;
-    a.max_recv_dtos = 16;
-    a.max_request_dtos = 16;
-    a.max_recv_iov = 4;
-    a.max_request_iov = 4;
-    a.max_rdma_read_in = 4;
-    a.max_rdma_read_out = 4;
-    a.srq_soft_hw = DAT_HW_DEFAULT;
-    return a;
-  }
-
-  void CreateEps() {
-    DAT_EP_ATTR a = Attr();
-    for (Side* s : {&server_, &client_}) {
-      ASSERT_DAT(DAT_SUCCESS,
-                 dat_ep_create(ia_, pz_, s->recv_evd, s->request_evd, s->conn_evd, &a, &s->ep));
-    }
-  }
-
-  // The client EP connects to a PSP of this IA; the server accepts on its EP.
-  void Connect() {
-    DAT_CONN_QUAL qual = 0;
-    DAT_PSP_HANDLE psp = DAT_HANDLE_NULL;
-    if (dat_psp_create_any(ia_, &qual, cr_evd_, DAT_PSP_CONSUMER_FLAG, &psp) != DAT_SUCCESS) {
-      qual = 45000 + static_cast<DAT_CONN_QUAL>(getpid() % 15000);
-      ASSERT_DAT(DAT_SUCCESS, dat_psp_create(ia_, qual, cr_evd_, DAT_PSP_CONSUMER_FLAG, &psp));
-    }
-    DAT_IA_ATTR ia_attr{};
-    ASSERT_DAT(DAT_SUCCESS, dat_ia_query(ia_, nullptr, DAT_IA_FIELD_ALL, &ia_attr, 0, nullptr));
-    ASSERT_DAT(DAT_SUCCESS, dat_ep_connect(client_.ep, ia_attr.ia_address_ptr, qual, kWait, 0,
-                                           nullptr, DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG));
-    DAT_EVENT e{};
-    DAT_COUNT nmore = 0;
-    ASSERT_DAT(DAT_SUCCESS, dat_evd_wait(cr_evd_, kWait, 1, &e, &nmore));
-    ASSERT_EQ(e.event_number, DAT_CONNECTION_REQUEST_EVENT);
-    ASSERT_DAT(DAT_SUCCESS,
-               dat_cr_accept(e.event_data.cr_arrival_event_data.cr_handle, server_.ep, 0, nullptr));
-    for (Side* s : {&server_, &client_}) {
-      ASSERT_DAT(DAT_SUCCESS, dat_evd_wait(s->conn_evd, kWait, 1, &e, &nmore));
-      ASSERT_EQ(e.event_number, DAT_CONNECTION_EVENT_ESTABLISHED);
-    }
-    ASSERT_DAT(DAT_SUCCESS, dat_psp_free(psp));
-  }
-
-  DAT_EVENT Next(DAT_EVD_HANDLE evd) {
-    DAT_EVENT e{};
-    DAT_COUNT nmore = 0;
-    EXPECT_DAT(DAT_SUCCESS, dat_evd_wait(evd, kWait, 1, &e, &nmore));
-    return e;
-  }
+  DatRmr()
+      : DatPairTest({.buffer_bytes = kBuffer,
+                     .request_evd_flags =
+                         static_cast<DAT_EVD_FLAGS>(DAT_EVD_DTO_FLAG | DAT_EVD_RMR_BIND_FLAG),
+                     .psp_fallback = true}) {}
 
   DAT_RMR_HANDLE NewRmr() {
     DAT_RMR_HANDLE rmr = DAT_HANDLE_NULL;
@@ -465,7 +357,7 @@ class DatRmr : public ::testing::Test {
     return rmr;
   }
 
-  DAT_RETURN Bind(DAT_RMR_HANDLE rmr, Side& s, size_t offset, DAT_SEG_LENGTH length,
+  DAT_RETURN Bind(DAT_RMR_HANDLE rmr, DatSide& s, size_t offset, DAT_SEG_LENGTH length,
                   DAT_MEM_PRIV_FLAGS privileges, uint64_t cookie, DAT_RMR_CONTEXT* context) {
     DAT_LMR_TRIPLET t = s.Local(offset, length);
     DAT_RMR_COOKIE c;
@@ -473,13 +365,6 @@ class DatRmr : public ::testing::Test {
     return dat_rmr_bind(rmr, s.lmr, &t, privileges, DAT_VA_TYPE_VA, s.ep, c,
                         DAT_COMPLETION_DEFAULT_FLAG, context);
   }
-
-  DAT_IA_HANDLE ia_ = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE async_evd_ = DAT_HANDLE_NULL;
-  DAT_PZ_HANDLE pz_ = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE cr_evd_ = DAT_HANDLE_NULL;
-  Side server_;
-  Side client_;
 };
 
 TEST_F(DatRmr, CreateQueryFree) {
@@ -548,8 +433,10 @@ TEST_F(DatRmr, BindValidatesItsArgumentsBeforeAnythingIsPosted) {
              dat_rmr_bind(rmr, server_.lmr, &t, DAT_MEM_PRIV_REMOTE_WRITE_FLAG, DAT_VA_TYPE_VA,
                           server_.ep, cookie, DAT_COMPLETION_DEFAULT_FLAG, nullptr));
   // Privileges the LMR does not grant.
-  Side local_only;
-  DAT_LMR_HANDLE ro = NewLmr(local_only, DAT_MEM_PRIV_LOCAL_READ_FLAG);
+  DatSide local_only(kBuffer);
+  DAT_LMR_HANDLE ro = DAT_HANDLE_NULL;
+  EXPECT_DAT(DAT_SUCCESS, Register(local_only, DAT_MEM_PRIV_LOCAL_READ_FLAG, &ro, &local_only.lkey,
+                                   &local_only.rkey));
   DAT_LMR_TRIPLET rt = local_only.Local(0, 64);
   EXPECT_DAT(Err(DAT_PRIVILEGES_VIOLATION),
              dat_rmr_bind(rmr, ro, &rt, DAT_MEM_PRIV_REMOTE_WRITE_FLAG, DAT_VA_TYPE_VA, server_.ep,
@@ -588,28 +475,28 @@ TEST_F(DatRmr, BoundRmrCompletesOnTheRequestEvdAndConfinesRdmaWritesToItsRange) 
   EXPECT_EQ(p.mem_priv, DAT_MEM_PRIV_REMOTE_WRITE_FLAG);
 
   // The client writes through the RMR: the last 8 bytes of its range.
-  std::memcpy(client_.buffer.data(), "via rmr", 8);
+  std::memcpy(client_.bytes(), "via rmr", 8);
   DAT_LMR_TRIPLET local = client_.Local(0, 8);
-  DAT_RMR_TRIPLET remote{reinterpret_cast<DAT_VADDR>(server_.buffer.data() + 1024 + 56), 8, ctx};
+  DAT_RMR_TRIPLET remote{reinterpret_cast<DAT_VADDR>(server_.bytes() + 1024 + 56), 8, ctx};
   ASSERT_DAT(DAT_SUCCESS, dat_ep_post_rdma_write(client_.ep, 1, &local, Cookie(7), &remote,
                                                  DAT_COMPLETION_DEFAULT_FLAG));
   e = Next(client_.request_evd);
   ASSERT_EQ(e.event_number, DAT_DTO_COMPLETION_EVENT);
   EXPECT_EQ(e.event_data.dto_completion_event_data.status, DAT_DTO_SUCCESS);
-  EXPECT_STREQ(server_.buffer.data() + 1024 + 56, "via rmr");
+  EXPECT_STREQ(server_.bytes() + 1024 + 56, "via rmr");
 
   // A bound RMR keeps its LMR.
   EXPECT_DAT(Err(DAT_INVALID_STATE, DAT_INVALID_STATE_LMR_IN_USE), dat_lmr_free(server_.lmr));
 
   // One byte past the RMR's range (still inside the LMR): refused, nothing written.
-  std::memset(server_.buffer.data() + 1024, 0, 64);
+  std::memset(server_.bytes() + 1024, 0, 64);
   remote.virtual_address += 1;
   ASSERT_DAT(DAT_SUCCESS, dat_ep_post_rdma_write(client_.ep, 1, &local, Cookie(8), &remote,
                                                  DAT_COMPLETION_DEFAULT_FLAG));
   e = Next(client_.request_evd);
   ASSERT_EQ(e.event_number, DAT_DTO_COMPLETION_EVENT);
   EXPECT_NE(e.event_data.dto_completion_event_data.status, DAT_DTO_SUCCESS);
-  for (int i = 0; i < 128; ++i) EXPECT_EQ(server_.buffer[1024 - 32 + i], 0) << "byte " << i;
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(server_.bytes()[1024 - 32 + i], 0) << "byte " << i;
 }
 
 TEST_F(DatRmr, UnbindWithAZeroLengthTripletReleasesTheLmrAndRetiresTheContext) {
@@ -632,7 +519,7 @@ TEST_F(DatRmr, UnbindWithAZeroLengthTripletReleasesTheLmrAndRetiresTheContext) {
   EXPECT_NE(unbound, ctx);
   // A read through the old context is refused.
   DAT_LMR_TRIPLET local = client_.Local(0, 8);
-  DAT_RMR_TRIPLET remote{reinterpret_cast<DAT_VADDR>(server_.buffer.data()), 8, ctx};
+  DAT_RMR_TRIPLET remote{reinterpret_cast<DAT_VADDR>(server_.bytes()), 8, ctx};
   ASSERT_DAT(DAT_SUCCESS, dat_ep_post_rdma_read(client_.ep, 1, &local, Cookie(9), &remote,
                                                 DAT_COMPLETION_DEFAULT_FLAG));
   e = Next(client_.request_evd);
@@ -654,7 +541,7 @@ TEST_F(DatRmr, ACnoIsTriggeredByAReceiveCompletionOnItsDtoEvd) {
   DAT_LMR_TRIPLET rx = server_.Local(0, 64);
   ASSERT_DAT(DAT_SUCCESS,
              dat_ep_post_recv(server_.ep, 1, &rx, Cookie(5), DAT_COMPLETION_DEFAULT_FLAG));
-  std::memcpy(client_.buffer.data(), "notify", 7);
+  std::memcpy(client_.bytes(), "notify", 7);
   DAT_LMR_TRIPLET tx = client_.Local(0, 7);
   ASSERT_DAT(DAT_SUCCESS,
              dat_ep_post_send(client_.ep, 1, &tx, Cookie(6), DAT_COMPLETION_DEFAULT_FLAG));
@@ -665,7 +552,7 @@ TEST_F(DatRmr, ACnoIsTriggeredByAReceiveCompletionOnItsDtoEvd) {
   ASSERT_DAT(DAT_SUCCESS, dat_evd_dequeue(server_.recv_evd, &e));
   ASSERT_EQ(e.event_number, DAT_DTO_COMPLETION_EVENT);
   EXPECT_EQ(e.event_data.dto_completion_event_data.user_cookie.as_64, 5u);
-  EXPECT_STREQ(server_.buffer.data(), "notify");
+  EXPECT_STREQ(server_.bytes(), "notify");
   ASSERT_DAT(DAT_SUCCESS, dat_evd_modify_cno(server_.recv_evd, DAT_HANDLE_NULL));
   EXPECT_DAT(DAT_SUCCESS, dat_cno_free(cno));
 }
