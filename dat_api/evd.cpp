@@ -101,7 +101,10 @@ void Evd::pop_locked(DAT_EVENT* out) {
     // The consumer has the receive back: the buffer is no longer held by the EP, nor
     // outstanding on its SRQ.
     slot.held->held.fetch_sub(1, std::memory_order_acq_rel);
-    if (slot.held->srq) slot.held->srq->completions_in_evds.fetch_sub(1);
+    if (slot.held->srq) {
+      slot.held->srq->completions_in_evds.fetch_sub(1);
+      slot.held->srq->returned_total.fetch_add(1, std::memory_order_relaxed);
+    }
     slot.held.reset();
   }
   head_ = (head_ + 1) % ring_.size();

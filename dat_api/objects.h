@@ -310,6 +310,12 @@ class Srq : public Object {
   // consumer has not dequeued yet: still outstanding for DAT although verbs counts them reaped
   // (counted up by the EVD's harvest, down when the consumer dequeues the event).
   std::atomic<int> completions_in_evds{0};
+  // For a device that cannot count (a real HCA): outstanding_dto_count is every buffer
+  // dat_srq_post_recv posted less those whose completion the consumer has dequeued (or that
+  // went with a freed EVD). A completion still in the CQ when its EP was freed is dropped
+  // unseen and stays counted (a real HCA does not say which SRQ it came from).
+  std::atomic<int64_t> posted_total{0};
+  std::atomic<int64_t> returned_total{0};
 
   // The verbs limit event for `verbs_srq` arrived: post the DAT low-watermark event.
   void on_limit_reached(ibv_srq* verbs_srq);

@@ -27,8 +27,15 @@ bool srq_max_wr(Srq& srq, uint32_t* out) {
 // Outstanding as dat_srq_resize defines it: on the SRQ, at EPs, and completed but not reaped by
 // the consumer from the recv EVDs. Verbs counts a completion reaped once it leaves the CQ; the
 // ones an EVD holds for the consumer are added back.
+// False when the device cannot count (a real HCA): then available is unknown and outstanding
+// is the provider's own count (Srq::posted_total - returned_total).
 bool dat_counts(Srq& srq, SrqCounts* out) {
-  if (!query_srq_counts(srq.srq, out)) return false;
+  if (!query_srq_counts(srq.srq, out)) {
+    const int64_t own = srq.posted_total.load() - srq.returned_total.load();
+    out->available = 0;
+    out->outstanding = static_cast<uint32_t>(own > 0 ? own : 0);
+    return false;
+  }
   out->outstanding += static_cast<uint32_t>(srq.completions_in_evds.load());
   return true;
 }
@@ -143,7 +150,10 @@ DAT_RETURN srq_post_recv(DAT_SRQ_HANDLE h, DAT_COUNT num_segments, DAT_LMR_TRIPL
   wr.num_sge = n;
   ibv_recv_wr* bad = nullptr;
   int err = ibv_post_srq_recv(srq->srq, &wr, &bad);
-  if (err == 0) return DAT_SUCCESS;
+  if (err == 0) {
+    srq->posted_total.fetch_add(1, std::memory_order_relaxed);
+    return DAT_SUCCESS;
+  }
   // ENOMEM: outstanding already equals max_recv_dtos (unreaped completions hold entries too).
   if (err == ENOMEM) return dat_error(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_SRQ);
   if (err == EINVAL) return invalid_arg(3);
@@ -167,14 +177,11 @@ DAT_RETURN srq_query(DAT_SRQ_HANDLE h, DAT_SRQ_PARAM_MASK mask, DAT_SRQ_PARAM* p
   param->max_recv_iov = srq->max_recv_iov;
   param->low_watermark = srq->low_watermark;
   SrqCounts c;
-  if (dat_counts(*srq, &c)) {
-    param->available_dto_count = static_cast<DAT_COUNT>(c.available);
-    param->outstanding_dto_count = static_cast<DAT_COUNT>(c.outstanding);
-  } else {
-    // A real HCA cannot tell; the page prescribes DAT_VALUE_UNKNOWN.
-    param->available_dto_count = DAT_VALUE_UNKNOWN;
-    param->outstanding_dto_count = DAT_VALUE_UNKNOWN;
-  }
+  // A real HCA cannot tell how many buffers are left on the SRQ: the page prescribes
+  // DAT_VALUE_UNKNOWN for that; outstanding is known either way.
+  param->available_dto_count =
+      dat_counts(*srq, &c) ? static_cast<DAT_COUNT>(c.available) : DAT_VALUE_UNKNOWN;
+  param->outstanding_dto_count = static_cast<DAT_COUNT>(c.outstanding);
   return DAT_SUCCESS;
 }
 
@@ -191,8 +198,8 @@ DAT_RETURN srq_resize(DAT_SRQ_HANDLE h, DAT_COUNT max_recv_dtos) {
   if (max_recv_dtos < srq->low_watermark) return invalid_state();
   // "larger then the requested srq_max_recv_dto" fails: outstanding may equal the new size.
   SrqCounts c;
-  if (dat_counts(*srq, &c) &&
-      static_cast<uint64_t>(c.outstanding) > static_cast<uint64_t>(max_recv_dtos)) {
+  dat_counts(*srq, &c);  // exact on emu0, the provider's own count on a real HCA
+  if (static_cast<uint64_t>(c.outstanding) > static_cast<uint64_t>(max_recv_dtos)) {
     return invalid_state();
   }
   ibv_srq_attr a{};
