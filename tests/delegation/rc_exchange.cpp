@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tests/delegation/check.h"
+#include "tests/ibv_rc_qp.h"
 
 namespace delegation {
 namespace {
@@ -23,47 +24,6 @@ bool poll_one(ibv_cq* cq, ibv_wc* wc) {
     if (n == 1) return true;
   }
   return false;
-}
-
-int to_init(ibv_qp* qp) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.pkey_index = 0;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-}
-
-int to_rtr(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = remote_qpn;
-  a.rq_psn = 0;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = gid;
-  a.ah_attr.grh.sgid_index = 0;
-  a.ah_attr.grh.hop_limit = 1;
-  a.ah_attr.port_num = 1;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                           IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-}
-
-int to_rts(ibv_qp* qp) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.sq_psn = 0;
-  a.max_rd_atomic = 1;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                           IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 }  // namespace
@@ -126,14 +86,7 @@ void rc_exchange(ibv_device* device, const Serving& serving) {
   }
   DELEGATION_CHECK(ibv_req_notify_cq(cq, 0) == 0, "ibv_req_notify_cq");
 
-  ibv_qp_init_attr qia{};
-  qia.send_cq = cq;
-  qia.recv_cq = cq;
-  qia.qp_type = IBV_QPT_RC;
-  qia.cap.max_send_wr = 4;
-  qia.cap.max_recv_wr = 4;
-  qia.cap.max_send_sge = 1;
-  qia.cap.max_recv_sge = 1;
+  ibv_qp_init_attr qia = ibv_rc::qp_init_attr(cq);
   ibv_qp* a = forwarded(serving, "ibv_create_qp", 1, [&] { return ibv_create_qp(pd, &qia); });
   ibv_qp* b = forwarded(serving, "ibv_create_qp", 1, [&] { return ibv_create_qp(pd, &qia); });
   DELEGATION_CHECK(a != nullptr && b != nullptr, "ibv_create_qp");
@@ -141,28 +94,16 @@ void rc_exchange(ibv_device* device, const Serving& serving) {
   DELEGATION_CHECK(a->context == ctx && a->context->device == device, "qp->context->device");
 
   const int modified = forwarded(serving, "ibv_modify_qp", 6, [&] {
-    int rc = to_init(a) | to_init(b);
-    rc |= to_rtr(a, b->qp_num, gid) | to_rtr(b, a->qp_num, gid);
-    return rc | to_rts(a) | to_rts(b);
+    int rc = ibv_rc::to_init(a) | ibv_rc::to_init(b);
+    rc |= ibv_rc::to_rtr(a, b->qp_num, gid) | ibv_rc::to_rtr(b, a->qp_num, gid);
+    return rc | ibv_rc::to_rts(a) | ibv_rc::to_rts(b);
   });
   DELEGATION_CHECK(modified == 0, "connecting the QPs through the device's own GID failed");
 
-  ibv_sge rsge{reinterpret_cast<uintptr_t>(recv_buf.data()), kMessage, rmr->lkey};
-  ibv_recv_wr rwr{};
-  rwr.wr_id = 2;
-  rwr.sg_list = &rsge;
-  rwr.num_sge = 1;
-  ibv_recv_wr* bad_r = nullptr;
-  DELEGATION_CHECK(ibv_post_recv(b, &rwr, &bad_r) == 0, "ibv_post_recv");
-  ibv_sge ssge{reinterpret_cast<uintptr_t>(send_buf.data()), kMessage, smr->lkey};
-  ibv_send_wr swr{};
-  swr.wr_id = 1;
-  swr.sg_list = &ssge;
-  swr.num_sge = 1;
-  swr.opcode = IBV_WR_SEND;
-  swr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad_s = nullptr;
-  DELEGATION_CHECK(ibv_post_send(a, &swr, &bad_s) == 0, "ibv_post_send");
+  const ibv_sge rsge{reinterpret_cast<uintptr_t>(recv_buf.data()), kMessage, rmr->lkey};
+  DELEGATION_CHECK(ibv_rc::post_recv(b, 2, rsge) == 0, "ibv_post_recv");
+  const ibv_sge ssge{reinterpret_cast<uintptr_t>(send_buf.data()), kMessage, smr->lkey};
+  DELEGATION_CHECK(ibv_rc::post_send(a, IBV_WR_SEND, 1, ssge) == 0, "ibv_post_send");
 
   // The completion event: the channel's descriptor becomes readable, then the event is read
   // and acknowledged through our library, which must hand both to the stand-in.

@@ -20,16 +20,15 @@
 // Linked to libdat2 only; run through scripts/emurdma run with DAT_OVERRIDE naming a dat.conf
 // that has the IA. Argument: the IA name (default rxe0-1).
 #include <dat2/udat.h>
-#include <netinet/in.h>
-#include <unistd.h>
 
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "../dat_loopback.h"
+#include "hw_format.h"
 
 namespace {
 
@@ -39,44 +38,14 @@ constexpr DAT_COUNT kSrqSize = 8;
 constexpr DAT_VLEN kBufferSize = 64;
 constexpr int kBuffers = 32;  // the last one is the peer's send buffer
 
+using dat_loopback::check;
+using dat_loopback::dat_code;
+using hw::format;
 // Setup or a step that the rules depend on failed: the run cannot go on.
-struct Abort : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-std::string dat_code(DAT_RETURN ret) {
-  const char* major = nullptr;
-  const char* minor = nullptr;
-  if (dat_strerror(ret, &major, &minor) != DAT_SUCCESS || major == nullptr) {
-    char hex[32];
-    std::snprintf(hex, sizeof(hex), "0x%08x", static_cast<unsigned>(ret));
-    return hex;
-  }
-  std::string text = major;
-  if (minor != nullptr && *minor != '\0' && DAT_GET_SUBTYPE(ret) != 0) {
-    text += " (";
-    text += minor;
-    text += ")";
-  }
-  return text;
-}
+using Abort = dat_loopback::Error;
 
 std::string count_text(DAT_COUNT c) {
   return c == DAT_VALUE_UNKNOWN ? std::string("DAT_VALUE_UNKNOWN") : std::to_string(c);
-}
-
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return buf;
-}
-
-void check(DAT_RETURN ret, const char* what) {
-  if (ret != DAT_SUCCESS) throw Abort(std::string(what) + ": " + dat_code(ret));
 }
 
 // The rules and their verdicts: a rule passes when it was checked at least once and never
@@ -134,16 +103,18 @@ const char* const kRuleResizeOut = "srq_resize.below_outstanding_refused";
 const char* const kRuleResizeOk = "srq_resize.valid_resize_works";
 const char* const kRuleData = "srq.every_message_received_in_order";
 
-class HwDatSrq {
+class HwDatSrq : dat_loopback::SrqLoopback {
  public:
   explicit HwDatSrq(const char* ia_name)
-      : ia_name_(ia_name),
+      : SrqLoopback(ia_name, {.async_evd_qlen = 16,
+                              .dto_evd_qlen = 32,
+                              .srq_size = kSrqSize,
+                              .max_message_size = kBufferSize,
+                              .wait_us = kWaitUs,
+                              .endpoint_label = "SRQ endpoint",
+                              .psp_fallback = true}),
         v_({kRuleAvailable, kRuleOutstanding, kRuleLw, kRuleResizeLw, kRuleResizeOut, kRuleResizeOk,
             kRuleData}) {}
-
-  ~HwDatSrq() {
-    if (ia_ != DAT_HANDLE_NULL) dat_ia_close(ia_, DAT_CLOSE_ABRUPT_FLAG);
-  }
 
   int run() {
     std::string aborted;
@@ -235,90 +206,18 @@ class HwDatSrq {
   }
 
   void open() {
-    check(dat_ia_open(ia_name_.data(), 16, &async_evd_, &ia_), "dat_ia_open");
-    DAT_IA_ATTR ia_attr{};
-    check(dat_ia_query(ia_, nullptr, DAT_IA_FIELD_ALL, &ia_attr, 0, nullptr), "dat_ia_query");
-    if (ia_attr.ia_address_ptr == nullptr) throw Abort("dat_ia_query: no IA address");
-    std::memcpy(
-        &ia_address_, ia_attr.ia_address_ptr,
-        ia_attr.ia_address_ptr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+    DAT_IA_ATTR ia_attr = open_ia(DAT_IA_FIELD_ALL);
     std::printf("  IA %s open: adapter %s, max_srqs %d\n", ia_name_.c_str(), ia_attr.adapter_name,
                 ia_attr.max_srqs);
-    check(dat_pz_create(ia_, &pz_), "dat_pz_create");
-    check(dat_evd_create(ia_, 32, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &recv_evd_),
-          "dat_evd_create(recv)");
-    check(dat_evd_create(ia_, 32, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &request_evd_),
-          "dat_evd_create(request)");
-    check(dat_evd_create(ia_, 32, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &peer_recv_evd_),
-          "dat_evd_create(peer recv)");
-    check(dat_evd_create(ia_, 32, DAT_HANDLE_NULL, DAT_EVD_DTO_FLAG, &peer_request_evd_),
-          "dat_evd_create(peer request)");
-    check(dat_evd_create(ia_, 4, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG, &conn_evd_),
-          "dat_evd_create(connection)");
-    check(dat_evd_create(ia_, 4, DAT_HANDLE_NULL, DAT_EVD_CONNECTION_FLAG, &peer_conn_evd_),
-          "dat_evd_create(peer connection)");
-    check(dat_evd_create(ia_, 4, DAT_HANDLE_NULL, DAT_EVD_CR_FLAG, &cr_evd_), "dat_evd_create(CR)");
-    DAT_REGION_DESCRIPTION region;
-    region.for_va = buffers_;
-    DAT_RMR_CONTEXT rmr_context = 0;
-    DAT_VLEN registered_size = 0;
-    DAT_VADDR registered_address = 0;
-    check(dat_lmr_create(ia_, DAT_MEM_TYPE_VIRTUAL, region, sizeof(buffers_), pz_,
-                         DAT_MEM_PRIV_ALL_FLAG, DAT_VA_TYPE_VA, &lmr_, &lmr_context_, &rmr_context,
-                         &registered_size, &registered_address),
-          "dat_lmr_create");
-    DAT_SRQ_ATTR srq_attr{};
-    srq_attr.max_recv_dtos = kSrqSize;
-    srq_attr.max_recv_iov = 1;
-    srq_attr.low_watermark = DAT_SRQ_LW_DEFAULT;
-    check(dat_srq_create(ia_, pz_, &srq_attr, &srq_), "dat_srq_create");
-    DAT_EP_ATTR ep_attr{};
-    ep_attr.service_type = DAT_SERVICE_TYPE_RC;
-    ep_attr.max_message_size = kBufferSize;
-    ep_attr.qos = DAT_QOS_BEST_EFFORT;
-    ep_attr.recv_completion_flags = DAT_COMPLETION_DEFAULT_FLAG;
-    ep_attr.request_completion_flags = DAT_COMPLETION_DEFAULT_FLAG;
-    ep_attr.max_recv_dtos = kSrqSize;
-    ep_attr.max_request_dtos = 8;
-    ep_attr.max_recv_iov = 1;
-    ep_attr.max_request_iov = 1;
-    ep_attr.srq_soft_hw = DAT_HW_DEFAULT;
-    check(
-        dat_ep_create_with_srq(ia_, pz_, recv_evd_, request_evd_, conn_evd_, srq_, &ep_attr, &ep_),
-        "dat_ep_create_with_srq");
-    check(dat_ep_create(ia_, pz_, peer_recv_evd_, peer_request_evd_, peer_conn_evd_, &ep_attr,
-                        &peer_ep_),
-          "dat_ep_create(peer)");
+    create_objects(buffers_, sizeof(buffers_));
   }
 
   void connect() {
-    DAT_CONN_QUAL conn_qual = 0;
-    if (dat_psp_create_any(ia_, &conn_qual, cr_evd_, DAT_PSP_CONSUMER_FLAG, &psp_) != DAT_SUCCESS) {
-      conn_qual = 47300 + static_cast<DAT_CONN_QUAL>(getpid() % 1000);
-      check(dat_psp_create(ia_, conn_qual, cr_evd_, DAT_PSP_CONSUMER_FLAG, &psp_),
-            "dat_psp_create");
-    }
-    check(dat_ep_connect(peer_ep_, reinterpret_cast<DAT_IA_ADDRESS_PTR>(&ia_address_), conn_qual,
-                         kWaitUs, 0, nullptr, DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG),
-          "dat_ep_connect");
-    DAT_EVENT event = wait(cr_evd_, "connection request");
-    if (event.event_number != DAT_CONNECTION_REQUEST_EVENT) {
-      throw Abort("unexpected event on the CR EVD: " + std::to_string(event.event_number));
-    }
-    check(dat_cr_accept(event.event_data.cr_arrival_event_data.cr_handle, ep_, 0, nullptr),
-          "dat_cr_accept");
-    expect_event(conn_evd_, DAT_CONNECTION_EVENT_ESTABLISHED, "established (SRQ endpoint)");
-    expect_event(peer_conn_evd_, DAT_CONNECTION_EVENT_ESTABLISHED, "established (peer)");
+    const DAT_CONN_QUAL conn_qual = SrqLoopback::connect();
     check(dat_psp_free(psp_), "dat_psp_free");
     psp_ = DAT_HANDLE_NULL;
     std::printf("  SRQ endpoint connected to a peer endpoint (connection qualifier %llu)\n",
                 static_cast<unsigned long long>(conn_qual));
-  }
-
-  void disconnect() {
-    check(dat_ep_disconnect(peer_ep_, DAT_CLOSE_GRACEFUL_FLAG), "dat_ep_disconnect");
-    expect_event(peer_conn_evd_, DAT_CONNECTION_EVENT_DISCONNECTED, "disconnected (peer)");
-    expect_event(conn_evd_, DAT_CONNECTION_EVENT_DISCONNECTED, "disconnected (SRQ endpoint)");
   }
 
   void post(int n) {
@@ -458,50 +357,9 @@ class HwDatSrq {
                      before.max_recv_dtos, after.max_recv_dtos));
   }
 
-  DAT_EVENT wait(DAT_EVD_HANDLE evd, const char* what) {
-    DAT_EVENT event;
-    DAT_COUNT nmore = 0;
-    DAT_RETURN ret = dat_evd_wait(evd, kWaitUs, 1, &event, &nmore);
-    if (ret != DAT_SUCCESS) throw Abort(std::string("waiting for ") + what + ": " + dat_code(ret));
-    return event;
-  }
-
-  void expect_event(DAT_EVD_HANDLE evd, DAT_EVENT_NUMBER number, const char* what) {
-    DAT_EVENT event = wait(evd, what);
-    if (event.event_number != number) {
-      throw Abort(std::string(what) + ": event number " + std::to_string(event.event_number));
-    }
-  }
-
-  static void expect_dto_success(const DAT_EVENT& event, const char* what) {
-    if (event.event_number != DAT_DTO_COMPLETION_EVENT ||
-        event.event_data.dto_completion_event_data.status != DAT_DTO_SUCCESS) {
-      throw Abort(std::string(what) + ": event " + std::to_string(event.event_number) +
-                  ", status " + std::to_string(event.event_data.dto_completion_event_data.status));
-    }
-  }
-
   char* send_buffer() { return buffers_[kBuffers - 1]; }
 
-  std::string ia_name_;
   Verdicts v_;
-  DAT_IA_HANDLE ia_ = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE async_evd_ = DAT_HANDLE_NULL;
-  DAT_PZ_HANDLE pz_ = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE recv_evd_ = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE request_evd_ = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE peer_recv_evd_ = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE peer_request_evd_ = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE conn_evd_ = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE peer_conn_evd_ = DAT_HANDLE_NULL;
-  DAT_EVD_HANDLE cr_evd_ = DAT_HANDLE_NULL;
-  DAT_LMR_HANDLE lmr_ = DAT_HANDLE_NULL;
-  DAT_LMR_CONTEXT lmr_context_ = 0;
-  DAT_SRQ_HANDLE srq_ = DAT_HANDLE_NULL;
-  DAT_EP_HANDLE ep_ = DAT_HANDLE_NULL;
-  DAT_EP_HANDLE peer_ep_ = DAT_HANDLE_NULL;
-  DAT_PSP_HANDLE psp_ = DAT_HANDLE_NULL;
-  DAT_SOCK_ADDR6 ia_address_{};
   DAT_COUNT created_max_ = 0;
   DAT_UINT64 posted_ = 0;    // receives posted to the SRQ
   DAT_UINT64 sent_ = 0;      // messages the peer sent

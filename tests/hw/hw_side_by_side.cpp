@@ -23,6 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "../ibv_rc_qp.h"
+#include "hw_format.h"
+
 namespace {
 
 constexpr size_t kMessage = 4096;
@@ -40,15 +43,7 @@ void say(const char* fmt, ...) {
   std::fflush(stdout);
 }
 
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return buf;
-}
+using hw::format;
 
 std::string gid_text(const ibv_gid& gid) {
   std::string s;
@@ -106,21 +101,17 @@ class Loopback {
       if (s->mr == nullptr) return fail("setup", "ibv_reg_mr failed");
       s->cq = ibv_create_cq(ctx_, 16, nullptr, nullptr, 0);
       if (s->cq == nullptr) return fail("setup", "ibv_create_cq failed");
-      ibv_qp_init_attr qia{};
-      qia.send_cq = s->cq;
-      qia.recv_cq = s->cq;
-      qia.qp_type = IBV_QPT_RC;
-      qia.cap.max_send_wr = 4;
-      qia.cap.max_recv_wr = 4;
-      qia.cap.max_send_sge = 1;
-      qia.cap.max_recv_sge = 1;
+      ibv_qp_init_attr qia = ibv_rc::qp_init_attr(s->cq);
       s->qp = ibv_create_qp(pd_, &qia);
       if (s->qp == nullptr) return fail("setup", "ibv_create_qp failed");
     }
     for (auto [s, peer] : {std::pair{&a_, &b_}, std::pair{&b_, &a_}}) {
-      int err = to_init(s->qp);
-      if (err == 0) err = to_rtr(s->qp, peer->qp->qp_num);
-      if (err == 0) err = to_rts(s->qp);
+      // Loopback: the peer QP is behind this device's own GID.
+      int err = ibv_rc::to_init(s->qp);
+      if (err == 0) {
+        err = ibv_rc::to_rtr(s->qp, peer->qp->qp_num, gid_, static_cast<uint8_t>(gid_index_), mtu_);
+      }
+      if (err == 0) err = ibv_rc::to_rts(s->qp);
       if (err != 0) {
         return fail("setup", format("ibv_modify_qp of QP %u to INIT/RTR/RTS: %s", s->qp->qp_num,
                                     std::strerror(err)));
@@ -161,39 +152,27 @@ class Loopback {
   void send(int r, Side& from, Side& to) {
     const std::string tag = format("%s send round %d qp %u", name_.c_str(), r, from.qp->qp_num);
     std::memset(to.buf.data(), 0, kMessage);
-    ibv_sge rsge{reinterpret_cast<uint64_t>(to.buf.data()), kMessage, to.mr->lkey};
-    ibv_recv_wr rwr{};
-    rwr.wr_id = 0x7000 + r;
-    rwr.sg_list = &rsge;
-    rwr.num_sge = 1;
-    ibv_recv_wr* bad_r = nullptr;
-    if (int err = ibv_post_recv(to.qp, &rwr, &bad_r); err != 0) {
+    const uint64_t recv_id = 0x7000 + r;
+    if (int err = ibv_rc::post_recv(to.qp, recv_id, message_sge(to)); err != 0) {
       fail("send", format("ibv_post_recv: %s", std::strerror(err)));
       return;
     }
     fill(from.buf.data(), kMessage, tag);
-    ibv_sge ssge{reinterpret_cast<uint64_t>(from.buf.data()), kMessage, from.mr->lkey};
-    ibv_send_wr swr{};
-    swr.wr_id = 0x5000 + r;
-    swr.sg_list = &ssge;
-    swr.num_sge = 1;
-    swr.opcode = IBV_WR_SEND;
-    swr.send_flags = IBV_SEND_SIGNALED;
-    ibv_send_wr* bad_s = nullptr;
-    if (int err = ibv_post_send(from.qp, &swr, &bad_s); err != 0) {
+    const uint64_t wr_id = 0x5000 + r;
+    if (int err = ibv_rc::post_send(from.qp, IBV_WR_SEND, wr_id, message_sge(from)); err != 0) {
       fail("send", format("ibv_post_send(SEND): %s", std::strerror(err)));
       return;
     }
     ibv_wc swc{}, rwc{};
     if (!poll(from.cq, &swc, "send", "the Send's completion")) return;
     if (!poll(to.cq, &rwc, "send", "the receive completion")) return;
-    if (swc.status != IBV_WC_SUCCESS || swc.opcode != IBV_WC_SEND || swc.wr_id != swr.wr_id) {
+    if (swc.status != IBV_WC_SUCCESS || swc.opcode != IBV_WC_SEND || swc.wr_id != wr_id) {
       fail("send", format("round %d send completion: status %s, opcode %d, wr_id %#llx", r,
                           ibv_wc_status_str(swc.status), swc.opcode,
                           static_cast<unsigned long long>(swc.wr_id)));
       return;
     }
-    if (rwc.status != IBV_WC_SUCCESS || rwc.opcode != IBV_WC_RECV || rwc.wr_id != rwr.wr_id ||
+    if (rwc.status != IBV_WC_SUCCESS || rwc.opcode != IBV_WC_RECV || rwc.wr_id != recv_id ||
         rwc.byte_len != kMessage || rwc.qp_num != to.qp->qp_num) {
       fail("send", format("round %d receive completion: status %s, opcode %d, wr_id %#llx, "
                           "%u bytes, qp %u",
@@ -213,23 +192,16 @@ class Loopback {
     char* target = to.buf.data() + kMessage;
     std::memset(target, 0, kMessage);
     fill(from.buf.data(), kMessage, tag);
-    ibv_sge sge{reinterpret_cast<uint64_t>(from.buf.data()), kMessage, from.mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 0x6000 + r;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(target);
-    wr.wr.rdma.rkey = to.mr->rkey;
-    ibv_send_wr* bad = nullptr;
-    if (int err = ibv_post_send(from.qp, &wr, &bad); err != 0) {
+    const uint64_t wr_id = 0x6000 + r;
+    if (int err = ibv_rc::post_send(from.qp, IBV_WR_RDMA_WRITE, wr_id, message_sge(from),
+                                    reinterpret_cast<uint64_t>(target), to.mr->rkey);
+        err != 0) {
       fail("rdma_write", format("ibv_post_send(RDMA_WRITE): %s", std::strerror(err)));
       return;
     }
     ibv_wc wc{};
     if (!poll(from.cq, &wc, "rdma_write", "the RDMA WRITE's completion")) return;
-    if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RDMA_WRITE || wc.wr_id != wr.wr_id) {
+    if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RDMA_WRITE || wc.wr_id != wr_id) {
       fail("rdma_write", format("round %d completion: status %s, opcode %d, wr_id %#llx", r,
                                 ibv_wc_status_str(wc.status), wc.opcode,
                                 static_cast<unsigned long long>(wc.wr_id)));
@@ -249,6 +221,11 @@ class Loopback {
     ++writes_ok;
   }
 
+  // The side's first kMessage bytes: what it sends, or receives a Send into.
+  static ibv_sge message_sge(const Side& side) {
+    return {reinterpret_cast<uint64_t>(side.buf.data()), kMessage, side.mr->lkey};
+  }
+
   bool poll(ibv_cq* cq, ibv_wc* wc, const char* rule, const char* what) {
     const auto deadline = std::chrono::steady_clock::now() + kPollLimit;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -258,47 +235,6 @@ class Loopback {
       std::this_thread::yield();
     }
     return fail(rule, format("no completion for %s within 20 s", what));
-  }
-
-  int to_init(ibv_qp* qp) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.pkey_index = 0;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    return ibv_modify_qp(qp, &a,
-                         IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  }
-
-  int to_rtr(ibv_qp* qp, uint32_t remote_qpn) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = mtu_;
-    a.dest_qp_num = remote_qpn;
-    a.rq_psn = 0;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = gid_;  // loopback: the peer QP is behind this device's own GID
-    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index_);
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.port_num = 1;
-    return ibv_modify_qp(qp, &a,
-                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                             IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-  }
-
-  static int to_rts(ibv_qp* qp) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = 0;
-    a.max_rd_atomic = 1;
-    return ibv_modify_qp(qp, &a,
-                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                             IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
   }
 
   ibv_device* device_;
