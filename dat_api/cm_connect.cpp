@@ -60,24 +60,37 @@ DAT_RETURN connect(const std::shared_ptr<Ep>& ep, const tcp::endpoint& to, DAT_C
     }
     if (ep->state != DAT_EP_STATE_UNCONNECTED) return invalid_ep_state(ep->state);
     connection->ep = ep;
-    connection->local.qpn = ep->qp->qp_num;
-    connection->local.psn = service->next_psn();
-    connection->local.gid = service->gid();
-    const int max_rd = ep->ia()->device_attr().max_qp_rd_atom;
-    connection->local.rdma_read_in = rdma_read_depth(ep->param.ep_attr.max_rdma_read_in, max_rd);
-    connection->local.rdma_read_out = rdma_read_depth(ep->param.ep_attr.max_rdma_read_out, max_rd);
-    request.qp = connection->local;
-    ep->connection = connection;
-    ep->state = DAT_EP_STATE_ACTIVE_CONNECTION_PENDING;
-    std::memset(&ep->remote_address, 0, sizeof(ep->remote_address));
-    std::memcpy(&ep->remote_address, to.data(), to.size());
-    ep->param.remote_ia_address_ptr = reinterpret_cast<DAT_IA_ADDRESS_PTR>(&ep->remote_address);
-    ep->param.remote_port_qual = conn_qual;
+    if (ep_is_ud(*ep)) {
+      // An address exchange (cm_ud.cpp): the EP stays UNCONNECTED and may exchange again.
+      connection->ud = true;
+      connection->local.qpn = ep->qp->qp_num;
+      connection->local.gid = service->gid();
+      std::memcpy(&connection->peer_ia_address, to.data(), to.size());
+      request.type = cm::Type::kUdReq;
+      request.qp = connection->local;
+      ep->ud_connections.push_back(connection);
+    } else {
+      connection->local.qpn = ep->qp->qp_num;
+      connection->local.psn = service->next_psn();
+      connection->local.gid = service->gid();
+      const int max_rd = ep->ia()->device_attr().max_qp_rd_atom;
+      connection->local.rdma_read_in = rdma_read_depth(ep->param.ep_attr.max_rdma_read_in, max_rd);
+      connection->local.rdma_read_out =
+          rdma_read_depth(ep->param.ep_attr.max_rdma_read_out, max_rd);
+      request.qp = connection->local;
+      ep->connection = connection;
+      ep->state = DAT_EP_STATE_ACTIVE_CONNECTION_PENDING;
+      std::memset(&ep->remote_address, 0, sizeof(ep->remote_address));
+      std::memcpy(&ep->remote_address, to.data(), to.size());
+      ep->param.remote_ia_address_ptr = reinterpret_cast<DAT_IA_ADDRESS_PTR>(&ep->remote_address);
+      ep->param.remote_port_qual = conn_qual;
+    }
   }
   if (!service->post([connection, to, timeout, request = std::move(request)]() mutable {
         connection->start_active(to, timeout, std::move(request));
       })) {
     std::lock_guard<std::mutex> guard(ep->mutex);
+    std::erase(ep->ud_connections, connection);
     if (ep->connection == connection) {
       ep->connection.reset();
       ep->state = DAT_EP_STATE_UNCONNECTED;

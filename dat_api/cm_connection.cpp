@@ -77,8 +77,18 @@ void Connection::start_active(const asio::ip::tcp::endpoint& to, DAT_TIMEOUT tim
       }
     });
   }
-  socket_.async_connect(to, [self, request = std::move(request)](const error_code& ec) {
+  if (ud) ud_retry_until_ = std::chrono::steady_clock::now() + kUdRefusedRetryWindow;
+  connect_attempt(to, std::move(request));
+}
+
+void Connection::connect_attempt(const asio::ip::tcp::endpoint& to, cm::Message request) {
+  auto self = shared_from_this();
+  socket_.async_connect(to, [self, to, request = std::move(request)](const error_code& ec) mutable {
     if (self->phase_ != Phase::kConnecting) return;  // timed out or aborted meanwhile
+    if (ec && self->ud && ec == asio::error::connection_refused &&
+        self->retry_refused_ud(to, std::move(request))) {
+      return;
+    }
     if (ec) {
       // Nobody listens (refused, or reset by a dying listener): the remote consumer is not
       // there, DAT_CONNECTION_EVENT_NON_PEER_REJECTED. No route: UNREACHABLE.
@@ -99,6 +109,10 @@ void Connection::start_active(const asio::ip::tcp::endpoint& to, DAT_TIMEOUT tim
 }
 
 void Connection::on_active_failure(DAT_EVENT_NUMBER event) {
+  if (ud) {
+    on_ud_failure(event);
+    return;
+  }
   phase_ = Phase::kClosed;
   timer_.cancel();
   deliver({DAT_EP_STATE_ACTIVE_CONNECTION_PENDING}, DAT_EP_STATE_DISCONNECTED, event, true,
@@ -165,6 +179,10 @@ void Connection::start_passive() {
 }
 
 void Connection::send_accept(std::vector<uint8_t> private_data) {
+  if (ud) {
+    send_ud_accept(std::move(private_data));
+    return;
+  }
   if (peer_gone || phase_ != Phase::kCrPending) {
     // The requester went away before the accept: the accept cannot complete.
     deliver({DAT_EP_STATE_COMPLETION_PENDING}, DAT_EP_STATE_DISCONNECTED,
@@ -247,6 +265,7 @@ void Connection::break_locally() {
 void Connection::close_socket() {
   error_code ignored;
   timer_.cancel();
+  if (ud_retry_timer_) ud_retry_timer_->cancel();
   if (socket_.is_open()) {
     socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
@@ -322,8 +341,10 @@ void Connection::read_body(cm::Type type, uint32_t length) {
 void Connection::on_message(const cm::Message& m) {
   switch (phase_) {
     case Phase::kRequested:  // active, waiting for the answer
-      if (m.type == cm::Type::kRep) {
+      if (m.type == cm::Type::kRep && !ud) {
         on_rep(m);
+      } else if (m.type == cm::Type::kUdRep && ud) {
+        on_ud_rep(m);
       } else if (m.type == cm::Type::kRej) {
         peer_private_data = m.private_data;
         on_active_failure(m.reason == cm::RejectReason::kConsumer
@@ -334,8 +355,10 @@ void Connection::on_message(const cm::Message& m) {
       }
       return;
     case Phase::kCrPending:  // passive: the first frame must be the REQ
-      if (m.type == cm::Type::kReq && !service_point) return;  // REQ handled already
-      if (m.type == cm::Type::kReq) {
+      if (m.type == cm::Type::kReq || m.type == cm::Type::kUdReq) {
+        if (!service_point) return;  // REQ handled already
+        ud = m.type == cm::Type::kUdReq;
+        peer_ia_address = m.requester;
         peer = m.qp;
         peer_private_data = m.private_data;
         service_->on_request(shared_from_this());

@@ -13,6 +13,7 @@
 #include <array>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <deque>
 #include <initializer_list>
 #include <memory>
@@ -20,6 +21,7 @@
 
 #include "dat_api/cm_wire.h"
 #include "dat_api/ep.h"
+#include "dat_api/ext.h"
 
 namespace emudat {
 
@@ -49,6 +51,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // dat_cr_accept, ordered by the post that hands it over).
   std::weak_ptr<Ep> ep;
   cm::QpInfo local;
+  // A UD exchange (cm_ud.cpp): UD_REQ/UD_REP, no QP transitions, no EP state change; the EP
+  // holds it in Ep::ud_connections, not Ep::connection. Active: set by dat_ep_connect;
+  // passive: by the CM thread from the request, before the CR is published.
+  bool ud = false;
+  // UD: the peer's IA address for the events' remote_ah.ia_addr (active: the address
+  // connected to; passive: the requester's IA address from its UD_REQ).
+  sockaddr_storage peer_ia_address{};
   std::shared_ptr<ServicePoint> service_point;  // passive: where the request arrived
 
   // Written by the CM thread before the event or CR that exposes them, read-only afterwards.
@@ -76,12 +85,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void break_locally();
 
  private:
+  void connect_attempt(const boost::asio::ip::tcp::endpoint& to, cm::Message request);
+  // UD: a refused connect is tried again shortly (cm_ud.cpp); false once the window is over.
+  bool retry_refused_ud(const boost::asio::ip::tcp::endpoint& to, cm::Message request);
   void read_header();
   void read_body(cm::Type type, uint32_t length);
   void on_message(const cm::Message& m);
   void on_socket_error(const boost::system::error_code& ec);
   void on_active_failure(DAT_EVENT_NUMBER event);
   void on_rep(const cm::Message& m);
+  // ---- UD (cm_ud.cpp) ----
+  void on_ud_rep(const cm::Message& m);
+  void send_ud_accept(std::vector<uint8_t> private_data);
+  void on_ud_failure(DAT_EVENT_NUMBER event);
+  // Under ep.mutex, if the EP is alive and still holds this exchange: posts a UD connection
+  // event (`number`, extension `type`) on its connect EVD, with a fresh address handle
+  // towards the peer when `with_ah` (an AH that cannot be made turns the event into
+  // DAT_IB_UD_CONNECTION_ERROR_EVENT) and the peer's private data when `with_private_data`.
+  void post_ud_event(int number, DAT_IB_EXT_TYPE type, bool with_ah, bool with_private_data);
   void on_peer_disconnect();
   void send(const cm::Message& m);
   void write_next();
@@ -104,6 +125,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_ = false;
   bool close_after_write_ = false;
   bool graceful_ = false;
+  // UD: until when a refused connect is retried, and the timer between attempts.
+  std::chrono::steady_clock::time_point ud_retry_until_{};
+  std::unique_ptr<boost::asio::steady_timer> ud_retry_timer_;
 };
+
+// How long a UD exchange keeps retrying a refused connect (the peer's PSP not there yet): a
+// datagram endpoint has no connection to refuse, and dapl2-utils' dtestx -u connects as soon
+// as its out-of-band exchange ends, before the peer's PSP exists, then waits for the peer's
+// requests forever (an immediate rejection would hang both sides).
+inline constexpr auto kUdRefusedRetryWindow = std::chrono::seconds(5);
 
 }  // namespace emudat

@@ -291,6 +291,12 @@ void CmService::on_request(const std::shared_ptr<Connection>& connection) {
   if (handle != DAT_HANDLE_NULL) {
     DAT_EVENT ev{};
     ev.event_number = DAT_CONNECTION_REQUEST_EVENT;
+    if (connection->ud) {
+      // A UD endpoint's request: the extension's event number, its data as for any request.
+      ev.event_number = static_cast<DAT_EVENT_NUMBER>(DAT_IB_UD_CONNECTION_REQUEST_EVENT);
+      ext_ud_connection_event(DAT_IB_UD_CONNECT_REQUEST, nullptr, connection->peer.qpn,
+                              connection->peer_ia_address, nullptr, &ev);
+    }
     auto& d = ev.event_data.cr_arrival_event_data;
     // A reserved service point is destroyed by the event it generates (dat.h), so its
     // handle is not given.

@@ -163,12 +163,14 @@ std::vector<uint8_t> encode(const Message& m) {
   w.u32(0);  // body length, patched below
   switch (m.type) {
     case Type::kReq:
+    case Type::kUdReq:
       write_qp(w, m.qp);
       w.u64(m.conn_qual);
       write_address(w, m.requester);
       write_private_data(w, m.private_data);
       break;
     case Type::kRep:
+    case Type::kUdRep:
       write_qp(w, m.qp);
       write_private_data(w, m.private_data);
       break;
@@ -190,7 +192,7 @@ std::optional<uint32_t> parse_header(const uint8_t* header, Type* type) {
   if (std::memcmp(header, kMagic, sizeof(kMagic)) != 0) return std::nullopt;
   if (header[4] != kVersion) return std::nullopt;
   uint8_t t = header[5];
-  if (t < static_cast<uint8_t>(Type::kReq) || t > static_cast<uint8_t>(Type::kDrep)) {
+  if (t < static_cast<uint8_t>(Type::kReq) || t > static_cast<uint8_t>(Type::kUdRep)) {
     return std::nullopt;
   }
   *type = static_cast<Type>(t);
@@ -206,12 +208,14 @@ std::optional<Message> parse_body(Type type, const uint8_t* body, size_t size) {
   m.type = type;
   switch (type) {
     case Type::kReq:
+    case Type::kUdReq:
       m.qp = read_qp(r);
       m.conn_qual = r.u64();
       m.requester = read_address(r);
       if (!read_private_data(r, &m.private_data)) return std::nullopt;
       break;
     case Type::kRep:
+    case Type::kUdRep:
       m.qp = read_qp(r);
       if (!read_private_data(r, &m.private_data)) return std::nullopt;
       break;

@@ -29,6 +29,11 @@ enum class Type : uint8_t {
   kRtu = 4,   // active -> passive: ready to use, the active QP is RTS
   kDreq = 5,  // either way: orderly disconnect
   kDrep = 6,  // answer to a DREQ
+  // UD endpoints (DAT_IB_SERVICE_TYPE_UD): an address exchange, no connection. Bodies as REQ
+  // and REP; the socket closes after the UD_REP. A peer that predates them refuses them as
+  // unknown frames (NON_PEER_REJECTED), while RC frames are unchanged: version stays 1.
+  kUdReq = 7,  // active -> passive
+  kUdRep = 8,  // passive -> active: accepted (dat_cr_accept on a UD EP)
 };
 
 enum class RejectReason : uint8_t {

@@ -50,38 +50,57 @@ DAT_RETURN cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE ep_handle, DAT_COUNT private
   {
     std::lock_guard<std::mutex> guard(ep->mutex);
     if (ep->qp == nullptr) return invalid_state(DAT_INVALID_STATE_EP_UNCONFIGURED);
+    // A UD request needs a UD endpoint and an RC request an RC one: this EP "does not
+    // satisfy the requested Connection Request".
+    if (connection->ud != ep_is_ud(*ep)) return invalid_arg(2);
     if (ep->state != expected) return invalid_ep_state(ep->state);
-    // "If the provided local Endpoint does not satisfy the requested Connection Request, the
-    // operation fails without any effect": everything that can fail comes before the CR is
-    // consumed.
-    connection->local.qpn = ep->qp->qp_num;
-    connection->local.psn = service.next_psn();
-    connection->local.gid = service.gid();
-    const int max_rd = service.ia().device_attr().max_qp_rd_atom;
-    connection->local.rdma_read_in = rdma_read_depth(ep->param.ep_attr.max_rdma_read_in, max_rd);
-    connection->local.rdma_read_out = rdma_read_depth(ep->param.ep_attr.max_rdma_read_out, max_rd);
-    int err =
-        qp_connect(ep->qp, service.port(), service.mtu(), connection->local, connection->peer);
-    if (err != 0) {
-      qp_to_error(ep->qp);  // half-moved QP: leave nothing in RTR
-      return invalid_state(DAT_INVALID_STATE_EP_NOTREADY);
+    if (connection->ud) {
+      // An address exchange (cm_ud.cpp): no QP moves; an RSP's EP is back to UNCONNECTED
+      // (a UD EP's only resting state), a PSP's stays there.
+      connection->local.qpn = ep->qp->qp_num;
+      connection->local.gid = service.gid();
+      if (!Handles::retire(h, Kind::kCr)) return invalid_handle(DAT_INVALID_HANDLE_CR);
+      ep->state = DAT_EP_STATE_UNCONNECTED;
+      ep->ud_connections.push_back(connection);
+      connection->ep = ep;
+    } else {
+      // "If the provided local Endpoint does not satisfy the requested Connection Request, the
+      // operation fails without any effect": everything that can fail comes before the CR is
+      // consumed.
+      connection->local.qpn = ep->qp->qp_num;
+      connection->local.psn = service.next_psn();
+      connection->local.gid = service.gid();
+      const int max_rd = service.ia().device_attr().max_qp_rd_atom;
+      connection->local.rdma_read_in = rdma_read_depth(ep->param.ep_attr.max_rdma_read_in, max_rd);
+      connection->local.rdma_read_out =
+          rdma_read_depth(ep->param.ep_attr.max_rdma_read_out, max_rd);
+      int err =
+          qp_connect(ep->qp, service.port(), service.mtu(), connection->local, connection->peer);
+      if (err != 0) {
+        qp_to_error(ep->qp);  // half-moved QP: leave nothing in RTR
+        return invalid_state(DAT_INVALID_STATE_EP_NOTREADY);
+      }
+      if (!Handles::retire(h, Kind::kCr)) {  // a concurrent accept or reject won
+        qp_to_error(ep->qp);
+        return invalid_handle(DAT_INVALID_HANDLE_CR);
+      }
+      // The RTU completes the connection: COMPLETION_PENDING until then.
+      ep->state = DAT_EP_STATE_COMPLETION_PENDING;
+      ep->broken_reported = false;  // a new connection can break again
+      ep->connection = connection;
+      std::memcpy(&ep->remote_address, &cr->remote_address, sizeof(ep->remote_address));
+      ep->param.remote_ia_address_ptr = reinterpret_cast<DAT_IA_ADDRESS_PTR>(&ep->remote_address);
+      ep->param.remote_port_qual = cr->remote_port_qual;
+      connection->ep = ep;
     }
-    if (!Handles::retire(h, Kind::kCr)) {  // a concurrent accept or reject won
-      qp_to_error(ep->qp);
-      return invalid_handle(DAT_INVALID_HANDLE_CR);
-    }
-    // The RTU completes the connection: COMPLETION_PENDING until then.
-    ep->state = DAT_EP_STATE_COMPLETION_PENDING;
-    ep->broken_reported = false;  // a new connection can break again
-    ep->connection = connection;
-    std::memcpy(&ep->remote_address, &cr->remote_address, sizeof(ep->remote_address));
-    ep->param.remote_ia_address_ptr = reinterpret_cast<DAT_IA_ADDRESS_PTR>(&ep->remote_address);
-    ep->param.remote_port_qual = cr->remote_port_qual;
-    connection->ep = ep;
   }
   service.forget_cr(*cr);
   if (!service.post(
           [connection, pd = std::move(pd)]() mutable { connection->send_accept(std::move(pd)); })) {
+    if (connection->ud) {
+      std::lock_guard<std::mutex> guard(ep->mutex);
+      std::erase(ep->ud_connections, connection);
+    }
     return invalid_handle(DAT_INVALID_HANDLE_IA);  // the IA is closing
   }
   return DAT_SUCCESS;

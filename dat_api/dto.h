@@ -40,6 +40,9 @@ struct RequestExt {
   uint64_t compare_add = 0;  // atomics: the compare (CAS) or add (FAA) value
   uint64_t swap = 0;         // CAS: the value stored on a match
   int segments_arg = 2;      // the argument position of num_segments (local_iov follows)
+  ibv_ah* ud_ah = nullptr;   // dat_ib_post_send_ud: one of the EP's address handles
+  uint32_t ud_qpn = 0;       // ... and the peer's QPN
+  int ud_ah_arg = 0;         // the argument position of the address handle
 };
 
 // Validates and posts `q` under ep.mutex (the state, queue and length rules of the README).

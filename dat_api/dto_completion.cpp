@@ -79,7 +79,11 @@ bool dto_completion_event(Ep& ep, const ibv_wc& wc, bool recv_role, bool request
       d.operation = DAT_DTO_RECEIVE_WITH_INVALIDATE;
       d.rmr_context = wc.invalidated_rkey;
     }
-    ext_receive_event(wc, out);  // immediate data: DAT_IB_DTO_EVENT (ext_events.cpp)
+    if (ep_is_ud(ep)) {
+      ext_ud_receive_event(wc, out);  // a datagram: DAT_IB_DTO_EVENT, DAT_IB_UD_RECV
+    } else {
+      ext_receive_event(wc, out);  // immediate data: DAT_IB_DTO_EVENT (ext_events.cpp)
+    }
     return true;
   }
   SendRecord record;

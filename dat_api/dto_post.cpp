@@ -3,6 +3,7 @@
 // its arguments, checks the EP's state under ep.mutex, records what the completion will need in
 // the EP's WR ring (wr_id = the ring sequence) and posts to the QP. No heap allocation unless a
 // DTO has more than kInlineSges segments.
+#include <algorithm>
 #include <cerrno>
 #include <vector>
 
@@ -97,7 +98,16 @@ DAT_RETURN post_request(const std::shared_ptr<Ep>& ep, const Request& q, const R
   // writes 4 MiB with max_rdma_size 64 KiB).
   if (sges.total() > kMaxMessageSize) return dat_error(DAT_LENGTH_ERROR);
   if (rdma && sges.total() > q.remote->segment_length) return dat_error(DAT_LENGTH_ERROR);
-  if (ep->qp == nullptr || ep->state != DAT_EP_STATE_CONNECTED) {
+  const bool ud = ext != nullptr && ext->op == ExtOp::kSendUd;
+  if (ud) {
+    // A datagram needs no connection (a UD EP stays UNCONNECTED), only a QP and an address
+    // handle the EP's connection manager made and nobody freed.
+    if (ep->qp == nullptr) return ep_invalid_state(ep->state);
+    if (!ep_is_ud(*ep)) return dat_error(DAT_MODEL_NOT_SUPPORTED);
+    if (std::find(ep->ud_ahs.begin(), ep->ud_ahs.end(), ext->ud_ah) == ep->ud_ahs.end()) {
+      return invalid_arg(ext->ud_ah_arg);
+    }
+  } else if (ep->qp == nullptr || ep->state != DAT_EP_STATE_CONNECTED) {
     return ep_invalid_state(ep->state);
   }
   if (ep->send_ring.full()) return dat_error(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP);
@@ -120,6 +130,7 @@ DAT_RETURN post_request(const std::shared_ptr<Ep>& ep, const Request& q, const R
     wr.wr.rdma.rkey = q.remote->rmr_context;
   }
   if (q.opcode == IBV_WR_SEND_WITH_INV) wr.invalidate_rkey = q.invalidate_rkey;
+  if (ud) wr.wr.ud = {ext->ud_ah, ext->ud_qpn, kUdQkey};
   if (q.opcode == IBV_WR_RDMA_WRITE_WITH_IMM && ext != nullptr) wr.imm_data = ext->imm_data;
   if ((q.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || q.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
       ext != nullptr) {

@@ -96,6 +96,7 @@ DAT_RETURN create(const CreateArgs& args) {
     p.connect_evd_handle = args.connect_evd;
     p.srq_handle = with_srq ? args.srq : DAT_HANDLE_NULL;
     p.ep_attr = attr;
+    ep->ud = ep_attr_is_ud(attr);
     ep->recv_held->ep = handle;
     ep->recv_held->srq = srq;
     if (with_srq) ep->recv_held->arm_soft_hw(attr.srq_soft_hw);
@@ -130,7 +131,8 @@ void ep_release(Ia& ia, Ep& ep) {
   if (ep.srq) ep.srq->ep_count.fetch_sub(1);
   // The QP goes now: a post racing the free finds no QP (DAT_INVALID_STATE) under ep.mutex.
   ep_destroy_qp_locked(ep);
-  ep.connection.reset();  // the connection manager let go in cm_on_ep_free
+  ep_destroy_ud_ahs_locked(ep);  // UD: AHs the consumer did not free (dtestx frees none late)
+  ep.connection.reset();         // the connection manager let go in cm_on_ep_free
   ia.remove_child(&ep);
 }
 

@@ -1,4 +1,4 @@
-// The endpoint (EP): the DAT object over one RC ibv_qp. This header is the contract between
+// The endpoint (EP): the DAT object over one RC (or UD) ibv_qp. This header is the contract between
 // the endpoint code (ep*.cpp, dto*.cpp: create, free, query, modify, reset, posts, completions)
 // and the connection manager (cm*.cpp: PSP/RSP/CR, connect, accept, disconnect, connection
 // events), which moves the EP through its connection states and the QP through RTR/RTS/ERR.
@@ -175,11 +175,36 @@ class Ep : public Object {
   bool recv_posted = false;  // a receive was posted (recv_completion_flags are fixed then)
   // DAT_ASYNC_ERROR_EP_BROKEN was posted for the current connection's QP (ep_report_broken).
   bool broken_reported = false;
-  bool freed = false;        // dat_ep_free ran: the users counts are given back
+  bool freed = false;  // dat_ep_free ran: the users counts are given back
+
+  // ---- UD endpoints (DAT_IB_SERVICE_TYPE_UD; ext_ud*.cpp, cm_ud.cpp) ----
+  // Fixed at creation, before the QP exists (the service type cannot be modified): the
+  // harvest reads it without ep.mutex.
+  bool ud = false;
+  // The address handles the connection manager made for this EP's UD exchanges, until
+  // dat_ib_ud_ah_free or the EP's free destroys them (on the EP's PD, so before the PZ goes).
+  std::vector<ibv_ah*> ud_ahs;
+  // The UD exchanges of this EP (the events' CM handles, their private data storage), until
+  // dat_ib_ud_cm_free or the EP's free. A UD EP may exchange any number of times; its state
+  // stays UNCONNECTED.
+  std::vector<std::shared_ptr<Connection>> ud_connections;
 
  private:
   std::shared_ptr<Ia> ia_;
 };
+
+// Whether attributes ask for an unreliable datagram endpoint (DAT_IB_SERVICE_TYPE_UD).
+bool ep_attr_is_ud(const DAT_EP_ATTR& a);
+inline bool ep_is_ud(const Ep& ep) {
+  return ep.ud;
+}
+// UD (ext_ud_ah.cpp), under ep.mutex: an address handle towards the peer with GID `gid` on the
+// EP's PD, remembered in ep.ud_ahs; null when verbs refuses.
+ibv_ah* ep_create_ud_ah_locked(Ep& ep, const ibv_gid& gid, uint8_t port);
+// Destroys every address handle of ep.ud_ahs (the EP's free, its destructor).
+void ep_destroy_ud_ahs_locked(Ep& ep);
+// The Q_Key of every UD QP of this provider (both ends must agree; no consumer names one).
+constexpr uint32_t kUdQkey = 0x11111111;
 
 // Endpoint helpers shared by the endpoint files (ep*.cpp), called with ep.mutex held.
 // Creates the QP (RC, in INIT, attached to the EVDs) from ep.param.ep_attr, when the EP has its

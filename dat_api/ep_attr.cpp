@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "dat_api/errors.h"
+#include "dat_api/ext.h"
 
 namespace emudat {
 
@@ -55,7 +56,11 @@ void ep_default_attr(const Ia& ia, DAT_EP_ATTR* a) {
 DAT_RETURN ep_check_attr(const Ia& ia, const DAT_EP_ATTR& a, bool with_srq, int position) {
   const ibv_device_attr& d = ia.device_attr();
   const DAT_RETURN bad = invalid_arg(position);
-  if (raw(a.service_type) != raw(DAT_SERVICE_TYPE_RC)) return bad;
+  // RC, or the IB extensions' unreliable datagrams (dtestx -u).
+  if (raw(a.service_type) != raw(DAT_SERVICE_TYPE_RC) &&
+      raw(a.service_type) != static_cast<uint64_t>(DAT_IB_SERVICE_TYPE_UD)) {
+    return bad;
+  }
   if (a.max_message_size > kMaxMessageSize || a.max_rdma_size > kMaxMessageSize) return bad;
   if ((raw(a.qos) & ~kKnownQos) != 0) return bad;
   if ((raw(a.recv_completion_flags) & ~kRecvCompletionFlags) != 0) return bad;

@@ -170,6 +170,9 @@ DAT_RETURN ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_PARAM
   apply_attr(mask, param->ep_attr, &attr);
   DAT_RETURN r = ep_check_attr(*ia, attr, with_srq, 3);
   if (r != DAT_SUCCESS) return r;
+  // RC and UD endpoints differ in QP type, connection model and posts: the service type is
+  // fixed at creation.
+  if (raw(attr.service_type) != raw(ep->param.ep_attr.service_type)) return invalid_arg(3);
   if (!allowed(mask, ep->state)) return ep_invalid_state(ep->state);
   // "... but before posting of any Recvs."
   if ((mask & DAT_EP_FIELD_EP_ATTR_RECV_COMPLETION_FLAGS) != 0 &&
@@ -191,6 +194,8 @@ DAT_RETURN ep_modify(DAT_EP_HANDLE h, DAT_EP_PARAM_MASK mask, const DAT_EP_PARAM
   if (rebuild && (ep->send_ring.in_flight() != 0 || ep->recv_ring.in_flight() != 0)) {
     return ep_invalid_state(ep->state);
   }
+  // A UD EP's address handles live on its PZ's PD: that PD must outlive them.
+  if (next_pz != ep->pz && !ep->ud_ahs.empty()) return ep_invalid_state(ep->state);
 
   if (rebuild) ep_destroy_qp_locked(*ep);
   if (next_pz != ep->pz) {

@@ -1,5 +1,6 @@
 // The endpoint's verbs QP: created (RC, in INIT, attached to its EVDs) once the EP has a PZ
-// and both DTO EVDs, destroyed with the EP or when dat_ep_modify must rebuild it.
+// and both DTO EVDs, destroyed with the EP or when dat_ep_modify must rebuild it. A UD
+// endpoint's QP goes to RTS at once: datagrams need no connection, only an address handle.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -57,6 +58,7 @@ void destroy_qp(Ep& ep) {
 
 Ep::~Ep() {
   destroy_qp(*this);
+  ep_destroy_ud_ahs_locked(*this);  // never freed (a failed create): nobody else holds it
 }
 
 DAT_RETURN ep_invalid_state(DAT_EP_STATE state) {
@@ -98,6 +100,28 @@ bool ep_unconfigured(DAT_EP_STATE state) {
          state == DAT_EP_STATE_UNCONFIGURED_PASSIVE || state == DAT_EP_STATE_UNCONFIGURED_TENTATIVE;
 }
 
+namespace {
+
+// UD: INIT (with the provider's Q_Key), RTR, RTS; 0 or the errno of the step that failed.
+int ud_qp_to_rts(ibv_qp* qp, uint8_t port) {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.pkey_index = 0;
+  attr.port_num = port;
+  attr.qkey = kUdQkey;
+  int err = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+  if (err != 0) return err;
+  attr = ibv_qp_attr{};
+  attr.qp_state = IBV_QPS_RTR;
+  err = ibv_modify_qp(qp, &attr, IBV_QP_STATE);
+  if (err != 0) return err;
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = 0;
+  return ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+}  // namespace
+
 void ep_destroy_qp_locked(Ep& ep) {
   destroy_qp(ep);
   ep.state = unconfigured_twin(ep.state);
@@ -115,7 +139,8 @@ DAT_RETURN ep_configure_locked(Ep& ep) {
   init.send_cq = ep.request_evd->cq();
   init.recv_cq = ep.recv_evd->cq();
   init.srq = ep.srq ? ep.srq->srq : nullptr;
-  init.qp_type = IBV_QPT_RC;
+  const bool ud = ep_is_ud(ep);
+  init.qp_type = ud ? IBV_QPT_UD : IBV_QPT_RC;
   init.sq_sig_all = 0;  // DAT_COMPLETION_SUPPRESS_FLAG posts unsignaled WRs
   init.cap.max_send_wr = static_cast<uint32_t>(std::max(a.max_request_dtos, 1));
   init.cap.max_send_sge = static_cast<uint32_t>(
@@ -129,17 +154,29 @@ DAT_RETURN ep_configure_locked(Ep& ep) {
     log_warn("EP {}: ibv_create_qp failed: {}", ep.handle(), std::strerror(errno));
     return dat_error(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP);
   }
-  // INIT at once: receives can be posted before a connection exists.
+  const auto port = static_cast<uint8_t>(ep.ia()->config()->port);
+  int err = 0;
+  if (ud) {
+    err = ud_qp_to_rts(qp, port);
+    if (err != 0) {
+      log_warn("EP {}: UD QP to RTS failed: {}", ep.handle(), std::strerror(err));
+      ibv_destroy_qp(qp);
+      return dat_error(DAT_INSUFFICIENT_RESOURCES, DAT_RESOURCE_TEP);
+    }
+  }
+  // RC: INIT at once: receives can be posted before a connection exists.
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.pkey_index = 0;
-  attr.port_num = static_cast<uint8_t>(ep.ia()->config()->port);
+  attr.port_num = port;
   // Remote atomics too (the IB extensions' compare-and-swap and fetch-and-add): each LMR's
   // rkey still decides what a peer may do to it.
   attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                          IBV_ACCESS_REMOTE_ATOMIC;
-  int err = ibv_modify_qp(qp, &attr,
-                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (!ud) {
+    err = ibv_modify_qp(qp, &attr,
+                        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  }
   if (err != 0) {
     log_warn("EP {}: QP to INIT failed: {}", ep.handle(), std::strerror(err));
     ibv_destroy_qp(qp);

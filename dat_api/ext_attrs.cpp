@@ -19,9 +19,9 @@ std::vector<std::pair<const char*, std::string>> ext_provider_attrs(const ibv_de
       {DAT_IB_ATTR_FETCH_AND_ADD, atomics},
       {DAT_IB_ATTR_CMP_AND_SWAP, atomics},
       {DAT_IB_ATTR_IMMED_DATA, "TRUE"},
-      // Unreliable datagram endpoints (DAT_IB_SERVICE_TYPE_UD, dat_ib_post_send_ud) need a UD
-      // exchange in the connection manager that it does not have yet (README, "Not yet").
-      {DAT_IB_ATTR_UD, "FALSE"},
+      // Unreliable datagram endpoints (DAT_IB_SERVICE_TYPE_UD, dat_ib_post_send_ud; the
+      // connection manager's UD exchange): every device with UD QPs, as emu0.
+      {DAT_IB_ATTR_UD, "TRUE"},
   };
 }
 

@@ -2,9 +2,11 @@
 // DAT_DTO_COMPLETION_EVENT_DATA (ep, cookie, status, length), whose `operation` names the
 // extended DTO (DAT_IB_DTOS), and carries DAT_IB_EXTENSION_EVENT_DATA in
 // event_extension_data: the extension type, DAT_OP_SUCCESS or DAT_IB_OP_ERR, the immediate
-// data of a receive, and the cookie as context.
+// data of a receive, and the cookie as context. Also the extension data of UD connection
+// events (remote address handles) and UD receives.
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "dat_api/ext.h"
@@ -53,6 +55,10 @@ void ext_request_event(ExtOp op, bool ok, DAT_EVENT* out) {
       set_operation(&d, DAT_IB_DTO_FETCH_ADD);
       set_extension(out, DAT_IB_FETCH_AND_ADD, ok, 0);
       return;
+    case ExtOp::kSendUd:
+      set_operation(&d, DAT_IB_DTO_SEND_UD);
+      set_extension(out, DAT_IB_UD_SEND, ok, 0);
+      return;
     case ExtOp::kNone:
       return;
   }
@@ -73,6 +79,39 @@ bool ext_receive_event(const ibv_wc& wc, DAT_EVENT* out) {
     set_extension(out, DAT_IB_RECV_IMMED_DATA, true, immed);
   }
   return true;
+}
+
+bool ext_ud_receive_event(const ibv_wc& wc, DAT_EVENT* out) {
+  if (wc.status != IBV_WC_SUCCESS) return false;
+  DAT_DTO_COMPLETION_EVENT_DATA& d = out->event_data.dto_completion_event_data;
+  const bool immed = (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
+  set_operation(&d, immed ? DAT_IB_DTO_RECV_UD_IMMED : DAT_IB_DTO_RECV_UD);
+  // transfered_length stays verbs' byte_len: the 40-byte GRH lands in front of the data, as
+  // on every IB UD receive (dtestx expects its message size + 40).
+  set_extension(out, DAT_IB_UD_RECV, true, immed ? ntohl(wc.imm_data) : 0);
+  DAT_IB_EXTENSION_EVENT_DATA ext;
+  std::memcpy(&ext, out->event_extension_data, sizeof(ext));
+  ext.remote_ah.qpn = wc.src_qp;  // who sent it; no AH is made for a receive
+  std::memcpy(out->event_extension_data, &ext, sizeof(ext));
+  return true;
+}
+
+void ext_ud_connection_event(DAT_IB_EXT_TYPE type, ibv_ah* ah, uint32_t qpn,
+                             const sockaddr_storage& peer, void* cm, DAT_EVENT* out) {
+  DAT_IB_EXTENSION_EVENT_DATA ext;
+  std::memset(&ext, 0, sizeof(ext));
+  ext.type = type;
+  ext.status = (type == DAT_IB_UD_REMOTE_AH || type == DAT_IB_UD_PASSIVE_REMOTE_AH ||
+                type == DAT_IB_UD_CONNECT_REQUEST)
+                   ? DAT_OP_SUCCESS
+                   : DAT_IB_OP_ERR;
+  ext.remote_ah.ah = ah;
+  ext.remote_ah.qpn = qpn;
+  // DAT_SOCK_ADDR6 holds either family (an IPv4 address in its first bytes).
+  std::memcpy(&ext.remote_ah.ia_addr, &peer, std::min(sizeof(ext.remote_ah.ia_addr), sizeof(peer)));
+  ext.context.as_ptr = cm;
+  std::memset(out->event_extension_data, 0, sizeof(out->event_extension_data));
+  std::memcpy(out->event_extension_data, &ext, sizeof(ext));
 }
 
 }  // namespace emudat

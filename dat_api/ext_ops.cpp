@@ -118,10 +118,12 @@ DAT_RETURN ext_extension_op(DAT_HANDLE handle, DAT_EXTENDED_OP op, va_list args)
       const DAT_UINT64 add = va_arg(args, DAT_UINT64);
       return atomic(ep, args, 4, ExtOp::kFetchAndAdd, add, 0);
     }
-    default:
-      // Unreliable datagram operations: dat_ep_create accepts RC endpoints only (the
-      // connection manager has no UD exchange yet), so no endpoint can take them.
-      return dat_error(DAT_MODEL_NOT_SUPPORTED);
+    case DAT_IB_UD_SEND_OP:
+      return ext_post_send_ud(ep, args);
+    case DAT_IB_UD_CM_FREE_OP:
+      return ext_ud_cm_free(ep, args);
+    default:  // DAT_IB_UD_AH_FREE_OP
+      return ext_ud_ah_free(ep, args);
   }
 }
 
