@@ -146,9 +146,11 @@ void Node::on_link_down(Link& link) {
         "the error state");
   }
   for (uint32_t slot = 2; slot < kMaxQp; ++slot) {
-    Qp* maybe = qps_[slot].load(std::memory_order_acquire);
-    if (maybe == nullptr) continue;
-    with_qp(maybe->qpn(), [&](Qp& qp) { qp.on_link_down(link); });
+    if (qps_[slot].load(std::memory_order_acquire) == nullptr) continue;
+    // Counted as a reader before the QP is touched: destroy_qp (unregister_qp) waits for it.
+    readers_.fetch_add(1, std::memory_order_seq_cst);
+    if (Qp* qp = qps_[slot].load(std::memory_order_seq_cst)) qp->on_link_down(link);
+    release();
   }
 }
 
