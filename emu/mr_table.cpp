@@ -1,5 +1,7 @@
 #include "emu/mr_table.h"
 
+#include <thread>
+
 namespace emu {
 
 MrTable::MrTable(uint32_t capacity)
@@ -37,12 +39,28 @@ void MrTable::remove(uint32_t key) {
   std::lock_guard lock(alloc_mutex_);
   Slot& slot = slots_[index];
   if (slot.key.load(std::memory_order_relaxed) != key) return;
-  slot.key.store(0, std::memory_order_release);
+  // seq_cst with hold(): either a holder sees the key gone, or this sees its hold.
+  slot.key.store(0, std::memory_order_seq_cst);
+  while (slot.holds.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   if (slot.window.load(std::memory_order_relaxed)) move_region_ref_locked(slot, 0);
   // A window's key walks through the low 8 bits as it is rebound: the slot's next tenant
   // starts after the last one used, so no stale key of this slot names it soon.
   generation_[index] = static_cast<uint8_t>(key);
   free_slots_.push_back(index);
+}
+
+bool MrTable::hold(uint32_t key) {
+  const uint32_t index = key >> 8;
+  if (index == 0 || index >= capacity_) return false;
+  Slot& slot = slots_[index];
+  slot.holds.fetch_add(1, std::memory_order_seq_cst);
+  if (slot.key.load(std::memory_order_seq_cst) == key) return true;
+  slot.holds.fetch_sub(1, std::memory_order_release);
+  return false;
+}
+
+void MrTable::release_hold(uint32_t key) {
+  slots_[key >> 8].holds.fetch_sub(1, std::memory_order_release);
 }
 
 bool MrTable::lookup(uint32_t key, MrView* out) const {

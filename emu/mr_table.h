@@ -31,7 +31,14 @@ class MrTable {
 
   // Allocates a key and publishes the region under it; returns 0 when the table is full.
   uint32_t insert(const Mr& mr);
+  // Unpublishes the key, then waits for the holds taken on it (hold()) to be released.
   void remove(uint32_t key);
+
+  // Keeps the region of `key` registered while a transport writes a payload straight into it
+  // (a write of one system call at most): remove() does not return while a hold is taken.
+  // Returns false, taking nothing, when the key names no region any more.
+  bool hold(uint32_t key);
+  void release_hold(uint32_t key);
 
   // Finds the region of key and checks that [addr, addr+len) lies inside it, that it belongs
   // to pd and that it grants every bit of required_access. Returns false otherwise. A window's
@@ -67,6 +74,7 @@ class MrTable {
     std::atomic<uint32_t> bound_qpn{0};
     std::atomic<int> window_refs{0};
     std::atomic<uint32_t> region_key{0};
+    std::atomic<uint32_t> holds{0};  // hold()
   };
   void move_region_ref_locked(Slot& window, uint32_t new_region_key);
 

@@ -134,6 +134,12 @@ void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payloa
   from.send(r, nullptr, 0);
 }
 
+bool Node::direct_target(Link& from, const FrameHeader& header, DirectTarget* target) {
+  bool placed = false;
+  with_qp(header.dst_qpn, [&](Qp& qp) { placed = qp.direct_target(from, header, target); });
+  return placed;
+}
+
 void Node::on_link_down(Link& link) {
   // A peer that ended in order (farewell) is silence, as on hardware: only the QPs' own timers
   // (RC local ACK timeout) turn it into an error. Otherwise the QPs on the link go to error

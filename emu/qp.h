@@ -63,6 +63,8 @@ class Qp : public ApiHandle {
 
   // Called by the node, with the QP kept alive.
   void on_frame(Link& from, const FrameHeader& header, PayloadSource& payload);
+  // FrameSink::direct_target for a frame to this QP (responder.cpp).
+  bool direct_target(Link& from, const FrameHeader& header, DirectTarget* target);
   void on_link_down(const Link& link);
   void on_timer(uint64_t token);
   void resume_send();

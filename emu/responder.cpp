@@ -195,10 +195,22 @@ void Qp::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& p
   const bool datagram = (h.flags & kFrameDatagram) != 0;
   const bool from_srq = srq_ != nullptr;
   const uint32_t len = static_cast<uint32_t>(payload.size());
-  // A zero-length WRITE touches no memory, so its rkey is not checked (IBA 9.4.4).
+  // A zero-length WRITE touches no memory, so its rkey is not checked (IBA 9.4.4). The key is
+  // held while the bytes move: a deregistration waits for them, so that no byte lands after
+  // ibv_dereg_mr has returned (the program may unmap the memory then).
+  MrTable& mrs = node().mrs();
+  const bool held = len != 0 && mrs.hold(h.rkey);
   bool allowed = (attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) != 0 &&
-                 (len == 0 || node().mrs().check_remote(h.rkey, pd_, qpn_, h.remote_addr, len,
-                                                        IBV_ACCESS_REMOTE_WRITE));
+                 (len == 0 || (held && mrs.check_remote(h.rkey, pd_, qpn_, h.remote_addr, len,
+                                                        IBV_ACCESS_REMOTE_WRITE)));
+  struct Release {
+    MrTable& mrs;
+    uint32_t key;
+    bool held;
+    ~Release() {
+      if (held) mrs.release_hold(key);
+    }
+  } release{mrs, h.rkey, held};
   if (!allowed) {
     if (datagram) {
       reply_locked(from, h, FrameOp::kAck, NakCode::kNone);  // UC: silently dropped
@@ -223,6 +235,31 @@ void Qp::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& p
   expected_psn_ = (h.psn + 1) & kPsnMask;
   reply_locked(from, h, FrameOp::kAck, NakCode::kNone);  // before the completion (see above)
   if (with_imm) complete_recv(wqe, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, len, &h, from_srq);
+}
+
+bool Qp::direct_target(Link& from, const FrameHeader& h, DirectTarget* target) {
+  // Only what respond_locked would write now, unchanged: an RC WRITE that is the next request
+  // expected from the connected peer, into a region (a window's bounds may change under the
+  // transfer) that grants it. Anything else is buffered and judged on delivery.
+  (void)from;
+  if (h.op != FrameOp::kWrite || (h.flags & kFrameDatagram) != 0 || h.length == 0) return false;
+  std::lock_guard lock(lock_);
+  const ibv_qp_state st = state();
+  const bool can_receive =
+      st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
+  if (!can_receive || type_ != IBV_QPT_RC || h.src_qpn != attr_.dest_qp_num ||
+      h.psn != expected_psn_ || (attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0) {
+    return false;
+  }
+  MrView view;
+  if (!node().mrs().lookup(h.rkey, &view) || view.window ||
+      !node().mrs().check_remote(h.rkey, pd_, qpn_, h.remote_addr, h.length,
+                                 IBV_ACCESS_REMOTE_WRITE)) {
+    return false;
+  }
+  target->addr = reinterpret_cast<uint8_t*>(h.remote_addr);
+  target->region_key = h.rkey;
+  return true;
 }
 
 void Qp::respond_read_locked(Link& from, const FrameHeader& h) {

@@ -92,10 +92,34 @@ class PayloadSource {
 
 class Link;
 
+// Registered memory a large incoming payload may be received into in place (zero copy): where
+// the frame, delivered now, would write it, and the key of the region that holds it.
+struct DirectTarget {
+  uint8_t* addr = nullptr;
+  uint32_t region_key = 0;
+};
+
 class FrameSink {
  public:
   virtual ~FrameSink() = default;
   virtual void on_frame(Link& from, const FrameHeader& header, PayloadSource& payload) = 0;
+  // Any thread reading `from`, every earlier frame of `from` delivered, the payload of
+  // `header` not yet all received: whether that payload may be received straight into memory,
+  // and where (an RDMA WRITE its QP would execute now). The transport then writes it there,
+  // each write under hold_region, and delivers the frame as usual with a PayloadSource whose
+  // bytes already sit at target.addr (read() into that address copies nothing).
+  virtual bool direct_target(Link& from, const FrameHeader& header, DirectTarget* target) {
+    (void)from, (void)header, (void)target;
+    return false;
+  }
+  // Keeps the region registered for one write into it (deregistration waits for the release).
+  // False when it was deregistered meanwhile: the transport writes no more there, discards the
+  // rest of the payload and delivers the frame with rkey 0 (refused as a remote access error).
+  virtual bool hold_region(uint32_t region_key) {
+    (void)region_key;
+    return false;
+  }
+  virtual void release_region(uint32_t region_key) { (void)region_key; }
   // The link ended. Frames already received from it have been delivered first. When the peer
   // said goodbye before closing it (link.farewell(): its program ended in order), the QPs using
   // it see silence, as on hardware (their own timers decide); otherwise (the peer died, the

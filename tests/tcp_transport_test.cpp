@@ -418,7 +418,7 @@ TEST(TcpTransport, MalformedInputClosesOnlyThatConnection) {
   wire::encode_hello(stranger, hello);
   auto valid_header = [](FrameOp op, uint32_t payload) {
     std::vector<uint8_t> h(wire::kFrameHeaderBytes);
-    wire::encode_header(header_of(op, 7, payload), payload, h.data());
+    wire::encode_header(header_of(op, 7, payload), payload, 0, h.data());
     return h;
   };
   struct Case {
@@ -470,6 +470,35 @@ TEST(TcpTransport, MalformedInputClosesOnlyThatConnection) {
          return v;
        },
        true},
+      {"lane bytes, but no bulk lane announced",
+       [&] {
+         auto v = valid_header(FrameOp::kSend, 16);
+         v[44] = 8;  // lane bytes
+         v.resize(v.size() + 8);
+         return v;
+       },
+       true},
+      {"lane bytes above the payload",
+       [&] {
+         auto v = valid_header(FrameOp::kSend, 16);
+         v[44] = 17;
+         return v;
+       },
+       true},
+      {"LANE naming no bulk lane",
+       [&] {
+         std::vector<uint8_t> v(wire::kLaneBytes);
+         wire::encode_lane(42, v.data());
+         return v;
+       },
+       true},
+      {"LANE_HELLO of no connection here",
+       [&] {
+         std::vector<uint8_t> v(wire::kLaneHelloBytes);
+         wire::encode_lane_hello(stranger, 42, v.data());
+         return v;
+       },
+       false},
       {"payload above the limit",
        [&] {
          auto v = valid_header(FrameOp::kSend, 0);
@@ -629,6 +658,56 @@ TEST(TcpTransport, QueuedPayloadsArriveExactlyAndQuiesceWaitsForThem) {
     EXPECT_TRUE(got[i].payload == expected[i]) << "frame " << i;
   }
   EXPECT_TRUE(a.sink.downs().empty());
+}
+
+// A large payload asks for a bulk lane; once it is open, large payloads travel split between
+// the connection and the lane, and every frame still arrives whole and in order, between small
+// ones. The lane is no connection of its own for the engine.
+TEST(TcpTransport, LargePayloadsSplitOverTheBulkLaneArriveWholeAndInOrder) {
+  Endpoint a, b;
+  ASSERT_NE(a.transport, nullptr);
+  ASSERT_NE(b.transport, nullptr);
+  auto link = a.transport->connect(b.transport->local_gid());
+  ASSERT_NE(link, nullptr);
+  std::vector<uint8_t> first = bytes(1u << 20, 1);
+  iovec one{first.data(), first.size()};
+  ASSERT_TRUE(
+      link->send(header_of(FrameOp::kWrite, 0, static_cast<uint32_t>(first.size())), &one, 1));
+  ASSERT_TRUE(b.sink.wait_frames(1, 5s));
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (emu::tcp_bulk_lanes(*a.transport) == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(emu::tcp_bulk_lanes(*a.transport), 1u) << "no bulk lane opened";
+
+  std::vector<std::vector<uint8_t>> payloads{first};
+  std::vector<FrameHeader> sent{header_of(FrameOp::kWrite, 0, static_cast<uint32_t>(first.size()))};
+  for (uint32_t i = 1; i < 41; ++i) {
+    // Large (split), small (whole) and just below the split size, gathered from 3 iovecs.
+    const size_t size = i % 3 == 0   ? 100 + i
+                        : i % 3 == 1 ? (1u << 20) + 4099 * i
+                                     : (256u << 10) - 1;
+    payloads.push_back(bytes(size, static_cast<uint8_t>(i)));
+    auto& p = payloads.back();
+    const FrameOp op = i % 2 == 0 ? FrameOp::kSend : FrameOp::kReadResponse;
+    FrameHeader h = header_of(op, i, static_cast<uint32_t>(p.size()));
+    iovec iov[3] = {{p.data(), 7}, {p.data() + 7, p.size() / 3}, {nullptr, 0}};
+    iov[2] = iovec{p.data() + 7 + p.size() / 3, p.size() - 7 - p.size() / 3};
+    ASSERT_TRUE(link->send(h, iov, 3));
+    sent.push_back(h);
+  }
+  ASSERT_TRUE(b.sink.wait_frames(sent.size(), 20s));
+  auto got = b.sink.frames();
+  ASSERT_EQ(got.size(), sent.size());
+  for (size_t i = 0; i < sent.size(); ++i) {
+    EXPECT_TRUE(same_header(got[i].header, sent[i])) << "frame " << i;
+    EXPECT_TRUE(got[i].payload == payloads[i]) << "frame " << i;
+    EXPECT_EQ(got[i].from->peer(), a.transport->local_gid());
+  }
+  EXPECT_EQ(emu::tcp_connection_count(*a.transport), 1u);
+  EXPECT_EQ(emu::tcp_connection_count(*b.transport), 1u);
+  EXPECT_TRUE(a.sink.downs().empty());
+  EXPECT_TRUE(b.sink.downs().empty());
 }
 
 TEST(TcpTransport, TimeoutsFollowTheBound) {

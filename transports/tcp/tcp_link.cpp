@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -54,6 +56,39 @@ constexpr size_t kDirectParts = 64;
 // else bounds what a fast sender piles up in user space: past this many queued bytes, datagram
 // requests are refused (the engine retries them from progress) until the socket takes more.
 constexpr size_t kDatagramQueueLimit = size_t{8} << 20;
+
+// Payloads at least this large are received in place when the engine accepts their target
+// (FrameSink::direct_target): one copy (the kernel's) instead of two. Smaller ones cost less
+// through the receive buffer, where one recv takes many frames.
+constexpr size_t kPlaceMin = 64 * 1024;
+// Payloads at least this large are split between the connection and its bulk lane (frames
+// that are answered: a datagram's payload is copied when queued). The lane part starts on a
+// 4 KiB boundary of the payload, so that both copies run on whole pages.
+constexpr size_t kStripeMin = 256 * 1024;
+constexpr size_t kDiscardBytes = 64 * 1024;
+
+// A payload already received at its target: reading it into that very address copies
+// nothing. The engine reads it into the address it validated, which is the target.
+class PlacedSource : public PayloadSource {
+ public:
+  PlacedSource(const uint8_t* data, size_t len) : p_(data), left_(len) {}
+  size_t size() const override { return left_; }
+  void read(void* dst, size_t len) override {
+    len = std::min(len, left_);
+    if (len != 0 && dst != p_) std::memmove(dst, p_, len);
+    p_ += len;
+    left_ -= len;
+  }
+  void skip(size_t len) override {
+    len = std::min(len, left_);
+    p_ += len;
+    left_ -= len;
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t left_;
+};
 
 // A payload sitting complete in the receive buffer.
 class BufferSource : public PayloadSource {
@@ -205,7 +240,6 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
   size_t payload = 0;
   for (size_t i = 0; i < iovcnt; ++i) payload += iov[i].iov_len;
   uint8_t head[kFrameHeaderBytes];
-  tcp_wire::encode_header(header, static_cast<uint32_t>(payload), head);
 
   const bool datagram = (header.flags & kFrameDatagram) != 0;
   int error = 0;
@@ -215,38 +249,71 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
     // are moved to error by on_link_down.
     if (!up_.load(std::memory_order_relaxed)) return is_answer(header.op);
     if (datagram && !is_answer(header.op) && queue_.bytes() >= kDatagramQueueLimit) return false;
-    if (header.op == FrameOp::kAck && payload == 0 && napping_ &&
-        corked_len_ + sizeof head <= kCorkBytes) {
-      if (corked_len_ == 0) {
-        corked_at_poll_ = owner_.program_polls();
-        has_corked_.store(true, std::memory_order_relaxed);
-        owner_.on_corked();
-      }
-      std::memcpy(corked_ + corked_len_, head, sizeof head);
-      corked_len_ += sizeof head;
-      return true;
+    const bool stripe = payload >= kStripeMin && !datagram && iovcnt + 2 <= kDirectParts;
+    if (stripe && lane_state_ == kLaneNone && ready()) {
+      lane_state_ = kLaneOpening;  // this frame goes whole; later ones use the lane
+      owner_.open_lane(*this);
     }
-    if (iovcnt + 2 <= kDirectParts) {
-      // Held-back ACKs go first, in the same system call.
+    if (stripe && lane_state_ == kLaneReady) {
+      const size_t lane_bytes = (payload / 2) & ~size_t{4095};
+      tcp_wire::encode_header(header, static_cast<uint32_t>(payload),
+                              static_cast<uint32_t>(lane_bytes), head);
+      // The connection takes the header and the payload's first part, the lane the rest.
       iovec parts[kDirectParts];
-      size_t n = 0;
+      iovec lane_parts[kDirectParts];
+      size_t n = 0, lane_n = 0;
       if (corked_len_ != 0) parts[n++] = iovec{corked_, corked_len_};
       parts[n++] = iovec{head, sizeof head};
-      std::copy(iov, iov + iovcnt, parts + n);
-      const size_t total = corked_len_ + sizeof head + payload;
-      error = write_or_queue_locked(parts, n + iovcnt, n, total, datagram);
+      const size_t headers = n;
+      size_t main_left = payload - lane_bytes;
+      for (size_t i = 0; i < iovcnt; ++i) {
+        auto* base = static_cast<uint8_t*>(iov[i].iov_base);
+        const size_t here = std::min(main_left, iov[i].iov_len);
+        if (here != 0) parts[n++] = iovec{base, here};
+        if (here < iov[i].iov_len) {
+          lane_parts[lane_n++] = iovec{base + here, iov[i].iov_len - here};
+        }
+        main_left -= here;
+      }
+      const size_t main_total = corked_len_ + sizeof head + payload - lane_bytes;
+      error = write_or_queue_locked(parts, n, headers, main_total);
       uncork_locked();
+      if (error == 0) error = lane_write_or_queue_locked(lane_parts, lane_n, lane_bytes);
     } else {
-      // More pieces than the engine ever sends: no direct write, queued as is.
-      std::vector<iovec> parts;
-      parts.reserve(iovcnt + 2);
-      if (corked_len_ != 0) parts.push_back(iovec{corked_, corked_len_});
-      parts.push_back(iovec{head, sizeof head});
-      const size_t headers = parts.size();
-      parts.insert(parts.end(), iov, iov + iovcnt);
-      queue_locked(parts.data(), parts.size(), headers, 0, corked_len_ + sizeof head + payload,
-                   datagram);
-      uncork_locked();
+      tcp_wire::encode_header(header, static_cast<uint32_t>(payload), 0, head);
+      if (header.op == FrameOp::kAck && payload == 0 && napping_ &&
+          corked_len_ + sizeof head <= kCorkBytes) {
+        if (corked_len_ == 0) {
+          corked_at_poll_ = owner_.program_polls();
+          has_corked_.store(true, std::memory_order_relaxed);
+          owner_.on_corked();
+        }
+        std::memcpy(corked_ + corked_len_, head, sizeof head);
+        corked_len_ += sizeof head;
+        return true;
+      }
+      if (iovcnt + 2 <= kDirectParts) {
+        // Held-back ACKs go first, in the same system call.
+        iovec parts[kDirectParts];
+        size_t n = 0;
+        if (corked_len_ != 0) parts[n++] = iovec{corked_, corked_len_};
+        parts[n++] = iovec{head, sizeof head};
+        std::copy(iov, iov + iovcnt, parts + n);
+        const size_t total = corked_len_ + sizeof head + payload;
+        error = write_or_queue_locked(parts, n + iovcnt, n, total, datagram);
+        uncork_locked();
+      } else {
+        // More pieces than the engine ever sends: no direct write, queued as is.
+        std::vector<iovec> parts;
+        parts.reserve(iovcnt + 2);
+        if (corked_len_ != 0) parts.push_back(iovec{corked_, corked_len_});
+        parts.push_back(iovec{head, sizeof head});
+        const size_t headers = parts.size();
+        parts.insert(parts.end(), iov, iov + iovcnt);
+        queue_locked(parts.data(), parts.size(), headers, 0, corked_len_ + sizeof head + payload,
+                     datagram);
+        uncork_locked();
+      }
     }
   }
   if (error != 0) fail_from_any_thread(error);
@@ -334,6 +401,7 @@ void TcpLink::queue_locked(const iovec* parts, size_t nparts, size_t first_paylo
       queue_.append_reference(base, len);
     }
   }
+  if (!queue_.empty()) backlog_.store(true, std::memory_order_relaxed);
   if (was_empty && !queue_.empty() && !write_armed_) {
     write_armed_ = true;
     // Under the lock: a link that is up belongs to a live transport, whose io_context exists.
@@ -370,7 +438,219 @@ void TcpLink::flush() {
     return;
   }
   write_armed_ = false;
+  backlog_.store(false, std::memory_order_relaxed);
   queue_.trim();
+}
+
+void TcpLink::pump() {
+  if (!backlog_.load(std::memory_order_relaxed)) return;
+  std::unique_lock lock(tx_mutex_, std::try_to_lock);
+  if (!lock.owns_lock() || !up_.load(std::memory_order_relaxed)) return;
+  // The write_armed flags stay as they are: the io thread's pending flushes find the queues as
+  // we leave them.
+  struct Channel {
+    int fd;
+    TcpSendQueue& queue;
+  };
+  const Channel channels[] = {{fd_, queue_}, {lane_tx_fd_, lane_queue_}};
+  int err = 0;
+  for (const Channel& c : channels) {
+    while (err == 0 && !c.queue.empty()) {
+      iovec iov[kFlushIov];
+      const size_t n = c.queue.gather(iov, kFlushIov);
+      const ssize_t written = send_gathered(c.fd, iov, n, tsan_key_);
+      if (written > 0) {
+        c.queue.consume(static_cast<size_t>(written));
+        continue;
+      }
+      if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      err = written < 0 ? errno : EPIPE;
+    }
+  }
+  if (err != 0) {
+    up_.store(false, std::memory_order_release);
+    lock.unlock();
+    fail_from_any_thread(err);
+    return;
+  }
+  if (queue_.empty() && lane_queue_.empty()) backlog_.store(false, std::memory_order_relaxed);
+}
+
+int TcpLink::lane_write_or_queue_locked(const iovec* parts, size_t nparts, size_t total) {
+  size_t written = 0;
+  if (lane_queue_.empty()) {
+    const ssize_t n = send_gathered(lane_tx_fd_, parts, nparts, tsan_key_);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      up_.store(false, std::memory_order_release);
+      return errno;
+    }
+    if (n == static_cast<ssize_t>(total)) return 0;
+    written = n < 0 ? 0 : static_cast<size_t>(n);
+  }
+  // Lane parts are large (kStripeMin / 2 and more): written from the caller's memory.
+  size_t skip = written;
+  for (size_t i = 0; i < nparts; ++i) {
+    const auto* base = static_cast<const uint8_t*>(parts[i].iov_base);
+    size_t len = parts[i].iov_len;
+    const size_t drop = std::min(skip, len);
+    skip -= drop;
+    if (len - drop != 0) lane_queue_.append_reference(base + drop, len - drop);
+  }
+  backlog_.store(true, std::memory_order_relaxed);
+  if (!lane_write_armed_) {
+    lane_write_armed_ = true;
+    asio::post(io_, [self = shared_from_this()] { self->lane_flush(); });
+  }
+  return 0;
+}
+
+void TcpLink::lane_flush() {
+  if (closed_) return;
+  std::unique_lock lock(tx_mutex_);
+  while (!lane_queue_.empty()) {
+    iovec iov[kFlushIov];
+    const size_t n = lane_queue_.gather(iov, kFlushIov);
+    const ssize_t written = send_gathered(lane_tx_fd_, iov, n, tsan_key_);
+    if (written > 0) {
+      lane_queue_.consume(static_cast<size_t>(written));
+      continue;
+    }
+    if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      lock.unlock();
+      lane_tx_socket_->async_wait(asio::ip::tcp::socket::wait_write,
+                                  [self = shared_from_this()](const error_code& ec) {
+                                    if (!ec) self->lane_flush();
+                                  });
+      return;
+    }
+    const int err = written < 0 ? errno : EPIPE;
+    up_.store(false, std::memory_order_release);
+    lock.unlock();
+    spdlog::warn("tcp: sending to {} on its bulk lane failed: {}", remote_, std::strerror(err));
+    close(true);
+    return;
+  }
+  lane_write_armed_ = false;
+  if (queue_.empty()) backlog_.store(false, std::memory_order_relaxed);
+  lane_queue_.trim();
+}
+
+void TcpLink::lane_dialed(int fd) {
+  if (fd < 0 || closed_) {
+    if (fd >= 0) ::close(fd);
+    std::lock_guard lock(tx_mutex_);
+    lane_state_ = kLaneFailed;  // large frames go whole on this connection
+    return;
+  }
+  uint8_t hello[tcp_wire::kLaneHelloBytes];
+  {
+    std::lock_guard lock(tx_mutex_);
+    lane_token_ = (uint64_t{static_cast<uint32_t>(std::random_device{}())} << 32) |
+                  static_cast<uint32_t>(std::random_device{}());
+    tcp_wire::encode_lane_hello(local_, lane_token_, hello);
+  }
+  error_code ec;
+  lane_tx_socket_ = std::make_unique<asio::ip::tcp::socket>(io_);
+  lane_tx_socket_->assign(asio::ip::tcp::v4(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    lane_tx_socket_.reset();
+    std::lock_guard lock(tx_mutex_);
+    lane_state_ = kLaneFailed;
+    return;
+  }
+  // A fresh connection's send buffer takes 32 bytes at once.
+  if (::send(fd, hello, sizeof hello, MSG_DONTWAIT | MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(sizeof hello)) {
+    on_lane_ok(asio::error::broken_pipe);
+    return;
+  }
+  asio::async_read(
+      *lane_tx_socket_, asio::buffer(lane_ok_),
+      [self = shared_from_this()](const error_code& e, size_t) { self->on_lane_ok(e); });
+}
+
+void TcpLink::on_lane_ok(const error_code& ec) {
+  if (closed_) return;
+  std::lock_guard lock(tx_mutex_);
+  if (ec || tcp_wire::decode_lane_ok(lane_ok_) != nullptr) {
+    spdlog::debug("tcp: no bulk lane to {}: {}", remote_,
+                  ec ? ec.message() : std::string("bad LANE_OK"));
+    close_lane_tx_locked();
+    lane_state_ = kLaneFailed;
+    return;
+  }
+  if (!up_.load(std::memory_order_relaxed)) return;
+  // LANE goes on the connection before the first split frame (the peer checks it names the
+  // lane it attached); from here on large frames are split.
+  uint8_t lane[tcp_wire::kLaneBytes];
+  tcp_wire::encode_lane(lane_token_, lane);
+  iovec parts[2];
+  size_t n = 0;
+  if (corked_len_ != 0) parts[n++] = iovec{corked_, corked_len_};
+  parts[n++] = iovec{lane, sizeof lane};
+  const int error = write_or_queue_locked(parts, n, n, corked_len_ + sizeof lane);
+  uncork_locked();
+  if (error != 0) {
+    fail_from_any_thread(error);
+    return;
+  }
+  lane_tx_fd_ = lane_tx_socket_->native_handle();
+  lane_state_ = kLaneReady;
+  spdlog::debug("tcp: bulk lane to {} open", remote_);
+}
+
+bool TcpLink::lane_ready() {
+  std::lock_guard lock(tx_mutex_);
+  return lane_state_ == kLaneReady && up_.load(std::memory_order_relaxed);
+}
+
+void TcpLink::close_lane_tx_locked() {
+  lane_queue_.clear();
+  lane_write_armed_ = false;
+  lane_tx_fd_ = -1;
+  if (lane_tx_socket_) {
+    error_code ignored;
+    lane_tx_socket_->shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    lane_tx_socket_->close(ignored);
+  }
+}
+
+bool TcpLink::attach_lane(int fd, uint64_t token) {
+  if (closed_ || !ready() || lane_rx_socket_) return false;
+  auto socket = std::make_unique<asio::ip::tcp::socket>(io_);
+  error_code ec;
+  socket->assign(asio::ip::tcp::v4(), fd, ec);
+  if (ec) return false;
+  uint8_t ok[tcp_wire::kLaneOkBytes];
+  tcp_wire::encode_lane_ok(ok);
+  {
+    std::lock_guard lock(rx_mutex_);
+    if (!rx_open_) {
+      (void)socket->release(ec);  // the caller closes fd
+      return false;
+    }
+    lane_rx_fd_ = fd;
+    lane_rx_token_ = token;
+  }
+  lane_rx_socket_ = std::move(socket);
+  // The peer sends nothing on the lane before this answer: its send buffer is empty.
+  if (::send(fd, ok, sizeof ok, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof ok)) {
+    spdlog::debug("tcp: cannot answer the bulk lane of {}", remote_);
+  }
+  wait_lane_readable();
+  return true;
+}
+
+void TcpLink::wait_lane_readable() {
+  // Bytes of a split frame's lane part that arrive while the frame waits for them (a reader of
+  // the connection reads the lane too while a split frame is incomplete).
+  lane_rx_socket_->async_wait(asio::ip::tcp::socket::wait_read,
+                              [self = shared_from_this()](const error_code& ec) {
+                                if (ec || self->closed_) return;
+                                if (self->read_as_io_thread() < 0) return;
+                                self->wait_lane_readable();
+                              });
 }
 
 void TcpLink::wait_writable() {
@@ -382,17 +662,18 @@ void TcpLink::wait_writable() {
 
 bool TcpLink::has_queued() {
   std::lock_guard lock(tx_mutex_);
-  return !queue_.empty();
+  return !queue_.empty() || !lane_queue_.empty();
 }
 
-uint64_t TcpLink::references_queued() {
+TcpLink::References TcpLink::references_queued() {
   std::lock_guard lock(tx_mutex_);
-  return queue_.references_appended();
+  return References{queue_.references_appended(), lane_queue_.references_appended()};
 }
 
-bool TcpLink::references_released(uint64_t count) {
+bool TcpLink::references_released(const References& count) {
   std::lock_guard lock(tx_mutex_);
-  return queue_.references_released() >= count;
+  return queue_.references_released() >= count.main &&
+         lane_queue_.references_released() >= count.lane;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -423,6 +704,14 @@ ptrdiff_t TcpLink::read_as_io_thread() {
     std::lock_guard lock(rx_mutex_);
     if (!rx_open_) return -1;
     r = read_locked(kIoReadBudget);
+  }
+  if (r.failure == Failure::kLaneHello) {
+    // Only the io thread reads a connection before its HELLO: the socket is ours to give.
+    error_code ec;
+    const int fd = socket_.release(ec);
+    if (!ec && !owner_.adopt_lane(r.lane_gid, r.lane_token, fd)) {
+      spdlog::warn("tcp: a bulk lane from {} names no connection here; closing it", remote_);
+    }
   }
   if (r.failure != Failure::kNone) {
     report_failure(r);
@@ -571,6 +860,17 @@ TcpLink::ReadResult TcpLink::read_locked(size_t budget) {
   ReadResult r;
   size_t got = 0;
   for (;;) {
+    if (placing_) {
+      const PlaceStep step = place_locked(budget, &got, &r);
+      if (step == PlaceStep::kFailed) break;
+      if (step != PlaceStep::kDone) return r;
+      ++r.frames;
+      // Frames that followed the payload's first part may already sit in the buffer.
+      r.frames += parse_locked(&r);
+      if (r.failure != Failure::kNone) break;
+      if (got >= budget) return r;
+      continue;
+    }
     const size_t want = std::min(rx_.size() - rx_end_, budget - got);
     const ssize_t n = ::recv(fd_, rx_.data() + rx_end_, want, MSG_DONTWAIT);
     if (n > 0) {
@@ -578,6 +878,7 @@ TcpLink::ReadResult TcpLink::read_locked(size_t budget) {
       got += static_cast<size_t>(n);
       r.frames += parse_locked(&r);
       if (r.failure != Failure::kNone) break;
+      if (placing_) continue;  // the rest of this payload goes straight to where it belongs
       if (static_cast<size_t>(n) < want) return r;  // drained for now
       if (got >= budget) return r;
       continue;
@@ -597,11 +898,77 @@ TcpLink::ReadResult TcpLink::read_locked(size_t budget) {
   return r;
 }
 
+TcpLink::PlaceStep TcpLink::place_locked(size_t budget, size_t* got, ReadResult* r) {
+  // Both parts are read as they come, each never past its own end (what follows on either
+  // socket belongs to later frames).
+  bool main_waits = placing_main_done_ == placing_main_len_;
+  bool lane_waits = placing_lane_done_ == placing_lane_len_;
+  while (!(main_waits && lane_waits)) {
+    if (*got >= budget) return PlaceStep::kBudget;
+    struct Part {
+      int fd;
+      size_t offset;
+      size_t len;
+      size_t* done;
+      bool* waits;
+    };
+    const Part parts[] = {
+        {fd_, 0, placing_main_len_, &placing_main_done_, &main_waits},
+        {lane_rx_fd_, placing_main_len_, placing_lane_len_, &placing_lane_done_, &lane_waits}};
+    for (const Part& part : parts) {
+      if (*part.waits) continue;
+      const size_t want = std::min(part.len - *part.done, budget - *got);
+      if (want == 0) break;
+      const ssize_t n = receive_placed_locked(part.fd, part.offset + *part.done, want);
+      if (n > 0) {
+        *got += static_cast<size_t>(n);
+        *part.done += static_cast<size_t>(n);
+        if (*part.done == part.len) *part.waits = true;
+        continue;
+      }
+      if (n == 0) {
+        r->failure = Failure::kPeerClosed;
+      } else if (errno == EINTR) {
+        continue;
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        // Nothing more for now: the other part may still have bytes.
+        if (placing_main_done_ + placing_lane_done_ < placing_main_len_ + placing_lane_len_) {
+          *part.waits = true;
+        }
+        continue;
+      } else {
+        r->failure = Failure::kSocketError;
+        r->error = errno;
+      }
+      return PlaceStep::kFailed;
+    }
+  }
+  if (placing_main_done_ == placing_main_len_ && placing_lane_done_ == placing_lane_len_) {
+    finish_placing_locked();
+    return PlaceStep::kDone;
+  }
+  return PlaceStep::kDrained;
+}
+
 size_t TcpLink::parse_locked(ReadResult* r) {
   size_t frames = 0;
   for (;;) {
     const size_t avail = rx_end_ - rx_begin_;
     const uint8_t* p = rx_.data() + rx_begin_;
+    if (!hello_received_ && !dialed_ && avail >= 4 && tcp_wire::is_lane(p)) {
+      // A peer's bulk lane: handed over to the connection it belongs to (read_as_io_thread).
+      if (avail < tcp_wire::kLaneHelloBytes) {
+        make_room_locked(tcp_wire::kLaneHelloBytes);
+        return frames;
+      }
+      const char* why = tcp_wire::decode_lane_hello(p, &r->lane_gid, &r->lane_token);
+      if (why == nullptr && avail != tcp_wire::kLaneHelloBytes) {
+        why = "bytes after LANE_HELLO before LANE_OK";
+      }
+      r->failure = why == nullptr ? Failure::kLaneHello : Failure::kBadHello;
+      r->reason = why;
+      return frames;
+    }
     if (!hello_received_) {
       if (avail < kHelloBytes) {
         make_room_locked(kHelloBytes);
@@ -645,19 +1012,51 @@ size_t TcpLink::parse_locked(ReadResult* r) {
       farewell_.store(true, std::memory_order_release);
       continue;
     }
+    if (avail >= 4 && tcp_wire::is_lane(p)) {
+      if (avail < tcp_wire::kLaneBytes) {
+        make_room_locked(tcp_wire::kLaneBytes);
+        return frames;
+      }
+      uint64_t token = 0;
+      const char* why = tcp_wire::decode_lane(p, &token);
+      if (why == nullptr && (lane_rx_fd_ < 0 || token != lane_rx_token_)) {
+        why = "LANE names no bulk lane attached to this connection";
+      }
+      if (why != nullptr) {
+        r->failure = Failure::kBadFrame;
+        r->reason = why;
+        return frames;
+      }
+      rx_begin_ += tcp_wire::kLaneBytes;
+      lane_announced_ = true;
+      continue;
+    }
     if (avail < kFrameHeaderBytes) {
       make_room_locked(kFrameHeaderBytes);
       return frames;
     }
     FrameHeader h;
     uint32_t len = 0;
-    if (const char* why = tcp_wire::decode_header(p, &h, &len)) {
+    uint32_t lane_bytes = 0;
+    if (const char* why = tcp_wire::decode_header(p, &h, &len, &lane_bytes)) {
       r->failure = Failure::kBadFrame;
       r->reason = why;
       return frames;
     }
+    if (lane_bytes != 0) {
+      if (!lane_announced_ || lane_rx_fd_ < 0) {
+        r->failure = Failure::kBadFrame;
+        r->reason = "lane bytes in a frame, but no bulk lane was announced";
+        return frames;
+      }
+      start_placing_locked(h, len, lane_bytes);
+      return frames;
+    }
     const size_t need = kFrameHeaderBytes + size_t{len};
     if (avail < need) {
+      if (!direct_declined_ && len >= kPlaceMin && start_placing_locked(h, len, 0)) {
+        return frames;
+      }
       make_room_locked(need);
       return frames;
     }
@@ -665,8 +1064,92 @@ size_t TcpLink::parse_locked(ReadResult* r) {
     tsan_acquire(tsan_key_);
     owner_.deliver(*this, h, payload);
     rx_begin_ += need;
+    direct_declined_ = false;
     ++frames;
   }
+}
+
+bool TcpLink::start_placing_locked(const FrameHeader& h, size_t len, size_t lane_bytes) {
+  DirectTarget target;
+  tsan_acquire(tsan_key_);
+  const bool direct = h.op == FrameOp::kWrite && owner_.direct_target(*this, h, &target);
+  if (!direct && lane_bytes == 0) {
+    direct_declined_ = true;
+    return false;
+  }
+  placing_ = true;
+  placing_direct_ = direct;
+  placing_lost_ = false;
+  placing_header_ = h;
+  placing_target_ = target;
+  if (direct) {
+    placing_dest_ = target.addr;
+  } else {
+    // Split but not placed: both parts meet in a buffer of their own.
+    if (!split_buf_ || split_buf_->size() < len || split_buf_->size() > std::max(len, kRxKeep)) {
+      split_buf_ = std::make_unique<TcpRxBuffer>(std::max(len, size_t{1}));
+    }
+    placing_dest_ = split_buf_->data();
+  }
+  placing_main_len_ = len - lane_bytes;
+  placing_lane_len_ = lane_bytes;
+  placing_lane_done_ = 0;
+  // The part already buffered moves now; what follows it in the buffer stays there.
+  const size_t buffered = std::min(rx_end_ - rx_begin_ - kFrameHeaderBytes, placing_main_len_);
+  placing_main_done_ = buffered;
+  if (buffered != 0) {
+    const uint8_t* from = rx_.data() + rx_begin_ + kFrameHeaderBytes;
+    if (!direct) {
+      std::memcpy(placing_dest_, from, buffered);
+    } else if (FrameSink* holder = owner_.hold_region(target.region_key)) {
+      std::memcpy(placing_dest_, from, buffered);
+      owner_.release_region(holder, target.region_key);
+    } else {
+      placing_lost_ = true;
+    }
+  }
+  rx_begin_ += kFrameHeaderBytes + buffered;
+  if (rx_begin_ == rx_end_) {
+    rx_begin_ = rx_end_ = 0;
+    if (rx_.size() > kRxKeep) rx_.resize(kRxInitial, 0);
+  }
+  return true;
+}
+
+ssize_t TcpLink::receive_placed_locked(int fd, size_t offset, size_t want) {
+  if (!placing_direct_) return ::recv(fd, placing_dest_ + offset, want, MSG_DONTWAIT);
+  if (!placing_lost_) {
+    if (FrameSink* holder = owner_.hold_region(placing_target_.region_key)) {
+      // One non-blocking recv under the hold: deregistration waits for it, never for the
+      // network.
+      const ssize_t n = ::recv(fd, placing_dest_ + offset, want, MSG_DONTWAIT);
+      const int saved = errno;
+      owner_.release_region(holder, placing_target_.region_key);
+      errno = saved;
+      return n;
+    }
+    // Deregistered under the transfer: nothing more is written there.
+    placing_lost_ = true;
+  }
+  if (!discard_) discard_ = std::make_unique<uint8_t[]>(kDiscardBytes);
+  return ::recv(fd, discard_.get(), std::min(want, kDiscardBytes), MSG_DONTWAIT);
+}
+
+void TcpLink::finish_placing_locked() {
+  placing_ = false;
+  direct_declined_ = false;
+  FrameHeader h = placing_header_;
+  tsan_acquire(tsan_key_);
+  if (!placing_direct_) {
+    BufferSource payload(placing_dest_, h.length);
+    owner_.deliver(*this, h, payload);
+    return;
+  }
+  // A region deregistered under the transfer: the frame is delivered as a write through a key
+  // that names nothing, which the responder refuses (remote access error), reading nothing.
+  if (placing_lost_) h.rkey = 0;
+  PlacedSource payload(placing_dest_, h.length);
+  owner_.deliver(*this, h, payload);
 }
 
 void TcpLink::make_room_locked(size_t frame_bytes) {
@@ -707,6 +1190,8 @@ void TcpLink::report_failure(const ReadResult& r) {
           "tcp: bad frame from {}: {}; closing the connection, its QPs move to the error state",
           remote_, r.reason);
       return;
+    case Failure::kLaneHello:
+      return;
     case Failure::kRefused:
       spdlog::debug("tcp: connection from {} refused: the peers already share one", remote_);
       return;
@@ -730,6 +1215,8 @@ void TcpLink::close(bool report) {
     std::lock_guard lock(tx_mutex_);
     up_.store(false, std::memory_order_release);
     queue_.clear();  // no caller memory is referenced from here on
+    close_lane_tx_locked();
+    backlog_.store(false, std::memory_order_relaxed);
     write_armed_ = false;
     napping_ = false;
     uncork_locked();
@@ -737,6 +1224,12 @@ void TcpLink::close(bool report) {
   {
     std::lock_guard lock(rx_mutex_);  // waits for a reader on another thread
     rx_open_ = false;
+    lane_rx_fd_ = -1;
+  }
+  if (lane_rx_socket_) {
+    error_code ignored;
+    lane_rx_socket_->shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    lane_rx_socket_->close(ignored);
   }
   int expected = kHandshake;
   state_.compare_exchange_strong(expected, kFailed, std::memory_order_acq_rel);

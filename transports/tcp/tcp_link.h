@@ -7,20 +7,30 @@
 // io thread writes it as the socket drains. So a frame costs one system call and no thread
 // hand-off, and payloads are never staged unless the socket is full.
 //
-// Receiving: the io thread waits for readability and reads; poll() lets any other thread
-// (Transport::progress, i.e. polling calls) read and deliver first. One reader at a time per
-// connection (the receive lock), so frames of a connection are delivered in order. While the
-// program busy-polls, the io thread stands aside: it stops waiting for readability and only
-// looks again every nap (1 ms), because an io thread woken per frame takes a core from the
-// polling program (two processes and their io threads on two cores) and multiplies the
-// latency. Once the program stops polling, the io thread waits for readability again (the
-// rule is in tcp_link.cpp, kProgramWinsBeforeNap).
+// Receiving: the io thread waits for readability and reads; a large RDMA WRITE whose target
+// the engine accepts before its payload has arrived (FrameSink::direct_target) is received
+// straight into that memory, the rest through the receive buffer. The io thread waits and reads;
+// poll() lets any other thread (Transport::progress, i.e. polling calls) read and deliver first.
+// One reader at a time per connection (the receive lock), so frames of a connection are delivered
+// in order. While the program busy-polls, the io thread stands aside: it stops waiting for
+// readability and only looks again every nap (1 ms), because an io thread woken per frame takes a
+// core from the polling program (two processes and their io threads on two cores) and multiplies
+// the latency. Once the program stops polling, the io thread waits for readability again (the rule
+// is in tcp_link.cpp, kProgramWinsBeforeNap).
 //
 // Acknowledgements are held back ("corked") while the io thread naps: an ACK the program's own
 // poll produced leaves with the next frame to that peer (one system call for both: in a
 // ping-pong the reply carries it), at the program's next-but-one poll, or when the nap ends,
 // whichever comes first; so an ACK is late by at most one nap, and a busy program pays one
 // sendmsg per message instead of two.
+//
+// Bulk lane: a large payload (kStripeMin) is split in two, its first part after the header on
+// this connection and the rest on a second connection to the same peer, the lane, so that two
+// sockets move it at once (on one host, one TCP socket stops near half of what two reach: its
+// receive path serialises on the socket's lock). Each side dials the lane it sends on, at its
+// first large frame, and announces it on the main connection (LANE) before using it; the
+// receiver reads both parts, each straight into the target when the engine accepts it
+// (direct_target), and delivers the frame once both are in. docs/wire.md, "TCP bulk lane".
 //
 // Opening: the dialer sends its HELLO; the acceptor answers with its own only once its owner
 // has accepted the connection (see TcpTransport: simultaneous dials converge on one
@@ -81,6 +91,19 @@ class TcpLinkOwner {
   // io thread. The connection failed or was closed by the peer; called once. link.ready()
   // tells whether the engine may know it.
   virtual void on_down(TcpLink& link) = 0;
+  // Any thread reading the connection: FrameSink::direct_target. hold_region returns the sink
+  // that holds the region (nullptr: not held), to be handed back to release_region; the sink
+  // stays attached while a hold is taken.
+  virtual bool direct_target(TcpLink& link, const FrameHeader& header, DirectTarget* target) = 0;
+  virtual FrameSink* hold_region(uint32_t region_key) = 0;
+  virtual void release_region(FrameSink* holder, uint32_t region_key) = 0;
+  // Any thread, under the link's send lock: dial a bulk lane to the link's peer, without
+  // waiting; the io thread then hands the result to link.lane_dialed.
+  virtual void open_lane(TcpLink& link) = 0;
+  // io thread: an accepted connection introduced itself (LANE_HELLO) as the bulk lane `token`
+  // of the peer `gid`: attach it to the connection with that peer. Takes fd (closed when no
+  // connection takes it); returns whether one did.
+  virtual bool adopt_lane(const Gid& gid, uint64_t token, int fd) = 0;
   // Any thread: how many times the program has polled the transport so far (a counter that
   // only grows). The io thread compares it between two looks to tell a busy-polling program.
   virtual uint64_t program_polls() const = 0;
@@ -131,12 +154,28 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   void flush_corked(uint64_t polls_now, bool always);
   bool has_corked() const { return has_corked_.load(std::memory_order_relaxed); }
 
-  // Any thread: the references to caller memory queued so far, and whether every one of the
-  // first `count` has been written (or dropped with the connection).
-  uint64_t references_queued();
+  // Sending side, io thread: the lane connection TcpLinkOwner::open_lane dialed (-1: none).
+  void lane_dialed(int fd);
+  // Receiving side, io thread: attaches an accepted lane connection and answers LANE_OK; false
+  // (fd not taken) when this connection is not ready or already has a lane.
+  bool attach_lane(int fd, uint64_t token);
+  // Any thread: large frames are split over the bulk lane from now on.
+  bool lane_ready();
+
+  // Any thread: the references to caller memory queued so far (on the connection and on its
+  // lane), and whether every one of them has been written (or dropped with the connection).
+  struct References {
+    uint64_t main = 0;
+    uint64_t lane = 0;
+  };
+  References references_queued();
   // Whether bytes wait in user space for the socket (the io thread writes them).
   bool has_queued();
-  bool references_released(uint64_t count);
+  // Any thread (polling calls): writes what the queue holds while the socket takes it, so a
+  // busy-polling sender keeps the socket full without waiting for the io thread to be
+  // scheduled. Does nothing when the queue is empty or another thread is sending.
+  void pump();
+  bool references_released(const References& count);
 
   bool dialed() const { return dialed_; }
   // Both HELLOs exchanged and the connection kept: frames may cross.
@@ -148,13 +187,25 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
 
  private:
   enum State : int { kHandshake, kReady, kFailed };
-  enum class Failure { kNone, kPeerClosed, kSocketError, kBadHello, kBadFrame, kRefused };
+  // kLaneHello: this accepted connection is a peer's bulk lane (LANE_HELLO): handed over.
+  enum class Failure {
+    kNone,
+    kPeerClosed,
+    kSocketError,
+    kBadHello,
+    kBadFrame,
+    kRefused,
+    kLaneHello
+  };
   struct ReadResult {
     size_t frames = 0;
     Failure failure = Failure::kNone;  // set when the connection must close
     int error = 0;                     // errno, for kSocketError
     const char* reason = nullptr;      // for kBadHello, kBadFrame
+    Gid lane_gid;                      // for kLaneHello
+    uint64_t lane_token = 0;
   };
+  enum class PlaceStep { kDone, kDrained, kBudget, kFailed };
 
   // Writes [parts] now if nothing is queued, queues the rest; under tx_mutex_. Returns 0, or
   // the errno of a failed socket (the link is then down; the caller has it closed).
@@ -188,6 +239,27 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // Under rx_mutex_: consumes the complete units (HELLO, frames) in the receive buffer;
   // returns the number of frames delivered, or sets r->failure.
   size_t parse_locked(ReadResult* r);
+  // Under rx_mutex_, from parse_locked: the frame at rx_begin_ (header decoded, payload
+  // incomplete) goes straight to its target if the engine accepts; returns whether it does.
+  // A frame with lane bytes is always taken this way (into a scratch buffer when the engine
+  // declines it): the receive buffer cannot hold a payload whose parts arrive apart.
+  bool start_placing_locked(const FrameHeader& h, size_t len, size_t lane_bytes);
+  // Under rx_mutex_: receives what has arrived of the payload being placed, from the connection
+  // and the lane, at most `budget` bytes (counted in *got); delivers the frame when complete.
+  PlaceStep place_locked(size_t budget, size_t* got, ReadResult* r);
+  // Under rx_mutex_: one recv of at most `want` bytes from fd into the placed payload at
+  // `offset` (under a hold of the target's region when placed directly); errno kept.
+  ssize_t receive_placed_locked(int fd, size_t offset, size_t want);
+  // Under rx_mutex_: the placed payload is complete: delivers its frame.
+  void finish_placing_locked();
+  // Sending side, under tx_mutex_: writes the lane part of a split frame, or queues it.
+  int lane_write_or_queue_locked(const iovec* parts, size_t nparts, size_t total);
+  // io thread: writes the lane's queued bytes until done or its socket is full.
+  void lane_flush();
+  // io thread: the lane's LANE_OK arrived (or failed): announce the lane, or give it up.
+  void on_lane_ok(const boost::system::error_code& ec);
+  void close_lane_tx_locked();
+  void wait_lane_readable();
   void make_room_locked(size_t frame_bytes);
   // From any thread: a send failed with `error`; the io thread closes the connection.
   void fail_from_any_thread(int error);
@@ -227,6 +299,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::mutex tx_mutex_;
   TcpSendQueue queue_;
   bool write_armed_ = false;
+  std::atomic<bool> backlog_{false};  // the queue is not empty (read without the lock by pump)
   // Held-back ACK frames (encoded), see above; napping_ mirrors the io thread's nap so that an
   // ACK is held only while a nap's end is sure to send it.
   static constexpr size_t kCorkBytes = 16 * 72;  // 16 frame headers
@@ -244,6 +317,40 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   TcpRxBuffer rx_;
   size_t rx_begin_ = 0;
   size_t rx_end_ = 0;
+  // The payload being received in place (placing_), its frame, its target and how much of it
+  // has arrived; lost once the target's region was deregistered (the rest is discarded).
+  // direct_declined_: the engine refused the frame at rx_begin_ (asked once per frame).
+  // placing_direct_: into placing_target_ (else into split_buf_); placing_dest_: where.
+  bool placing_ = false;
+  bool placing_direct_ = false;
+  bool placing_lost_ = false;
+  bool direct_declined_ = false;
+  FrameHeader placing_header_{};
+  DirectTarget placing_target_{};
+  uint8_t* placing_dest_ = nullptr;
+  size_t placing_main_len_ = 0;  // bytes that follow the header on this connection
+  size_t placing_main_done_ = 0;
+  size_t placing_lane_len_ = 0;  // bytes that come on the lane
+  size_t placing_lane_done_ = 0;
+  std::unique_ptr<TcpRxBuffer> split_buf_;
+  std::unique_ptr<uint8_t[]> discard_;  // sink for a payload whose region went away
+
+  // Bulk lane, receiving side: the peer's lane attached (lane_rx_fd_, under rx_mutex_; the
+  // socket itself on the io thread), and whether the peer announced it (LANE).
+  std::unique_ptr<boost::asio::ip::tcp::socket> lane_rx_socket_;
+  int lane_rx_fd_ = -1;
+  uint64_t lane_rx_token_ = 0;
+  bool lane_announced_ = false;
+
+  // Bulk lane, sending side (under tx_mutex_, the socket itself on the io thread).
+  enum LaneState : int { kLaneNone, kLaneOpening, kLaneReady, kLaneFailed };
+  int lane_state_ = kLaneNone;
+  uint64_t lane_token_ = 0;
+  std::unique_ptr<boost::asio::ip::tcp::socket> lane_tx_socket_;
+  int lane_tx_fd_ = -1;
+  TcpSendQueue lane_queue_;
+  bool lane_write_armed_ = false;
+  uint8_t lane_ok_[8] = {};  // tcp_wire::kLaneOkBytes
 };
 
 }  // namespace emu

@@ -40,6 +40,9 @@ using GidBytes = std::array<uint8_t, 16>;
 // again, doubling up to the maximum, instead of failing in a tight loop.
 constexpr std::chrono::milliseconds kAcceptBackoffMin{10};
 constexpr std::chrono::milliseconds kAcceptBackoffMax{1000};
+// A bulk lane's TCP connect (tcp_link.h), on the io thread, once per connection and direction;
+// the peer is reachable (the connection is up), so this bounds only a pathological case.
+constexpr std::chrono::milliseconds kLaneDialTimeout{500};
 
 class TcpTransport : public Transport, public TcpLinkOwner {
  public:
@@ -170,6 +173,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     const int n = ::epoll_wait(poll_epoll_fd_, ready, kPollEvents, 0);
     size_t delivered = 0;
     for (int i = 0; i < n; ++i) delivered += static_cast<TcpLink*>(ready[i].data.ptr)->poll();
+    for (TcpLink* link : pollable_) link->pump();
     if (corked_.load(std::memory_order_relaxed)) {
       corked_.store(false, std::memory_order_relaxed);
       const uint64_t polls = program_polls_.load(std::memory_order_relaxed);
@@ -185,11 +189,11 @@ class TcpTransport : public Transport, public TcpLinkOwner {
   void quiesce() override {
     // Payload references queued before this call: wait until each has been written (or
     // dropped with its connection). Frames written at send() time hold none.
-    std::vector<std::pair<std::shared_ptr<TcpLink>, uint64_t>> pending;
+    std::vector<std::pair<std::shared_ptr<TcpLink>, TcpLink::References>> pending;
     {
       std::lock_guard lock(links_mutex_);
       for (const auto& link : links_) {
-        const uint64_t queued = link->references_queued();
+        const TcpLink::References queued = link->references_queued();
         if (!link->references_released(queued)) pending.emplace_back(link, queued);
       }
     }
@@ -216,6 +220,12 @@ class TcpTransport : public Transport, public TcpLinkOwner {
       done.set_value();
     });
     done.get_future().wait();
+  }
+
+  size_t bulk_lanes() {
+    std::lock_guard lock(links_mutex_);
+    return static_cast<size_t>(
+        std::count_if(links_.begin(), links_.end(), [](const auto& l) { return l->lane_ready(); }));
   }
 
   // For tests: the connections open now (handshakes included).
@@ -273,6 +283,57 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     if (FrameSink* sink = sink_.load(std::memory_order_seq_cst))
       sink->on_frame(link, header, payload);
     delivering_.fetch_sub(1, std::memory_order_release);
+  }
+
+  bool direct_target(TcpLink& link, const FrameHeader& header, DirectTarget* target) override {
+    delivering_.fetch_add(1, std::memory_order_seq_cst);
+    FrameSink* sink = sink_.load(std::memory_order_seq_cst);
+    const bool placed = sink != nullptr && sink->direct_target(link, header, target);
+    delivering_.fetch_sub(1, std::memory_order_release);
+    return placed;
+  }
+  FrameSink* hold_region(uint32_t region_key) override {
+    delivering_.fetch_add(1, std::memory_order_seq_cst);
+    FrameSink* sink = sink_.load(std::memory_order_seq_cst);
+    if (sink != nullptr && sink->hold_region(region_key)) return sink;
+    delivering_.fetch_sub(1, std::memory_order_release);
+    return nullptr;
+  }
+  void release_region(FrameSink* holder, uint32_t region_key) override {
+    holder->release_region(region_key);
+    delivering_.fetch_sub(1, std::memory_order_release);  // set_sink may detach it now
+  }
+
+  void open_lane(TcpLink& link) override {
+    asio::post(io_, [self = link.shared_from_this()] {
+      const std::optional<TcpEndpoint> ep = tcp_endpoint_of(self->peer());
+      std::string why = "the peer's GID names no TCP endpoint";
+      const int fd = ep ? tcp_dial(*ep, kLaneDialTimeout, &why) : -1;
+      if (fd < 0) spdlog::debug("tcp: no bulk lane to {}: {}", self->remote(), why);
+      self->lane_dialed(fd);
+    });
+  }
+
+  bool adopt_lane(const Gid& gid, uint64_t token, int fd) override {
+    std::shared_ptr<TcpLink> link;
+    {
+      std::lock_guard lock(links_mutex_);
+      const auto it = canonical_.find(gid.raw);
+      if (it != canonical_.end()) link = it->second;
+    }
+    if (!link || !link->attach_lane(fd, token)) {
+      ::close(fd);
+      return false;
+    }
+    // Polling calls read the lane too (a split frame waits for its lane part).
+    std::lock_guard lock(pollable_lock_);
+    if (std::find(pollable_.begin(), pollable_.end(), link.get()) != pollable_.end()) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.ptr = link.get();
+      ::epoll_ctl(poll_epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    }
+    return true;
   }
 
   uint64_t program_polls() const override { return program_polls_.load(std::memory_order_relaxed); }
@@ -459,6 +520,11 @@ int tcp_link_socket(const Link& link) {
 size_t tcp_connection_count(Transport& t) {
   auto* tcp = dynamic_cast<TcpTransport*>(&t);
   return tcp == nullptr ? 0 : tcp->connection_count();
+}
+
+size_t tcp_bulk_lanes(Transport& t) {
+  auto* tcp = dynamic_cast<TcpTransport*>(&t);
+  return tcp == nullptr ? 0 : tcp->bulk_lanes();
 }
 
 std::unique_ptr<Transport> make_tcp_transport(const std::string& listen_spec) {

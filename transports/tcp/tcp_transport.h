@@ -28,5 +28,7 @@ bool tcp_drop_connections(Transport& t);
 // another transport).
 int tcp_link_socket(const Link& link);
 size_t tcp_connection_count(Transport& t);
+// For tests: the connections of a TCP transport whose bulk lane for sending is open.
+size_t tcp_bulk_lanes(Transport& t);
 
 }  // namespace emu

@@ -22,7 +22,7 @@ constexpr size_t kOffImm = 28;
 constexpr size_t kOffLength = 32;
 constexpr size_t kOffRkey = 36;
 constexpr size_t kOffQkey = 40;
-constexpr size_t kOffReserved2 = 44;  // 4 bytes, zero
+constexpr size_t kOffLaneBytes = 44;  // payload bytes on the bulk lane
 constexpr size_t kOffRemoteAddr = 48;
 constexpr size_t kOffCompareAdd = 56;
 constexpr size_t kOffSwap = 64;
@@ -96,7 +96,54 @@ const char* decode_goodbye(const uint8_t in[kGoodbyeBytes]) {
   return nullptr;
 }
 
-void encode_header(const FrameHeader& h, uint32_t payload_len, uint8_t out[kFrameHeaderBytes]) {
+void encode_lane_hello(const Gid& gid, uint64_t token, uint8_t out[kLaneHelloBytes]) {
+  std::memset(out, 0, kLaneHelloBytes);
+  put32(out + kHelloOffMagic, kLaneMagic);
+  out[kHelloOffVersion] = kVersion;
+  std::memcpy(out + kHelloOffGid, gid.raw.data(), gid.raw.size());
+  put64(out + kHelloBytes, token);
+}
+
+const char* decode_lane_hello(const uint8_t in[kLaneHelloBytes], Gid* gid, uint64_t* token) {
+  if (get32(in + kHelloOffMagic) != kLaneMagic) return "bad LANE_HELLO magic";
+  if (in[kHelloOffVersion] != kVersion) return "unsupported protocol version in LANE_HELLO";
+  if (!all_zero(in + kHelloOffReserved, 3)) return "reserved LANE_HELLO bytes not zero";
+  std::memcpy(gid->raw.data(), in + kHelloOffGid, gid->raw.size());
+  *token = get64(in + kHelloBytes);
+  return nullptr;
+}
+
+void encode_lane_ok(uint8_t out[kLaneOkBytes]) {
+  std::memset(out, 0, kLaneOkBytes);
+  put32(out, kLaneMagic);
+  out[4] = kVersion;
+}
+
+const char* decode_lane_ok(const uint8_t in[kLaneOkBytes]) {
+  if (get32(in) != kLaneMagic || in[4] != kVersion || !all_zero(in + 5, 3)) return "bad LANE_OK";
+  return nullptr;
+}
+
+void encode_lane(uint64_t token, uint8_t out[kLaneBytes]) {
+  std::memset(out, 0, kLaneBytes);
+  put32(out, kLaneMagic);
+  out[4] = kVersion;
+  put64(out + 8, token);
+}
+
+const char* decode_lane(const uint8_t in[kLaneBytes], uint64_t* token) {
+  if (in[4] != kVersion) return "unsupported protocol version in LANE";
+  if (!all_zero(in + 5, 3)) return "reserved LANE bytes not zero";
+  *token = get64(in + 8);
+  return nullptr;
+}
+
+bool is_lane(const uint8_t* in) {
+  return get32(in) == kLaneMagic;
+}
+
+void encode_header(const FrameHeader& h, uint32_t payload_len, uint32_t lane_bytes,
+                   uint8_t out[kFrameHeaderBytes]) {
   put32(out + kOffMagic, kFrameMagic);
   out[kOffVersion] = kVersion;
   out[kOffOp] = static_cast<uint8_t>(h.op);
@@ -112,14 +159,14 @@ void encode_header(const FrameHeader& h, uint32_t payload_len, uint8_t out[kFram
   put32(out + kOffLength, h.length);
   put32(out + kOffRkey, h.rkey);
   put32(out + kOffQkey, h.qkey);
-  put32(out + kOffReserved2, 0);
+  put32(out + kOffLaneBytes, lane_bytes);
   put64(out + kOffRemoteAddr, h.remote_addr);
   put64(out + kOffCompareAdd, h.compare_add);
   put64(out + kOffSwap, h.swap);
 }
 
 const char* decode_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* h,
-                          uint32_t* payload_len) {
+                          uint32_t* payload_len, uint32_t* lane_bytes) {
   if (get32(in + kOffMagic) != kFrameMagic) return "bad frame magic";
   if (in[kOffVersion] != kVersion) return "unsupported frame version";
   const uint8_t op = in[kOffOp];
@@ -128,7 +175,7 @@ const char* decode_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* h,
   }
   if ((in[kOffFlags] & ~kKnownFlags) != 0) return "unknown frame flags";
   if (in[kOffNak] > static_cast<uint8_t>(NakCode::kUnavailable)) return "unknown NAK code";
-  if (!all_zero(in + kOffReserved1, 3) || !all_zero(in + kOffReserved2, 4)) {
+  if (!all_zero(in + kOffReserved1, 3)) {
     return "reserved header bytes not zero";
   }
   const uint32_t len = get32(in + kOffPayloadLen);
@@ -150,7 +197,10 @@ const char* decode_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* h,
   if (carries_payload(h->op) ? len != h->length : len != 0) {
     return "payload length does not match the header's length field";
   }
+  const uint32_t lane = get32(in + kOffLaneBytes);
+  if (lane > len) return "more lane bytes than payload bytes";
   *payload_len = len;
+  *lane_bytes = lane;
   return nullptr;
 }
 

@@ -13,6 +13,7 @@ namespace emu::tcp_wire {
 inline constexpr uint32_t kHelloMagic = 0x48554d45;    // "EMUH" on the wire
 inline constexpr uint32_t kFrameMagic = 0x46554d45;    // "EMUF" on the wire
 inline constexpr uint32_t kGoodbyeMagic = 0x42554d45;  // "EMUB" on the wire
+inline constexpr uint32_t kLaneMagic = 0x4c554d45;     // "EMUL" on the wire
 inline constexpr uint8_t kVersion = 1;
 
 inline constexpr size_t kHelloBytes = 24;
@@ -37,9 +38,29 @@ bool is_goodbye(const uint8_t* in);
 // Returns nullptr when the GOODBYE is valid, else the reason it is not.
 const char* decode_goodbye(const uint8_t in[kGoodbyeBytes]);
 
-void encode_header(const FrameHeader& h, uint32_t payload_len, uint8_t out[kFrameHeaderBytes]);
-// Returns nullptr and fills *h and *payload_len when the header is valid, else the reason.
+// Bulk lane (docs/wire.md, "TCP bulk lane"): a second connection that carries the last
+// `lane_bytes` of large payloads while their first part travels after the header.
+// LANE_HELLO: the first unit on a lane connection (dialer's GID, the lane's token).
+inline constexpr size_t kLaneHelloBytes = 32;
+void encode_lane_hello(const Gid& gid, uint64_t token, uint8_t out[kLaneHelloBytes]);
+const char* decode_lane_hello(const uint8_t in[kLaneHelloBytes], Gid* gid, uint64_t* token);
+// LANE_OK: the acceptor's only bytes on a lane: the lane is attached to its connection.
+inline constexpr size_t kLaneOkBytes = 8;
+void encode_lane_ok(uint8_t out[kLaneOkBytes]);
+const char* decode_lane_ok(const uint8_t in[kLaneOkBytes]);
+// LANE: on the main connection, before the first split frame: the token of the lane attached.
+inline constexpr size_t kLaneBytes = 16;
+void encode_lane(uint64_t token, uint8_t out[kLaneBytes]);
+const char* decode_lane(const uint8_t in[kLaneBytes], uint64_t* token);
+// Whether the unit starting at `in` (at least 4 bytes) is a LANE or LANE_HELLO.
+bool is_lane(const uint8_t* in);
+
+// lane_bytes: how many of the payload's last bytes travel on the bulk lane (0: none).
+void encode_header(const FrameHeader& h, uint32_t payload_len, uint32_t lane_bytes,
+                   uint8_t out[kFrameHeaderBytes]);
+// Returns nullptr and fills *h, *payload_len and *lane_bytes when the header is valid, else
+// the reason.
 const char* decode_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* h,
-                          uint32_t* payload_len);
+                          uint32_t* payload_len, uint32_t* lane_bytes);
 
 }  // namespace emu::tcp_wire
