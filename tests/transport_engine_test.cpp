@@ -481,7 +481,9 @@ TEST_P(TransportEngineTest, SrqSharedByQpsCountsExactly) {
 TEST_P(TransportEngineTest, DroppedLinkMovesItsQpsToErrorWithQpFatalAndFlushes) {
   ConnectOptions o;
   o.rnr_retry = 7;
-  o.timeout = 10;  // 4 ms
+  // 67 ms: long enough that a's retransmissions cannot run out (3 timeouts) before its
+  // transport has seen the connection end, even under a sanitizer on a loaded machine.
+  o.timeout = 14;
   o.retry_cnt = 2;
   auto [qa, qb] = pair(o);
   ASSERT_NE(qa, nullptr);

@@ -85,6 +85,7 @@ void ShmLink::set_we_read_in_place(bool can) {
 }
 
 void ShmLink::ring_peer_doorbell() {
+  // Callers hold the send or the drain lock: release() closes the descriptor under both.
   const uint64_t one = 1;
   // The counter cannot overflow in practice; a failed write means the peer is gone, which
   // its socket reports.
@@ -121,7 +122,6 @@ bool ShmLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
   for (size_t i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
   if (total > kMaxPayload) return true;  // the engine never builds such a frame
   const bool answer = is_answer(header.op);
-  bool wake = false;
   {
     std::lock_guard lock(send_lock_);
     if (!up()) return true;  // the link may have been released meanwhile
@@ -139,9 +139,10 @@ bool ShmLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
       hold(header, iov, iovcnt, total, &progress);
       if (producer_.wait_for_room(kLargestRecord)) flush_locked();
     }
-    wake = producer_.take_consumer_sleeping();
+    // Rung under the lock: release() (which closes the descriptor) takes it too. Only when
+    // the peer said it sleeps, so not on the busy path.
+    if (producer_.take_consumer_sleeping()) ring_peer_doorbell();
   }
-  if (wake) ring_peer_doorbell();
   return true;
 }
 
@@ -251,15 +252,10 @@ bool ShmLink::flush_locked() {
 
 bool ShmLink::flush_backlog() {
   if (!has_backlog() || !up()) return false;
-  bool wrote;
-  bool wake;
-  {
-    std::lock_guard lock(send_lock_);
-    if (!up()) return false;
-    wrote = flush_locked();
-    wake = wrote && producer_.take_consumer_sleeping();
-  }
-  if (wake) ring_peer_doorbell();
+  std::lock_guard lock(send_lock_);
+  if (!up()) return false;
+  const bool wrote = flush_locked();
+  if (wrote && producer_.take_consumer_sleeping()) ring_peer_doorbell();  // see send()
   return wrote;
 }
 
@@ -307,8 +303,9 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
     wake_peer |= consumer_.pop(size);
     ++records;
   }
-  drain_lock_.unlock();
+  // Under the drain lock: release() takes it before it closes the descriptor.
   if (wake_peer) ring_peer_doorbell();
+  drain_lock_.unlock();
   if (!why.empty()) owner_.link_failed(*this, why);
   return records;
 }

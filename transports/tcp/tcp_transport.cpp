@@ -105,6 +105,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
       {
         std::lock_guard lock(pollable_lock_);
         pollable_.clear();
+        pollable_count_.store(0, std::memory_order_relaxed);
       }
       for (auto& link : all) link->shutdown();
     });
@@ -160,6 +161,9 @@ class TcpTransport : public Transport, public TcpLinkOwner {
   }
 
   size_t progress() override {
+    // No connection yet (a process whose peers are all on this host, in the default auto
+    // mode): no system call per poll.
+    if (pollable_count_.load(std::memory_order_relaxed) == 0) return 0;
     // One poller at a time (the others would find every connection's receive lock taken).
     std::unique_lock lock(pollable_lock_, std::try_to_lock);
     if (!lock.owns_lock()) return 0;
@@ -360,6 +364,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
         // Under the lock a poller holds: no epoll_wait can return the link after this.
         ::epoll_ctl(poll_epoll_fd_, EPOLL_CTL_DEL, link.native_handle(), nullptr);
         pollable_.erase(it);
+        pollable_count_.store(pollable_.size(), std::memory_order_relaxed);
       }
     }
     {
@@ -397,6 +402,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
       return;
     }
     pollable_.push_back(link);
+    pollable_count_.store(pollable_.size(), std::memory_order_relaxed);
   }
 
   // Dials ep on the caller's thread and starts the handshake; null when unreachable.
@@ -496,6 +502,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
   // io thread) before the link can be freed.
   SpinLock pollable_lock_;
   std::vector<TcpLink*> pollable_;
+  std::atomic<size_t> pollable_count_{0};  // pollable_.size(), read without the lock
 
   std::atomic<FrameSink*> sink_{nullptr};
   std::atomic<int> delivering_{0};
