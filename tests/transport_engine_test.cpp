@@ -258,7 +258,11 @@ TEST_P(TransportEngineTest, NoByteChangesAfterTheTargetRegionIsDeregistered) {
   ASSERT_NE(qa, nullptr);
   constexpr size_t kLen = 16 << 20;
   constexpr int kWrites = 4;
-  std::vector<uint8_t> src = pattern(kLen, 9);
+  // Kept until the nodes are gone: a flushed WRITE's frame may still be queued in a transport
+  // that references its source (a known gap: flush completions do not wait for the transport
+  // to let go of the payload; see the transports issue's notes).
+  static std::vector<uint8_t> src;
+  src = pattern(kLen, 9);
   std::vector<uint8_t> dst(kLen, 0);
   Mr* a_mr = a.reg(src.data(), src.size());
   Mr* b_mr = nullptr;

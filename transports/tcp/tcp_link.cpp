@@ -66,6 +66,8 @@ constexpr size_t kPlaceMin = 64 * 1024;
 // 4 KiB boundary of the payload, so that both copies run on whole pages.
 constexpr size_t kStripeMin = 256 * 1024;
 constexpr size_t kDiscardBytes = 64 * 1024;
+// Polls that skip pump() after it found a socket full.
+constexpr uint32_t kPumpSkipWhenFull = 32;
 
 // A payload already received at its target: reading it into that very address copies
 // nothing. The engine reads it into the address it validated, which is the target.
@@ -444,6 +446,13 @@ void TcpLink::flush() {
 
 void TcpLink::pump() {
   if (!backlog_.load(std::memory_order_relaxed)) return;
+  // A full socket takes nothing for a while (its peer must read first): a sendmsg per poll
+  // would only contend for the socket's lock with the kernel delivering to it.
+  const uint32_t skip = pump_skip_.load(std::memory_order_relaxed);
+  if (skip != 0) {
+    pump_skip_.store(skip - 1, std::memory_order_relaxed);
+    return;
+  }
   std::unique_lock lock(tx_mutex_, std::try_to_lock);
   if (!lock.owns_lock() || !up_.load(std::memory_order_relaxed)) return;
   // The write_armed flags stay as they are: the io thread's pending flushes find the queues as
@@ -463,7 +472,10 @@ void TcpLink::pump() {
         c.queue.consume(static_cast<size_t>(written));
         continue;
       }
-      if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        pump_skip_.store(kPumpSkipWhenFull, std::memory_order_relaxed);
+        break;
+      }
       err = written < 0 ? errno : EPIPE;
     }
   }
@@ -638,19 +650,42 @@ bool TcpLink::attach_lane(int fd, uint64_t token) {
   if (::send(fd, ok, sizeof ok, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof ok)) {
     spdlog::debug("tcp: cannot answer the bulk lane of {}", remote_);
   }
-  wait_lane_readable();
   return true;
 }
 
-void TcpLink::wait_lane_readable() {
-  // Bytes of a split frame's lane part that arrive while the frame waits for them (a reader of
-  // the connection reads the lane too while a split frame is incomplete).
+void TcpLink::watch_lane_from_any_thread() {
+  // A split frame left waiting for its lane part by a program thread: unless the io thread
+  // naps (the program then keeps polling, and reads the lane itself), it must watch the lane,
+  // or the frame would wait for the program's next poll.
+  if (!lane_pending_.load(std::memory_order_acquire) ||
+      io_napping_.load(std::memory_order_acquire) ||
+      lane_watch_requested_.exchange(true, std::memory_order_acq_rel)) {
+    return;
+  }
+  asio::post(io_, [self = shared_from_this()] {
+    self->lane_watch_requested_.store(false, std::memory_order_release);
+    self->wait_lane_if_needed();
+  });
+}
+
+void TcpLink::wait_lane_if_needed() {
+  // The io thread waits on the lane only while a split frame waits for its lane part and the
+  // io thread is awake (napping, it leaves reading to the polling program, which reads the
+  // lane too): a lane watched always would wake it for every arrival.
+  if (closed_ || !lane_rx_socket_ || lane_wait_armed_ || released_ ||
+      !lane_pending_.load(std::memory_order_acquire)) {
+    return;
+  }
+  lane_wait_armed_ = true;
   lane_rx_socket_->async_wait(asio::ip::tcp::socket::wait_read,
                               [self = shared_from_this()](const error_code& ec) {
+                                self->lane_wait_armed_ = false;
                                 if (ec || self->closed_) return;
                                 if (self->read_as_io_thread() < 0) return;
-                                self->wait_lane_readable();
+                                self->wait_lane_if_needed();
                               });
+  // Arm, then read (edge-triggered, as in after_nap): bytes that came before the arm.
+  read_as_io_thread();
 }
 
 void TcpLink::wait_writable() {
@@ -696,6 +731,7 @@ void TcpLink::on_readable(const error_code& ec) {
   }
   // Re-arming re-checks readiness, so data left behind by the budget is picked up at once.
   wait_readable();
+  wait_lane_if_needed();
 }
 
 ptrdiff_t TcpLink::read_as_io_thread() {
@@ -739,6 +775,7 @@ bool TcpLink::nap(std::chrono::microseconds length) {
     // (edge-triggered epoll reports every arrival, whether or not a wait is queued).
     socket_.release();
     released_ = true;
+    io_napping_.store(true, std::memory_order_release);
   }
   nap_timer_.expires_after(length);
   nap_timer_.async_wait([self = shared_from_this()](const error_code& ec) { self->after_nap(ec); });
@@ -749,6 +786,7 @@ bool TcpLink::end_naps() {
   if (!released_) return true;
   nap_timer_.cancel();
   released_ = false;
+  io_napping_.store(false, std::memory_order_release);
   rechecking_ = false;
   error_code ec;
   socket_.assign(asio::ip::tcp::v4(), fd_, ec);
@@ -814,7 +852,7 @@ void TcpLink::after_nap(const error_code& ec) {
   // no event that anyone waits for; this read takes them, and anything arriving after the arm
   // raises one.
   wait_readable();
-  read_as_io_thread();
+  if (read_as_io_thread() >= 0) wait_lane_if_needed();
 }
 
 void TcpLink::read_waiting() {
@@ -825,6 +863,7 @@ void TcpLink::read_waiting() {
     if (!rx_open_) return;
     r = read_locked(kPollReadBudget);
   }
+  watch_lane_from_any_thread();
   if (r.failure != Failure::kNone) {
     asio::post(io_, [self = shared_from_this(), r] {
       self->report_failure(r);
@@ -846,6 +885,7 @@ size_t TcpLink::poll() {
                             std::memory_order_relaxed);
     }
   }
+  watch_lane_from_any_thread();
   if (r.failure != Failure::kNone) {
     // The socket is closed by the io thread, which owns it.
     asio::post(io_, [self = shared_from_this(), r] {
@@ -1093,6 +1133,7 @@ bool TcpLink::start_placing_locked(const FrameHeader& h, size_t len, size_t lane
   }
   placing_main_len_ = len - lane_bytes;
   placing_lane_len_ = lane_bytes;
+  if (lane_bytes != 0) lane_pending_.store(true, std::memory_order_release);
   placing_lane_done_ = 0;
   // The part already buffered moves now; what follows it in the buffer stays there.
   const size_t buffered = std::min(rx_end_ - rx_begin_ - kFrameHeaderBytes, placing_main_len_);
@@ -1137,6 +1178,7 @@ ssize_t TcpLink::receive_placed_locked(int fd, size_t offset, size_t want) {
 
 void TcpLink::finish_placing_locked() {
   placing_ = false;
+  lane_pending_.store(false, std::memory_order_release);
   direct_declined_ = false;
   FrameHeader h = placing_header_;
   tsan_acquire(tsan_key_);

@@ -259,7 +259,12 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // io thread: the lane's LANE_OK arrived (or failed): announce the lane, or give it up.
   void on_lane_ok(const boost::system::error_code& ec);
   void close_lane_tx_locked();
-  void wait_lane_readable();
+  // io thread: waits for the lane while a split frame waits for its lane part (and the io
+  // thread is awake); reads what came before the wait.
+  void wait_lane_if_needed();
+  // Any thread: after a read that left a split frame waiting, has the io thread watch the lane
+  // unless it naps.
+  void watch_lane_from_any_thread();
   void make_room_locked(size_t frame_bytes);
   // From any thread: a send failed with `error`; the io thread closes the connection.
   void fail_from_any_thread(int error);
@@ -299,7 +304,9 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::mutex tx_mutex_;
   TcpSendQueue queue_;
   bool write_armed_ = false;
-  std::atomic<bool> backlog_{false};  // the queue is not empty (read without the lock by pump)
+  std::atomic<bool> backlog_{false};
+  std::atomic<uint32_t> pump_skip_{0};  // polls pump() still skips (one poller at a time)  // the
+                                        // queue is not empty (read without the lock by pump)
   // Held-back ACK frames (encoded), see above; napping_ mirrors the io thread's nap so that an
   // ACK is held only while a nap's end is sure to send it.
   static constexpr size_t kCorkBytes = 16 * 72;  // 16 frame headers
@@ -341,6 +348,10 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   int lane_rx_fd_ = -1;
   uint64_t lane_rx_token_ = 0;
   bool lane_announced_ = false;
+  std::atomic<bool> lane_pending_{false};  // a split frame waits for its lane part
+  bool lane_wait_armed_ = false;           // io thread
+  std::atomic<bool> lane_watch_requested_{false};
+  std::atomic<bool> io_napping_{false};  // mirrors released_ for other threads
 
   // Bulk lane, sending side (under tx_mutex_, the socket itself on the io thread).
   enum LaneState : int { kLaneNone, kLaneOpening, kLaneReady, kLaneFailed };
