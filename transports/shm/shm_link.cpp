@@ -153,8 +153,10 @@ ShmLink::Emit ShmLink::emit(const FrameHeader& h, const iovec* iov, size_t iovcn
       return write_inline(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
     // A datagram (UC, UD) is complete for its sender once send() returns: its bytes must be
     // in the ring or in the backlog by then, never read later from the sender's memory.
+    // Nor one held in the backlog's own copy (quiesce): that copy goes with the entry.
     const bool datagram = (h.flags & kFrameDatagram) != 0;
-    if (!datagram && iovcnt <= kMaxRemoteIov && producer_.consumer_single_copy()) {
+    if (!datagram && !progress->own_copy && iovcnt <= kMaxRemoteIov &&
+        producer_.consumer_single_copy()) {
       return write_remote(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
     }
     if (!write_frame_record(kFrameStaged, h, total)) return Emit::kBlocked;
@@ -248,6 +250,17 @@ bool ShmLink::flush_locked() {
     backlog_size_.store(backlog_.size(), std::memory_order_release);
   }
   return wrote;
+}
+
+void ShmLink::copy_backlog_payloads() {
+  std::lock_guard lock(send_lock_);
+  for (Outgoing& o : backlog_) {
+    if (o.iov.empty()) continue;
+    o.bytes.resize(o.total);
+    gather(o.iov.data(), o.iov.size(), 0, o.bytes.data(), o.total);
+    o.iov.clear();
+    o.own_copy = true;
+  }
 }
 
 bool ShmLink::flush_backlog() {

@@ -80,6 +80,9 @@ class ShmLink : public Link {
   // Writes what the backlog holds as far as the ring allows; true if anything was written.
   bool flush_backlog();
   bool has_backlog() const { return backlog_size_.load(std::memory_order_acquire) != 0; }
+  // Copies into the backlog every payload it still reads from the caller's memory, so that
+  // the caller may free it (Transport::quiesce): no wait for a peer that may not read.
+  void copy_backlog_payloads();
 
   // The receiver thread's wake-up protocol (shm_ring.h).
   void announce_sleep();
@@ -115,8 +118,9 @@ class ShmLink : public Link {
     std::vector<uint8_t> bytes;  // backlog only: the payload, when small enough to copy
     std::vector<iovec> iov;      // backlog only: the caller's iovecs otherwise
     uint64_t total = 0;
-    uint64_t sent = 0;     // payload bytes written so far (chunked)
-    bool started = false;  // chunked: the frame record is written
+    uint64_t sent = 0;      // payload bytes written so far (chunked)
+    bool started = false;   // chunked: the frame record is written
+    bool own_copy = false;  // bytes is a large payload copied out of the caller's memory
   };
   enum class Emit { kDone, kBlocked };
 

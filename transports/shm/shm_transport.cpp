@@ -144,7 +144,19 @@ class ShmTransport : public Transport, public LinkOwner {
     return delivered;
   }
 
-  void quiesce() override {}
+  void quiesce() override {
+    // Frames held back for ring space may reference caller memory (large payloads): copied
+    // now. Frames already in a ring carry their payload, or its address for the peer to read
+    // with process_vm_readv once (the engine keeps the WQE until the peer answers).
+    std::vector<std::shared_ptr<ShmLink>> links;
+    {
+      std::lock_guard lock(links_mutex_);
+      for (const auto& [peer, link] : by_peer_) links.push_back(link);
+    }
+    for (const auto& link : links) {
+      if (link->has_backlog()) link->copy_backlog_payloads();
+    }
+  }
 
   // LinkOwner
   void link_failed(ShmLink& link, const std::string& why) override {
