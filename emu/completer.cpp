@@ -14,6 +14,9 @@ namespace emu {
 
 void Qp::retire_head_locked(ibv_wc_status status, uint32_t byte_len) {
   SendWqe& w = sq_[sq_head_ & sq_mask_];
+  // A request that ends in error (retries exhausted, a NAK) may still sit in a transport's
+  // queue with later ones: the program may free its buffer once it sees the completion.
+  if (status != IBV_WC_SUCCESS) node().transport().release_payloads();
   if (is_rd_atomic(w.opcode) && rd_atomic_in_flight_ > 0) --rd_atomic_in_flight_;
   complete_send(w, status, byte_len);
   ++sq_head_;

@@ -315,6 +315,9 @@ void Qp::flush_locked() {
 }
 
 void Qp::flush_send_locked() {
+  // Frames already handed to the transport may still be queued there, reading the buffers
+  // these completions give back to the program.
+  if (sq_head_ != sq_sent_high_) node().transport().release_payloads();
   for (; sq_head_ != sq_tail_; ++sq_head_) {
     complete_send(sq_[sq_head_ & sq_mask_], IBV_WC_WR_FLUSH_ERR, 0);
   }

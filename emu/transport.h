@@ -161,6 +161,12 @@ class Transport {
   // May wait on the network, bounded by the link timeout; never call it from a FrameSink
   // callback.
   virtual void quiesce() = 0;
+  // Copies into the transport's own memory every payload it still means to read from callers'
+  // memory (frames queued behind a full socket or ring). Never waits: called under a QP's
+  // lock when work requests complete in error or are flushed, after which the program may
+  // free their buffers. (The loopback transport, in-process only, delivers its queue instead
+  // at quiesce and copies nothing here.)
+  virtual void release_payloads() {}
   // Sends now the frames the transport holds back to merge them with later ones (TCP holds
   // ACKs while the program busy-polls). Called before a QP leaves the connected states or is
   // destroyed: the answers it owes its peer go out before anything the program does next

@@ -553,6 +553,44 @@ TEST(TcpTransport, ConnectionToItselfWorks) {
 
 // The send queue on its own: copied and referenced pieces come out in order, gathered, across
 // partial writes, slides and growth of its buffers; references are released once written.
+// A flushed work request gives its buffer back to the program while its frame may still be
+// queued: own_references copies what the queue still reads from callers, which then counts as
+// released; the bytes written afterwards are the ones queued, whatever the caller does next.
+TEST(TcpSendQueue, OwnedReferencesSurviveTheCallersMemory) {
+  emu::TcpSendQueue q;
+  std::vector<uint8_t> a = bytes(10000, 1), b = bytes(20000, 2);
+  const std::vector<uint8_t> small = bytes(100, 3);
+  std::vector<uint8_t> expected;
+  for (const std::vector<uint8_t>* v : {static_cast<const std::vector<uint8_t>*>(&a), &small,
+                                        static_cast<const std::vector<uint8_t>*>(&b)})
+    expected.insert(expected.end(), v->begin(), v->end());
+  q.append_reference(a.data(), a.size());
+  q.append_copy(small.data(), small.size());
+  q.append_reference(b.data(), b.size());
+  // Part of the first reference already written.
+  std::vector<uint8_t> written;
+  auto write_some = [&](size_t n) {
+    iovec iov[8];
+    const size_t cnt = q.gather(iov, 8);
+    for (size_t i = 0; i < cnt && n != 0; ++i) {
+      const size_t take = std::min(n, iov[i].iov_len);
+      const auto* p = static_cast<const uint8_t*>(iov[i].iov_base);
+      written.insert(written.end(), p, p + take);
+      q.consume(take);
+      n -= take;
+    }
+  };
+  write_some(4000);
+  EXPECT_LT(q.references_released(), q.references_appended());
+  q.own_references();
+  EXPECT_EQ(q.references_released(), q.references_appended());
+  std::fill(a.begin(), a.end(), 0xee);  // the program reuses its buffers
+  std::fill(b.begin(), b.end(), 0xee);
+  while (!q.empty()) write_some(7000);
+  EXPECT_TRUE(written == expected);
+  EXPECT_EQ(q.references_released(), q.references_appended());
+}
+
 TEST(TcpSendQueue, GathersInOrderAcrossPartialWritesAndCountsReferences) {
   emu::TcpSendQueue q;
   std::vector<uint8_t> expected;

@@ -258,9 +258,9 @@ TEST_P(TransportEngineTest, NoByteChangesAfterTheTargetRegionIsDeregistered) {
   ASSERT_NE(qa, nullptr);
   constexpr size_t kLen = 16 << 20;
   constexpr int kWrites = 4;
-  // Kept until the nodes are gone: a flushed WRITE's frame may still be queued in a transport
-  // that references its source (a known gap: flush completions do not wait for the transport
-  // to let go of the payload; see the transports issue's notes).
+  // Kept until the nodes are gone: the loopback transport (the "auto" case, two nodes of one
+  // process) may still deliver a flushed WRITE's frame from its source (shm and TCP copy what
+  // they hold when a request fails or is flushed: Transport::release_payloads).
   static std::vector<uint8_t> src;
   src = pattern(kLen, 9);
   std::vector<uint8_t> dst(kLen, 0);

@@ -127,6 +127,11 @@ class AutoTransport : public Transport {
     if (tcp_) tcp_drop_connections(*tcp_);
   }
 
+  void release_payloads() override {
+    if (shm_) shm_->release_payloads();
+    if (tcp_) tcp_->release_payloads();
+  }
+
   void quiesce() override {
     loopback_->quiesce();
     if (shm_) shm_->quiesce();

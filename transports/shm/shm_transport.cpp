@@ -144,6 +144,8 @@ class ShmTransport : public Transport, public LinkOwner {
     return delivered;
   }
 
+  void release_payloads() override { quiesce(); }  // quiesce copies, never waits
+
   void quiesce() override {
     // Frames held back for ring space may reference caller memory (large payloads): copied
     // now. Frames already in a ring carry their payload, or its address for the peer to read

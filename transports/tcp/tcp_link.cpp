@@ -700,6 +700,12 @@ bool TcpLink::has_queued() {
   return !queue_.empty() || !lane_queue_.empty();
 }
 
+void TcpLink::own_queued_payloads() {
+  std::lock_guard lock(tx_mutex_);
+  queue_.own_references();
+  lane_queue_.own_references();
+}
+
 TcpLink::References TcpLink::references_queued() {
   std::lock_guard lock(tx_mutex_);
   return References{queue_.references_appended(), lane_queue_.references_appended()};

@@ -169,6 +169,8 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
     uint64_t lane = 0;
   };
   References references_queued();
+  // Any thread: TcpSendQueue::own_references on the connection's and the lane's queues.
+  void own_queued_payloads();
   // Whether bytes wait in user space for the socket (the io thread writes them).
   bool has_queued();
   // Any thread (polling calls): writes what the queue holds while the socket takes it, so a

@@ -71,13 +71,13 @@ void TcpSendQueue::append_copy(const void* data, size_t len) {
       return;
     }
   }
-  push_piece() = Piece{nullptr, offset, len};
+  push_piece() = Piece{nullptr, offset, len, false};
   bytes_ += len;
 }
 
 void TcpSendQueue::append_reference(const void* data, size_t len) {
   if (len == 0) return;
-  push_piece() = Piece{static_cast<const uint8_t*>(data), 0, len};
+  push_piece() = Piece{static_cast<const uint8_t*>(data), 0, len, false};
   bytes_ += len;
   ++refs_appended_;
 }
@@ -107,7 +107,11 @@ void TcpSendQueue::consume(size_t n) {
       staged_begin_ += take;
     }
     if (p.len == 0) {
-      if (p.reference != nullptr) ++refs_released_;
+      if (p.owned) {
+        owned_.pop_front();
+      } else if (p.reference != nullptr) {
+        ++refs_released_;
+      }
       ++piece_head_;
     }
   }
@@ -124,6 +128,20 @@ void TcpSendQueue::clear() {
   staged_begin_ = staged_end_ = 0;
   bytes_ = 0;
   refs_released_ = refs_appended_;
+  owned_.clear();
+}
+
+void TcpSendQueue::own_references() {
+  for (size_t i = piece_head_; i != piece_tail_; ++i) {
+    Piece& p = piece_at(i);
+    if (p.reference == nullptr || p.owned) continue;
+    auto copy = std::make_unique<uint8_t[]>(p.len);
+    std::memcpy(copy.get(), p.reference, p.len);
+    p.reference = copy.get();
+    p.owned = true;
+    owned_.push_back(std::move(copy));
+    ++refs_released_;
+  }
 }
 
 void TcpSendQueue::trim() {

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 
 namespace emu {
@@ -33,6 +34,9 @@ class TcpSendQueue {
   void consume(size_t n);
   // Drops everything (the connection is gone); every reference counts as released.
   void clear();
+  // Copies every referenced payload still queued into memory of the queue's own, which then
+  // counts as released: the caller may free it (a flushed work request's buffer).
+  void own_references();
 
   // References appended so far, and those fully consumed (or cleared): a caller that saw
   // references_appended() == r may rely on its memory once references_released() >= r.
@@ -48,6 +52,7 @@ class TcpSendQueue {
     const uint8_t* reference;  // null for staged bytes
     uint64_t staged_offset;    // virtual offset of the first staged byte
     size_t len;
+    bool owned = false;  // reference points into owned_ (own_references)
   };
 
   Piece& piece_at(size_t i) { return pieces_[i & (piece_capacity_ - 1)]; }
@@ -70,6 +75,8 @@ class TcpSendQueue {
   size_t staged_begin_ = 0;
   size_t staged_end_ = 0;
 
+  // Copies made by own_references, in piece order (freed as their pieces are consumed).
+  std::deque<std::unique_ptr<uint8_t[]>> owned_;
   size_t bytes_ = 0;
   uint64_t refs_appended_ = 0;
   uint64_t refs_released_ = 0;

@@ -190,6 +190,11 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     return delivered;
   }
 
+  void release_payloads() override {
+    std::lock_guard lock(links_mutex_);
+    for (const auto& link : links_) link->own_queued_payloads();
+  }
+
   void quiesce() override {
     // Payload references queued before this call: wait until each has been written (or
     // dropped with its connection). Frames written at send() time hold none.
