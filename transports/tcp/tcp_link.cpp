@@ -411,36 +411,46 @@ void TcpLink::queue_locked(const iovec* parts, size_t nparts, size_t first_paylo
   }
 }
 
+TcpLink::Drained TcpLink::write_queued_locked(int fd, TcpSendQueue& queue, int* error) {
+  while (!queue.empty()) {
+    iovec iov[kFlushIov];
+    const size_t n = queue.gather(iov, kFlushIov);
+    const ssize_t written = send_gathered(fd, iov, n, tsan_key_);
+    if (written > 0) {
+      queue.consume(static_cast<size_t>(written));
+      continue;
+    }
+    if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Drained::kFull;
+    *error = written < 0 ? errno : EPIPE;
+    up_.store(false, std::memory_order_release);
+    return Drained::kFailed;
+  }
+  return Drained::kEmpty;
+}
+
 void TcpLink::flush() {
   if (closed_) return;
   std::unique_lock lock(tx_mutex_);
-  while (!queue_.empty()) {
-    iovec iov[kFlushIov];
-    const size_t n = queue_.gather(iov, kFlushIov);
-    const ssize_t written = send_gathered(fd_, iov, n, tsan_key_);
-    if (written > 0) {
-      queue_.consume(static_cast<size_t>(written));
-      continue;
+  int err = 0;
+  const Drained d = write_queued_locked(fd_, queue_, &err);
+  if (d == Drained::kFull) {
+    lock.unlock();
+    // The writability wait needs the socket back in the reactor.
+    if (released_) {
+      if (!end_naps()) return;
+      wait_readable();
     }
-    if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      lock.unlock();
-      // The writability wait needs the socket back in the reactor.
-      if (released_) {
-        if (!end_naps()) return;
-        wait_readable();
-      }
-      wait_writable();
-      return;
-    }
-    const int err = written < 0 ? errno : EPIPE;
-    up_.store(false, std::memory_order_release);
+    wait_writable();
+    return;
+  }
+  if (d == Drained::kFailed) {
     lock.unlock();
     spdlog::warn("tcp: sending to {} failed: {}", remote_, std::strerror(err));
     close(true);
     return;
   }
   write_armed_ = false;
-  backlog_.store(false, std::memory_order_relaxed);
+  if (lane_queue_.empty()) backlog_.store(false, std::memory_order_relaxed);
   queue_.trim();
 }
 
@@ -457,27 +467,13 @@ void TcpLink::pump() {
   if (!lock.owns_lock() || !up_.load(std::memory_order_relaxed)) return;
   // The write_armed flags stay as they are: the io thread's pending flushes find the queues as
   // we leave them.
-  struct Channel {
-    int fd;
-    TcpSendQueue& queue;
-  };
-  const Channel channels[] = {{fd_, queue_}, {lane_tx_fd_, lane_queue_}};
   int err = 0;
-  for (const Channel& c : channels) {
-    while (err == 0 && !c.queue.empty()) {
-      iovec iov[kFlushIov];
-      const size_t n = c.queue.gather(iov, kFlushIov);
-      const ssize_t written = send_gathered(c.fd, iov, n, tsan_key_);
-      if (written > 0) {
-        c.queue.consume(static_cast<size_t>(written));
-        continue;
-      }
-      if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        pump_skip_.store(kPumpSkipWhenFull, std::memory_order_relaxed);
-        break;
-      }
-      err = written < 0 ? errno : EPIPE;
-    }
+  for (const auto& [fd, queue] : {std::pair<int, TcpSendQueue*>{fd_, &queue_},
+                                  std::pair<int, TcpSendQueue*>{lane_tx_fd_, &lane_queue_}}) {
+    if (queue->empty()) continue;
+    const Drained d = write_queued_locked(fd, *queue, &err);
+    if (d == Drained::kFull) pump_skip_.store(kPumpSkipWhenFull, std::memory_order_relaxed);
+    if (d == Drained::kFailed) break;
   }
   if (err != 0) {
     up_.store(false, std::memory_order_release);
@@ -519,24 +515,17 @@ int TcpLink::lane_write_or_queue_locked(const iovec* parts, size_t nparts, size_
 void TcpLink::lane_flush() {
   if (closed_) return;
   std::unique_lock lock(tx_mutex_);
-  while (!lane_queue_.empty()) {
-    iovec iov[kFlushIov];
-    const size_t n = lane_queue_.gather(iov, kFlushIov);
-    const ssize_t written = send_gathered(lane_tx_fd_, iov, n, tsan_key_);
-    if (written > 0) {
-      lane_queue_.consume(static_cast<size_t>(written));
-      continue;
-    }
-    if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      lock.unlock();
-      lane_tx_socket_->async_wait(asio::ip::tcp::socket::wait_write,
-                                  [self = shared_from_this()](const error_code& ec) {
-                                    if (!ec) self->lane_flush();
-                                  });
-      return;
-    }
-    const int err = written < 0 ? errno : EPIPE;
-    up_.store(false, std::memory_order_release);
+  int err = 0;
+  const Drained d = write_queued_locked(lane_tx_fd_, lane_queue_, &err);
+  if (d == Drained::kFull) {
+    lock.unlock();
+    lane_tx_socket_->async_wait(asio::ip::tcp::socket::wait_write,
+                                [self = shared_from_this()](const error_code& ec) {
+                                  if (!ec) self->lane_flush();
+                                });
+    return;
+  }
+  if (d == Drained::kFailed) {
     lock.unlock();
     spdlog::warn("tcp: sending to {} on its bulk lane failed: {}", remote_, std::strerror(err));
     close(true);

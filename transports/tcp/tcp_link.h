@@ -216,6 +216,10 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   void uncork_locked();
   void queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part, size_t skip,
                     size_t total, bool datagram = false);
+  // Under tx_mutex_: writes what `queue` holds to fd until it is empty or the socket full; a
+  // failure marks the link down and sets *error.
+  enum class Drained { kEmpty, kFull, kFailed };
+  Drained write_queued_locked(int fd, TcpSendQueue& queue, int* error);
   // io thread: writes queued bytes until done or the socket is full.
   void flush();
   void wait_writable();
