@@ -75,6 +75,16 @@ TEST_P(MpTest, KillPeerMidStream) {
   mp::run_fault(place(), run);
 }
 
+// The same with 512 KiB WRITEs: over TCP they are received straight into the target region and
+// split over the bulk lane when the peer dies.
+TEST_P(MpTest, KillPeerMidLargeWrites) {
+  mp::FaultRun run;
+  run.fault = mp::kill_peer("b");
+  run.fatal_event = true;
+  run.streamer_extra = {"timeout=20", "retry_cnt=3", "write_bytes=524288"};
+  mp::run_fault(place(), run);
+}
+
 // The same, with the survivor asleep on its completion channel: the flush completions wake it.
 TEST_P(MpTest, KillPeerMidStreamChannelWaiter) {
   mp::FaultRun run;

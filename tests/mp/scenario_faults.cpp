@@ -27,8 +27,10 @@ namespace mp {
 namespace {
 
 constexpr uint32_t kMsgBytes = 4096;
+// RDMA WRITE size, unless the option write_bytes says otherwise (512 KiB: TCP receives them
+// straight into the region and splits them over its bulk lane, so a fault hits those paths).
 constexpr uint32_t kWriteBytes = 65536;
-constexpr uint32_t kWriteRegion = 16 * kWriteBytes;
+constexpr uint32_t kWriteSlots = 16;  // the region holds this many WRITEs
 constexpr uint32_t kSendWindow = 64;  // outstanding send WRs per QP
 constexpr uint32_t kRqBuffers = 64;
 constexpr uint32_t kSrqBuffers = 256;
@@ -189,11 +191,12 @@ void streamer(Peer& p) {
   emu::Cq* cq = dev.cq(4096, channel);
   emu::Srq* srq = dev.srq(kSrqBuffers);
   emu::Qp* qps[kQpCount] = {dev.rc_qp(cq, cq, 128, srq), dev.rc_qp(cq, cq, 128)};
-  std::vector<uint8_t> region(kWriteRegion, 0);  // the peer writes here
+  const auto write_bytes = static_cast<uint32_t>(p.number("write_bytes", kWriteBytes));
+  std::vector<uint8_t> region(size_t{kWriteSlots} * write_bytes, 0);  // the peer writes here
   emu::Mr* region_mr =
       dev.reg(region.data(), region.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   auto message = pattern(kMsgBytes, kPayloadSeed);
-  auto write_src = pattern(kWriteBytes, kPayloadSeed + 1);
+  auto write_src = pattern(write_bytes, kPayloadSeed + 1);
   emu::Mr* message_mr = dev.reg(message.data(), message.size(), 0);
   emu::Mr* write_mr = dev.reg(write_src.data(), write_src.size(), 0);
   RecvBuffers srq_buffers(dev, kSrqBuffers, kSrqKind);
@@ -269,12 +272,13 @@ void streamer(Peer& p) {
         QueueLedger& s = sends[q];
         while (s.posted - s.next < kSendWindow) {
           const uint64_t seq = s.posted;
-          const int err = seq % 2 == 0 ? post_send(qps[q], send_wr_id(q, seq), IBV_WR_SEND,
-                                                   message.data(), kMsgBytes, message_mr)
-                                       : post_send(qps[q], send_wr_id(q, seq), IBV_WR_RDMA_WRITE,
-                                                   write_src.data(), kWriteBytes, write_mr,
-                                                   remote[q].addr + (seq / 2 % 16) * kWriteBytes,
-                                                   remote[q].rkey);
+          const int err = seq % 2 == 0
+                              ? post_send(qps[q], send_wr_id(q, seq), IBV_WR_SEND, message.data(),
+                                          kMsgBytes, message_mr)
+                              : post_send(qps[q], send_wr_id(q, seq), IBV_WR_RDMA_WRITE,
+                                          write_src.data(), write_bytes, write_mr,
+                                          remote[q].addr + (seq / 2 % kWriteSlots) * write_bytes,
+                                          remote[q].rkey);
           if (err != 0) throw PeerError("post_send refused: " + std::string(std::strerror(err)));
           ++s.posted;
         }
