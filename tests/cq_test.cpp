@@ -83,6 +83,10 @@ TEST_F(CompletionQueue, OverrunRaisesExactlyOneCqErrEvent) {
   EXPECT_EQ(ev.cq, small);
   // Let every remaining write complete (each one overruns again); no second event may come.
   drain(cq);
+  // The writes' completions are lost (overrun), so nothing orders the target's bytes before
+  // this thread's read; quiesce does (it delivers what the transport still holds, after any
+  // delivery in progress on another thread).
+  emu::Node::process_default().transport().quiesce();
   EXPECT_EQ(target[n - 1], src) << "the last write never executed";
   drain(cq);
   EXPECT_EQ(ctx->async_events().pending(), 0u);
