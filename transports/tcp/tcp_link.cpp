@@ -35,8 +35,10 @@ constexpr size_t kPollReadBudget = 1024 * 1024;
 // When the io thread wakes for bytes and finds that the program polled the transport at least
 // kBusyProgramPolls times since its last look, it stops waiting for readability and looks
 // again every kBusyProgramNap, for as long as the program keeps polling and reading the
-// connection: bytes found waiting at a look are looked at again kRecheck later, and bytes
-// still waiting then mean the program does not read them in time (it alternates polling a CQ
+// connection: bytes found waiting at a look while the program read none of this connection's
+// frames since the previous one are looked at again kRecheck later (waiting bytes are normal
+// while it reads: this thread's look itself may have taken its core), and bytes still
+// waiting then mean the program does not read them in time (it alternates polling a CQ
 // with spinning on memory an RDMA WRITE fills). The io thread then reads, waits for
 // readability again, and takes no nap for kNapBackoffMin, doubling per such miss up to
 // kNapBackoffMax (back to the minimum after kNapsToForgetMisses naps without one). A program
@@ -818,7 +820,14 @@ void TcpLink::after_nap(const error_code& ec) {
   program_polls_seen_ = polls;
   const auto now = std::chrono::steady_clock::now();
   if (program_polled) {
-    if (bytes_waiting() == 0) {
+    const uint64_t program_frames = program_frames_.load(std::memory_order_relaxed);
+    const bool program_read = program_frames != program_frames_seen_;
+    program_frames_seen_ = program_frames;
+    // The program read frames of this connection since the last look: bytes found waiting now
+    // are on their way to it (and this thread, taking a core to look, may be what delays them:
+    // looking again soon would take it again). Only bytes that wait while the program reads
+    // none of them are a miss.
+    if (program_read || bytes_waiting() == 0) {
       rechecking_ = false;
       if (++naps_without_miss_ >= kNapsToForgetMisses) nap_backoff_ = kNapBackoffMin / 2;
       // ACKs held since before the program's previous poll go now: none is late by more
@@ -826,13 +835,10 @@ void TcpLink::after_nap(const error_code& ec) {
       flush_corked(polls, false);
       if (nap(kBusyProgramNap)) return;
     }
-    const uint64_t program_frames = program_frames_.load(std::memory_order_relaxed);
-    if (!rechecking_ || program_frames != program_frames_seen_) {
-      // Bytes are waiting, perhaps only since a moment (or, at the second look, new ones: the
-      // program read frames of this connection meanwhile). A polling program takes them
-      // within microseconds: look again shortly.
+    if (!rechecking_) {
+      // Bytes are waiting, perhaps only since a moment: a polling program takes them within
+      // microseconds. Look again shortly.
       rechecking_ = true;
-      program_frames_seen_ = program_frames;
       if (nap(kRecheck)) return;
     }
     // Still waiting: the program polls, but not this connection's frames in time (it
