@@ -266,7 +266,10 @@ void streamer(Peer& p) {
         throw PeerError("receive posted in the error state refused");
       rq_ledger.posted = rq_buffers.posted();
     }
-    if (!gone) {
+    // A channel waiter stops refilling once the driver is told to strike: its CQ then runs dry
+    // and it sleeps on the channel until the fault's completions wake it (refilling, it could
+    // find a completion at every look and never sleep).
+    if (!gone && !(use_channel && announced)) {
       // Keep the queues full: SEND and WRITE alternate on each QP.
       for (uint32_t q = 0; q < kQpCount; ++q) {
         QueueLedger& s = sends[q];
