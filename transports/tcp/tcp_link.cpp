@@ -71,37 +71,16 @@ constexpr size_t kDiscardBytes = 64 * 1024;
 // Polls that skip pump() after it found a socket full.
 constexpr uint32_t kPumpSkipWhenFull = 32;
 
-// A payload already received at its target: reading it into that very address copies
-// nothing. The engine reads it into the address it validated, which is the target.
-class PlacedSource : public PayloadSource {
- public:
-  PlacedSource(const uint8_t* data, size_t len) : p_(data), left_(len) {}
-  size_t size() const override { return left_; }
-  void read(void* dst, size_t len) override {
-    len = std::min(len, left_);
-    if (len != 0 && dst != p_) std::memmove(dst, p_, len);
-    p_ += len;
-    left_ -= len;
-  }
-  void skip(size_t len) override {
-    len = std::min(len, left_);
-    p_ += len;
-    left_ -= len;
-  }
-
- private:
-  const uint8_t* p_;
-  size_t left_;
-};
-
-// A payload sitting complete in the receive buffer.
+// A payload sitting complete in local memory: the receive buffer, or the target itself when
+// it was received in place, in which case the engine reads it into the very address it sits
+// at and nothing is copied.
 class BufferSource : public PayloadSource {
  public:
   BufferSource(const uint8_t* data, size_t len) : p_(data), left_(len) {}
   size_t size() const override { return left_; }
   void read(void* dst, size_t len) override {
     len = std::min(len, left_);
-    if (len != 0) std::memcpy(dst, p_, len);
+    if (len != 0 && dst != p_) std::memcpy(dst, p_, len);
     p_ += len;
     left_ -= len;
   }
@@ -1191,7 +1170,7 @@ void TcpLink::finish_placing_locked() {
   // A region deregistered under the transfer: the frame is delivered as a write through a key
   // that names nothing, which the responder refuses (remote access error), reading nothing.
   if (placing_lost_) h.rkey = 0;
-  PlacedSource payload(placing_dest_, h.length);
+  BufferSource payload(placing_dest_, h.length);
   owner_.deliver(*this, h, payload);
 }
 
