@@ -18,8 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -101,23 +101,26 @@ struct Popped {
   uint32_t size = 0;
   uint32_t kind = 0;
   std::vector<uint8_t> body;
-  const RecordHead* at = nullptr;  // where the record lay in the data area
+  const uint8_t* at = nullptr;  // where the record lay in the data area
 };
 
+// Consumes the oldest record and hands its space back, as one drain pass of one record does.
 Popped pop(RingConsumer& consumer) {
   Popped p;
   uint64_t available = 0;
-  const RecordHead* rec = consumer.front(&available);
+  RecordHead head{};
+  const uint8_t* rec = consumer.front(&head, &available);
   if (rec == nullptr) return p;
   p.present = true;
-  p.size = rec->size;
-  p.kind = rec->kind;
+  p.size = head.size;
+  p.kind = head.kind;
   p.at = rec;
   if (p.size >= sizeof(RecordHead) && p.size <= available) {
-    const auto* body = reinterpret_cast<const uint8_t*>(rec + 1);
+    const uint8_t* body = rec + sizeof(RecordHead);
     p.body.assign(body, body + (p.size - sizeof(RecordHead)));
   }
   consumer.pop(p.size);
+  consumer.release();
   return p;
 }
 
@@ -176,7 +179,7 @@ TEST(ShmRing, RecordThatWouldCrossTheEndIsPrecededByPaddingAndArrivesWhole) {
   ASSERT_TRUE(wrapped.present);
   EXPECT_EQ(wrapped.kind, 3u);
   EXPECT_EQ(wrapped.size, 200u);
-  EXPECT_EQ(reinterpret_cast<const uint8_t*>(wrapped.at), ring->data.data());
+  EXPECT_EQ(wrapped.at, ring->data.data());
   EXPECT_EQ(wrapped.body, std::vector<uint8_t>(200 - sizeof(RecordHead), 0xb2));
   EXPECT_TRUE(consumer.empty());
 }
@@ -190,31 +193,38 @@ TEST(ShmRing, RecordEndingExactlyAtTheEndNeedsNoPadding) {
   ASSERT_TRUE(push(producer, 1024, 5, 0x11));  // 3072..4096
   ASSERT_TRUE(push(producer, 64, 6, 0x22));    // at 0, nothing to pad
   Popped last_before_end = pop(consumer);
-  EXPECT_EQ(reinterpret_cast<const uint8_t*>(last_before_end.at), ring->data.data() + 3072);
+  EXPECT_EQ(last_before_end.at, ring->data.data() + 3072);
   EXPECT_EQ(last_before_end.kind, 5u);
   Popped at_start = pop(consumer);
-  EXPECT_EQ(reinterpret_cast<const uint8_t*>(at_start.at), ring->data.data());
+  EXPECT_EQ(at_start.at, ring->data.data());
   EXPECT_EQ(at_start.kind, 6u);
   EXPECT_EQ(at_start.body, std::vector<uint8_t>(64 - sizeof(RecordHead), 0x22));
+}
+
+// Fills an empty ring of kSmallRing bytes completely: four records of kind 1 (1024, 1024,
+// 1024 and 1016 bytes) and the zero head word after the last.
+void fill_to_the_brim(RingProducer& producer) {
+  ASSERT_EQ(producer.max_record(), 1024u);
+  for (uint32_t size : {1024u, 1024u, 1024u, 1016u}) ASSERT_TRUE(push(producer, size, 1, 0));
 }
 
 TEST(ShmRing, ReserveRefusesWhenFullAndSucceedsOnceTheConsumerPops) {
   auto ring = std::make_unique<TestRing<kSmallRing>>();
   RingProducer producer = ring->producer();
   RingConsumer consumer = ring->consumer();
-  const uint32_t largest = producer.max_record();
-  for (size_t i = 0; i < kSmallRing / largest; ++i) ASSERT_TRUE(push(producer, largest, 1, 0));
+  fill_to_the_brim(producer);
   EXPECT_EQ(producer.reserve(8), nullptr);
-  EXPECT_EQ(producer.reserve(largest), nullptr);
-  ASSERT_TRUE(pop(consumer).present);
-  EXPECT_EQ(producer.reserve(largest + 8), nullptr);  // never more than max_record()
-  ASSERT_TRUE(push(producer, largest, 2, 0x5a));
+  EXPECT_EQ(producer.reserve(1024), nullptr);
+  ASSERT_TRUE(pop(consumer).present);                               // 1024 bytes free, at the start
+  EXPECT_EQ(producer.reserve(producer.max_record() + 8), nullptr);  // never more
+  // 8 bytes of padding at the end, the record and its zero head word: exactly the room left.
+  ASSERT_TRUE(push(producer, 1016, 2, 0x5a));
   EXPECT_EQ(producer.reserve(8), nullptr);
   // What was queued before and after the full ring comes out intact and in order.
-  for (size_t i = 1; i < kSmallRing / largest; ++i) EXPECT_EQ(pop(consumer).kind, 1u);
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(pop(consumer).kind, 1u);
   Popped after = pop(consumer);
   EXPECT_EQ(after.kind, 2u);
-  EXPECT_EQ(after.body, std::vector<uint8_t>(largest - sizeof(RecordHead), 0x5a));
+  EXPECT_EQ(after.body, std::vector<uint8_t>(1016 - sizeof(RecordHead), 0x5a));
   EXPECT_TRUE(consumer.empty());
 }
 
@@ -241,35 +251,84 @@ TEST(ShmRing, ConsumerSleepingIsTakenExactlyOnceAfterAnnounce) {
   EXPECT_FALSE(producer.take_consumer_sleeping());  // publishing alone asks for no doorbell
 }
 
-TEST(ShmRing, PopReportsAWaitingProducerExactlyOnce) {
+TEST(ShmRing, ReleaseReportsAWaitingProducerExactlyOnce) {
   auto ring = std::make_unique<TestRing<kSmallRing>>();
   RingProducer producer = ring->producer();
   RingConsumer consumer = ring->consumer();
-  const uint32_t largest = producer.max_record();
-  for (size_t i = 0; i < kSmallRing / largest; ++i) ASSERT_TRUE(push(producer, largest, 1, 0));
-  EXPECT_FALSE(producer.wait_for_room(largest));  // full: the producer may sleep
+  fill_to_the_brim(producer);
+  EXPECT_FALSE(producer.wait_for_room(1024));  // full: the producer may sleep
   uint64_t available = 0;
-  const RecordHead* rec = consumer.front(&available);
-  ASSERT_NE(rec, nullptr);
-  EXPECT_TRUE(consumer.pop(rec->size));  // the consumer must ring the producer's doorbell
-  rec = consumer.front(&available);
-  ASSERT_NE(rec, nullptr);
-  EXPECT_FALSE(consumer.pop(rec->size));  // once only
-  EXPECT_NE(producer.reserve(largest), nullptr);
+  RecordHead head{};
+  ASSERT_NE(consumer.front(&head, &available), nullptr);
+  // A quarter of the ring is more than the eighth pop() keeps back: handed back at once.
+  EXPECT_TRUE(consumer.pop(head.size));  // the consumer must ring the producer's doorbell
+  ASSERT_NE(consumer.front(&head, &available), nullptr);
+  EXPECT_FALSE(consumer.pop(head.size));  // once only
+  EXPECT_FALSE(consumer.release());
+  EXPECT_NE(producer.reserve(1016), nullptr);
 }
 
-TEST(ShmRing, PopAsksForNoDoorbellWhenNoProducerWaits) {
+TEST(ShmRing, SmallRecordsGoBackToTheProducerAtRelease) {
+  auto ring = std::make_unique<TestRing<kSmallRing>>();
+  RingProducer producer = ring->producer();
+  RingConsumer consumer = ring->consumer();
+  // Fill the ring with 64-byte records (the last 8 bytes stay free for the zero head word).
+  size_t pushed = 0;
+  while (push(producer, 64, 1, 0)) ++pushed;
+  EXPECT_EQ(pushed, (kSmallRing - 8) / 64);
+  EXPECT_FALSE(producer.wait_for_room(64));
+  uint64_t available = 0;
+  RecordHead head{};
+  ASSERT_NE(consumer.front(&head, &available), nullptr);
+  EXPECT_EQ(available, kSmallRing);
+  EXPECT_FALSE(consumer.pop(head.size));  // kept back until release
+  EXPECT_EQ(producer.reserve(64), nullptr);
+  EXPECT_TRUE(consumer.release());  // the waiting producer must be rung
+  EXPECT_FALSE(consumer.release());
+  EXPECT_NE(producer.reserve(64), nullptr);
+}
+
+TEST(ShmRing, ReleaseAsksForNoDoorbellWhenNoProducerWaits) {
   auto ring = std::make_unique<TestRing<kSmallRing>>();
   RingProducer producer = ring->producer();
   RingConsumer consumer = ring->consumer();
   ASSERT_TRUE(push(producer, 64, 1, 0));
   uint64_t available = 0;
-  const RecordHead* rec = consumer.front(&available);
-  ASSERT_NE(rec, nullptr);
-  EXPECT_EQ(available, 64u);
-  EXPECT_FALSE(consumer.pop(rec->size));
+  RecordHead head{};
+  ASSERT_NE(consumer.front(&head, &available), nullptr);
+  EXPECT_FALSE(consumer.pop(head.size));
+  EXPECT_FALSE(consumer.release());
   // A producer that finds room while announcing it waits is told to retry, not to sleep.
   EXPECT_TRUE(producer.wait_for_room(64));
+}
+
+// The consumer polls the place where the next record will start; after a few laps that place
+// holds old bytes, here made to look like record heads. None of them may ever be read as one.
+TEST(ShmRing, OldBytesThatLookLikeRecordsAreNeverDelivered) {
+  auto ring = std::make_unique<TestRing<kSmallRing>>();
+  RingProducer producer = ring->producer();
+  RingConsumer consumer = ring->consumer();
+  const RecordHead lookalike{16, 3};
+  uint64_t word;
+  std::memcpy(&word, &lookalike, sizeof word);
+  for (uint32_t i = 0; i < 500; ++i) {
+    // Sizes that move the record starts around, so they land inside older bodies.
+    const uint32_t size = shm::record_size(sizeof(RecordHead) + 8 + (i * 104729) % 900);
+    uint8_t* body = producer.reserve(size);
+    ASSERT_NE(body, nullptr) << "record " << i;
+    for (uint32_t at = 0; at + 8 <= size - sizeof(RecordHead); at += 8) {
+      std::memcpy(body + at, &word, sizeof word);
+    }
+    producer.commit(1);
+    Popped p = pop(consumer);
+    ASSERT_TRUE(p.present) << "record " << i;
+    EXPECT_EQ(p.kind, 1u) << "record " << i;
+    EXPECT_EQ(p.size, size) << "record " << i;
+    uint64_t available = 0;
+    RecordHead head{};
+    EXPECT_EQ(consumer.front(&head, &available), nullptr) << "a record after " << i;
+    EXPECT_TRUE(consumer.empty());
+  }
 }
 
 // Sleeps (bounded) until the eventfd is rung, then clears it. False when the limit passed.
@@ -378,8 +437,11 @@ TEST(ShmRing, TwoThreadStressDeliversEveryRecordIntactAndInOrder) {
   int spins = 0;
   while (expected < kRecords && !stop.load(std::memory_order_relaxed)) {
     uint64_t available = 0;
-    const RecordHead* rec = consumer.front(&available);
-    if (rec == nullptr) {
+    RecordHead rec{};
+    const uint8_t* at = consumer.front(&rec, &available);
+    if (at == nullptr) {
+      // The end of a drain pass: the space goes back.
+      if (consumer.release()) ring(producer_bell);
       if (++spins < kSpinsBeforeSleep) {
         std::this_thread::yield();
         continue;
@@ -396,15 +458,15 @@ TEST(ShmRing, TwoThreadStressDeliversEveryRecordIntactAndInOrder) {
       }
       continue;
     }
-    const uint32_t size = rec->size;
+    const uint32_t size = rec.size;
     StressHead head{};
     std::string problem;
     if (size != stress_size(expected, max_record) || size > available) {
       problem = "size " + std::to_string(size);
-    } else if (rec->kind != 1 + expected % 5) {
-      problem = "kind " + std::to_string(rec->kind);
+    } else if (rec.kind != 1 + expected % 5) {
+      problem = "kind " + std::to_string(rec.kind);
     } else {
-      const auto* body = reinterpret_cast<const uint8_t*>(rec + 1);
+      const uint8_t* body = at + sizeof(RecordHead);
       std::memcpy(&head, body, sizeof head);
       const uint8_t* filler = body + sizeof head;
       bool filler_ok = head.filler_bytes == size - sizeof(RecordHead) - sizeof head;
@@ -1056,13 +1118,15 @@ void put(RawDialer& d, uint32_t kind, const std::vector<uint8_t>& body) {
   d.producer().commit(kind);
 }
 
-// One record whose head says `claimed_size`, published as `published` bytes: a lie the
-// producer cannot tell, so the head is written by hand in the empty ring.
+// One record whose head says `claimed_size` whatever its body: a lie the producer cannot tell,
+// so the head is written by hand at the start of the empty ring.
 void put_lying_head(RawDialer& d, uint32_t claimed_size, const std::vector<uint8_t>& body) {
+  std::memcpy(d.data() + sizeof(RecordHead), body.data(), body.size());
+  uint64_t word;
   const RecordHead head{claimed_size, shm::kFrameInline};
-  std::memcpy(d.data(), &head, sizeof head);
-  std::memcpy(d.data() + sizeof head, body.data(), body.size());
-  d.control()->tail.store(shm::record_size(sizeof head + body.size()), std::memory_order_seq_cst);
+  std::memcpy(&word, &head, sizeof word);
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(d.data()))
+      .store(word, std::memory_order_seq_cst);
 }
 
 std::vector<uint8_t> chunk(uint64_t bytes, size_t carried) {
@@ -1080,7 +1144,10 @@ void PrintTo(const HostileCase& c, std::ostream* os) {
 }
 
 const HostileCase kHostileCases[] = {
-    {"SizeBeyondPublishedBytes", [](RawDialer& d) { put_lying_head(d, 4096, frame_body(0, 0)); }},
+    {"SizeBeyondTheEndOfTheRing",
+     [](RawDialer& d) {
+       put_lying_head(d, static_cast<uint32_t>(shm::kRingBytes + 8), frame_body(0, 0));
+     }},
     {"SizeSmallerThanAHead", [](RawDialer& d) { put_lying_head(d, 0, frame_body(0, 0)); }},
     {"SizeNotAMultipleOfEight", [](RawDialer& d) { put_lying_head(d, 68, frame_body(0, 0)); }},
     {"UnknownKind", [](RawDialer& d) { put(d, 99, frame_body(0, 0)); }},

@@ -53,6 +53,7 @@ ShmLink::ShmLink(LinkOwner& owner, LinkSetup setup)
   producer_ = RingProducer(segment_->control(out), segment_->data(out), segment_->sync_key(out));
   consumer_ = RingConsumer(segment_->control(in), segment_->data(in), segment_->sync_key(in));
   incoming_ = segment_->control(in);
+  incoming_data_ = segment_->data(in);
 }
 
 ShmLink::~ShmLink() {
@@ -68,6 +69,7 @@ void ShmLink::release() {
   producer_ = RingProducer();
   consumer_ = RingConsumer();
   incoming_ = nullptr;
+  incoming_data_ = nullptr;
   segment_.reset();
   std::deque<Outgoing>().swap(backlog_);
   backlog_size_.store(0, std::memory_order_release);
@@ -281,9 +283,8 @@ void ShmLink::cancel_sleep() {
 }
 
 bool ShmLink::incoming_pending() const {
-  // Sequentially consistent: pairs with the producer's tail store (see announce_sleep).
-  return incoming_->tail.load(std::memory_order_seq_cst) !=
-         incoming_->head.load(std::memory_order_acquire);
+  // Sequentially consistent: pairs with the producer's record publication (announce_sleep).
+  return record_published_at_head(incoming_, incoming_data_);
 }
 
 size_t ShmLink::drain(size_t budget, bool* contended) {
@@ -301,21 +302,21 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
   std::string why;
   while (records < budget) {
     uint64_t available = 0;
-    const RecordHead* rec = consumer_.front(&available);
+    RecordHead head;
+    const uint8_t* rec = consumer_.front(&head, &available);
     if (rec == nullptr) break;
-    // The peer could rewrite the head at any time: read it once.
-    const uint32_t size = rec->size;
-    const uint32_t kind = rec->kind;
+    const uint32_t size = head.size;
     if (size < sizeof(RecordHead) || size % 8 != 0 || size > available) {
       why = "record of " + std::to_string(size) + " bytes where " + std::to_string(available) +
-            " are published";
+            " remain before the end of the ring";
       break;
     }
-    const auto* body = reinterpret_cast<const uint8_t*>(rec + 1);
-    if (!deliver(body, size - static_cast<uint32_t>(sizeof(RecordHead)), kind, &why)) break;
+    const uint8_t* body = rec + sizeof(RecordHead);
+    if (!deliver(body, size - static_cast<uint32_t>(sizeof(RecordHead)), head.kind, &why)) break;
     wake_peer |= consumer_.pop(size);
     ++records;
   }
+  wake_peer |= consumer_.release();
   // Under the drain lock: release() takes it before it closes the descriptor.
   if (wake_peer) ring_peer_doorbell();
   drain_lock_.unlock();

@@ -1,24 +1,49 @@
 #include "transports/shm/shm_ring.h"
 
-#include <cstring>
+#include <bit>
 
 #include "transports/tsan_sync.h"
 
 namespace emu::shm {
+
+namespace {
+
+// The head word of a record is read and written whole (an atomic 8-byte access), so that the
+// consumer sees either "nothing yet" (zero) or a complete head.
+std::atomic_ref<uint64_t> head_word(const uint8_t* at) {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(at)));
+}
+
+uint64_t pack(uint32_t size, uint32_t kind) {
+  return std::bit_cast<uint64_t>(RecordHead{size, kind});
+}
+
+// The zero head word the producer leaves after each record it publishes.
+constexpr uint32_t kTerminatorBytes = sizeof(RecordHead);
+
+}  // namespace
+
+bool record_published_at_head(const RingControl* control, const uint8_t* data) {
+  const uint64_t head = control->head.load(std::memory_order_acquire);
+  return head_word(data + (head & (control->capacity - 1))).load(std::memory_order_seq_cst) != 0;
+}
 
 RingProducer::RingProducer(RingControl* control, uint8_t* data, const void* sync_key)
     : control_(control),
       data_(data),
       capacity_(control->capacity),
       sync_key_(sync_key ? sync_key : control) {
-  tail_ = control_->tail.load(std::memory_order_relaxed);
-  head_cache_ = control_->head.load(std::memory_order_acquire);
+  // A new ring: both sides start at 0, on a zeroed data area (a fresh memfd, or a test's).
+  tail_ = control_->head.load(std::memory_order_acquire);
+  head_cache_ = tail_;
 }
 
 bool RingProducer::fits(uint32_t size) {
   const uint64_t offset = tail_ & (capacity_ - 1);
-  // A record that would cross the end costs the padding up to the end as well.
-  const uint64_t need = offset + size > capacity_ ? (capacity_ - offset) + size : size;
+  // A record that would cross the end costs the padding up to the end as well, and every
+  // record the zero head word after it.
+  const uint64_t need =
+      (offset + size > capacity_ ? (capacity_ - offset) + size : size) + kTerminatorBytes;
   if (tail_ + need - head_cache_ <= capacity_) return true;
   // Full according to our copy: refresh it. The acquire pairs with the consumer's release,
   // so the consumer is done with the bytes before we overwrite them.
@@ -28,12 +53,15 @@ bool RingProducer::fits(uint32_t size) {
 }
 
 uint8_t* RingProducer::reserve(uint32_t size) {
-  if (size > max_record() || !fits(size)) return nullptr;
+  if (size < sizeof(RecordHead) || size > max_record() || !fits(size)) return nullptr;
   uint64_t offset = tail_ & (capacity_ - 1);
   if (offset + size > capacity_) {
-    auto* pad = reinterpret_cast<RecordHead*>(data_ + offset);
-    pad->size = static_cast<uint32_t>(capacity_ - offset);
-    pad->kind = kPaddingRecord;
+    // Offset 0 reads "nothing yet" before the padding sends the consumer there.
+    head_word(data_).store(0, std::memory_order_relaxed);
+    tsan_release(sync_key_);
+    head_word(data_ + offset)
+        .store(pack(static_cast<uint32_t>(capacity_ - offset), kPaddingRecord),
+               std::memory_order_release);
     tail_ += capacity_ - offset;
     offset = 0;
   }
@@ -43,15 +71,14 @@ uint8_t* RingProducer::reserve(uint32_t size) {
 }
 
 void RingProducer::commit(uint32_t kind) {
-  auto* head = reinterpret_cast<RecordHead*>(reserved_);
-  head->size = reserved_size_;
-  head->kind = kind;
   tail_ += reserved_size_;
-  reserved_ = nullptr;
-  // Publishes the record (and any padding before it) to the consumer. Sequentially
-  // consistent, so that it is ordered before take_consumer_sleeping()'s load (docs/wire.md).
+  // The next record's head reads "nothing yet" before this one is visible.
+  head_word(data_ + (tail_ & (capacity_ - 1))).store(0, std::memory_order_relaxed);
+  // Publishes the body (and the zero above). Sequentially consistent, so that it is ordered
+  // before take_consumer_sleeping()'s load (docs/wire.md).
   tsan_release(sync_key_);
-  control_->tail.store(tail_, std::memory_order_seq_cst);
+  head_word(reserved_).store(pack(reserved_size_, kind), std::memory_order_seq_cst);
+  reserved_ = nullptr;
 }
 
 bool RingProducer::consumer_single_copy() const {
@@ -61,7 +88,7 @@ bool RingProducer::consumer_single_copy() const {
 bool RingProducer::wait_for_room(uint32_t size) {
   control_->producer_waiting.store(1, std::memory_order_seq_cst);
   // The consumer may have freed the space just before seeing our flag: look again (a
-  // sequentially consistent load, pairing with pop()'s head store).
+  // sequentially consistent load, pairing with release()'s head store).
   head_cache_ = control_->head.load(std::memory_order_seq_cst);
   tsan_acquire(sync_key_);
   return fits(size);
@@ -80,36 +107,40 @@ RingConsumer::RingConsumer(RingControl* control, const uint8_t* data, const void
       capacity_(control->capacity),
       sync_key_(sync_key ? sync_key : control) {
   head_ = control_->head.load(std::memory_order_relaxed);
-  tail_cache_ = control_->tail.load(std::memory_order_acquire);
+  released_ = head_;
 }
 
-const RecordHead* RingConsumer::front(uint64_t* bytes_available) {
+const uint8_t* RingConsumer::front(RecordHead* head, uint64_t* bytes_available) {
   for (;;) {
-    if (head_ == tail_cache_) {
-      // Empty according to our copy: refresh it. The acquire makes the records visible.
-      tail_cache_ = control_->tail.load(std::memory_order_acquire);
-      tsan_acquire(sync_key_);
-      if (head_ == tail_cache_) return nullptr;
-    }
     const uint64_t offset = head_ & (capacity_ - 1);
-    const auto* rec = reinterpret_cast<const RecordHead*>(data_ + offset);
+    const uint8_t* at = data_ + offset;
+    // The acquire makes the record's body visible.
+    const uint64_t word = head_word(at).load(std::memory_order_acquire);
+    if (word == 0) return nullptr;
+    tsan_acquire(sync_key_);
+    *head = std::bit_cast<RecordHead>(word);
     const uint64_t contiguous = capacity_ - offset;
-    const uint64_t published = tail_cache_ - head_;
-    *bytes_available = published < contiguous ? published : contiguous;
-    if (rec->kind != kPaddingRecord) return rec;
-    // Padding always runs to the end of the data area, whatever its head claims.
-    if (published < contiguous) {
-      *bytes_available = 0;  // a padding record must be followed by the wrapped record
-      return rec;            // the caller rejects it as malformed
+    *bytes_available = contiguous;
+    if (head->kind != kPaddingRecord) return at;
+    // Padding runs to the end of the data area; one that claims otherwise is malformed.
+    if (head->size != contiguous) {
+      *bytes_available = 0;
+      return at;  // the caller rejects it
     }
     head_ += contiguous;
-    tsan_release(sync_key_);
-    control_->head.store(head_, std::memory_order_release);
   }
 }
 
 bool RingConsumer::pop(uint32_t size) {
   head_ += size;
+  // Streaming: the producer should not wait for the end of a long drain pass.
+  if (head_ - released_ >= capacity_ / 8) return release();
+  return false;
+}
+
+bool RingConsumer::release() {
+  if (head_ == released_) return false;
+  released_ = head_;
   // Hands the bytes back to the producer.
   tsan_release(sync_key_);
   control_->head.store(head_, std::memory_order_seq_cst);
@@ -120,9 +151,8 @@ bool RingConsumer::pop(uint32_t size) {
 
 bool RingConsumer::empty() {
   // Sequentially consistent: this is the re-check after announce_sleep() (docs/wire.md).
-  tail_cache_ = control_->tail.load(std::memory_order_seq_cst);
-  tsan_acquire(sync_key_);
-  return head_ == tail_cache_;
+  // A padding record counts as something to consume.
+  return head_word(data_ + (head_ & (capacity_ - 1))).load(std::memory_order_seq_cst) == 0;
 }
 
 void RingConsumer::announce_sleep() {

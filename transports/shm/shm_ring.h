@@ -7,12 +7,21 @@
 // fit before the end of the data area the producer fills the rest with a padding record and
 // starts again at offset 0. Indices run freely (64 bits); offset = index & (capacity - 1).
 //
-// Besides the two indices the control block holds the two flags of the wake-up protocol
+// A record is published by its head: the producer writes the body, then stores the head's 8
+// bytes at once (release). The consumer polls the head word where the next record starts, so
+// a message costs it one cache-line transfer (an index to poll first would cost a second,
+// dependent one). A zero head word means "nothing yet": before publishing a record the
+// producer zeroes the head word of the one after it, so the consumer never mistakes the bytes
+// of an older lap for a record. The consumer hands space back through its index, once per
+// drain pass (release()), not per record.
+//
+// Besides the index the control block holds the two flags of the wake-up protocol
 // (docs/wire.md, "Shared memory"): the consumer sets `consumer_sleeping` just before it
 // blocks, and a producer that finds it set clears it and rings the consumer's doorbell; the
 // producer sets `producer_waiting` when the ring is too full for what it holds back, and the
 // consumer that frees space clears it and rings the producer's doorbell. While both sides are
-// busy neither flag is set and no system call is made.
+// busy neither flag is set and no system call is made. Each field that one side writes and
+// the other reads lives on its own cache unit, so that a write invalidates nothing else.
 #pragma once
 
 #include <atomic>
@@ -27,13 +36,13 @@ struct RecordHead {
   uint32_t size;  // whole record in bytes, head included, multiple of 8
   uint32_t kind;  // RecordKind (shm_wire.h); kPadding fills the end of the data area
 };
+static_assert(sizeof(RecordHead) == sizeof(uint64_t));
 inline constexpr uint32_t kPaddingRecord = 0;
 
 struct RingControl {
-  alignas(kCacheUnit) std::atomic<uint64_t> tail;  // producer: bytes published
-  std::atomic<uint32_t> producer_waiting;
   alignas(kCacheUnit) std::atomic<uint64_t> head;  // consumer: bytes released
-  std::atomic<uint32_t> consumer_sleeping;
+  alignas(kCacheUnit) std::atomic<uint32_t> producer_waiting;
+  alignas(kCacheUnit) std::atomic<uint32_t> consumer_sleeping;
   // Set by the consumer when it can read the producer's memory with process_vm_readv: the
   // producer may then describe large payloads by address instead of copying them.
   std::atomic<uint32_t> consumer_single_copy;
@@ -46,6 +55,11 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 constexpr size_t ring_footprint(size_t capacity) {
   return sizeof(RingControl) + capacity;
 }
+
+// Whether a record is published at the consumer's released index: for a thread that does not
+// hold the consumer side (the receiver thread deciding whether it may sleep). Sequentially
+// consistent, as RingConsumer::empty(). May say true for a record another thread is consuming.
+bool record_published_at_head(const RingControl* control, const uint8_t* data);
 
 // The producer's view of a ring. Not thread-safe: the caller holds its process's send lock.
 class RingProducer {
@@ -74,7 +88,7 @@ class RingProducer {
   RingControl* control_ = nullptr;
   uint8_t* data_ = nullptr;
   uint64_t capacity_ = 0;
-  uint64_t tail_ = 0;        // our own index (the shared one lags until commit)
+  uint64_t tail_ = 0;        // where the next record starts
   uint64_t head_cache_ = 0;  // last value of control->head we read
   uint8_t* reserved_ = nullptr;
   uint32_t reserved_size_ = 0;
@@ -87,13 +101,18 @@ class RingConsumer {
   RingConsumer() = default;
   RingConsumer(RingControl* control, const uint8_t* data, const void* sync_key = nullptr);
 
-  // The oldest unconsumed record, padding skipped, or nullptr when the ring is empty.
-  // *bytes_available says how many bytes lie between the record and the producer's index:
-  // the caller validates the record's size against it before trusting anything in it.
-  const RecordHead* front(uint64_t* bytes_available);
-  // Releases the record front() returned, of `size` bytes. Returns true when the producer
-  // had asked to be woken (the caller rings its doorbell).
+  // The oldest unconsumed record, padding skipped, or nullptr when none is published. *head
+  // receives its head as read once (the peer may rewrite the ring at any time), and
+  // *bytes_available how many bytes lie between the record and the end of the data area: the
+  // caller validates the record's size against it before trusting anything in it (a padding
+  // record that does not run to the end is shown with 0 bytes available).
+  const uint8_t* front(RecordHead* head, uint64_t* bytes_available);
+  // Consumes the record front() returned, of `size` bytes. Its space goes back to the
+  // producer at release(), or here once an eighth of the ring awaits release; returns true
+  // when the producer had asked to be woken (the caller rings its doorbell).
   bool pop(uint32_t size);
+  // Hands every consumed byte back to the producer (end of a drain pass); true as pop().
+  bool release();
   bool empty();
   // The wake-up protocol (see the file comment).
   void announce_sleep();
@@ -106,8 +125,8 @@ class RingConsumer {
   RingControl* control_ = nullptr;
   const uint8_t* data_ = nullptr;
   uint64_t capacity_ = 0;
-  uint64_t head_ = 0;
-  uint64_t tail_cache_ = 0;
+  uint64_t head_ = 0;      // where the next record starts
+  uint64_t released_ = 0;  // the value of control->head we last stored
   const void* sync_key_ = nullptr;
 };
 

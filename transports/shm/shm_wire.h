@@ -11,7 +11,7 @@
 
 namespace emu::shm {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 
 // The one byte ever sent on a link's Unix socket after the handshake: "this end closes in
 // order" (ShmLink::say_goodbye). End of file without it means the peer died.
