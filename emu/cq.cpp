@@ -33,10 +33,17 @@ int Cq::poll(int n, ibv_wc* out) {
     if (got != 0 || n == 0) return got;
   }
   // Nothing yet: move the network along ourselves rather than wait for a thread hand-off
-  // (outside the poll lock, so that other pollers are not held up meanwhile).
-  context_.node().progress();
-  std::lock_guard lock(poll_lock_);
-  return poll_locked(n, out);
+  // (outside the poll lock, so that other pollers are not held up meanwhile), looking at the
+  // CQ after each round: a completion the first round produced is returned at once, not after
+  // a further round over every link.
+  Node& node = context_.node();
+  for (int round = 0; round < Node::kMaxProgressRounds; ++round) {
+    const bool more = node.progress_round();
+    std::lock_guard lock(poll_lock_);
+    const int got = poll_locked(n, out);
+    if (got != 0 || !more) return got;
+  }
+  return 0;
 }
 
 int Cq::req_notify(bool solicited_only) {

@@ -249,13 +249,16 @@ void Node::settle() {
   progress_rounds(false);
 }
 
+bool Node::progress_round(bool timers_always) {
+  run_due_timers(timers_always);
+  run_deferred_sends();
+  return transport_->progress() != 0 || has_deferred_.load(std::memory_order_acquire);
+}
+
 void Node::progress_rounds(bool timers_always) {
   // Each step may produce work for the others (an ACK lets a QP transmit, a timer
   // retransmits): loop until the transport has nothing more to deliver.
-  for (int round = 0; round < 64; ++round) {
-    run_due_timers(timers_always);
-    run_deferred_sends();
-    if (transport_->progress() == 0 && !has_deferred_.load(std::memory_order_acquire)) break;
+  for (int round = 0; round < kMaxProgressRounds && progress_round(timers_always); ++round) {
   }
 }
 

@@ -59,6 +59,12 @@ class Node : public FrameSink {
   // Delivers pending frames and runs due timers. Cheap when there is nothing to do; every
   // entry point that may wait on the network (post, poll) calls it.
   void progress();
+  // One round of progress() (timers, deferred sends, the transport); true when another round
+  // may find more to do, as a round that delivered frames may have produced work for the next.
+  // A CQ poller looks at its CQ between rounds: it returns as soon as it has a completion.
+  // timers_always: read the clock even if this thread looked recently (the progress thread).
+  bool progress_round(bool timers_always = false);
+  static constexpr int kMaxProgressRounds = 64;
   // Sends what the transport holds back, then delivers what has arrived: before a QP leaves
   // the connected states, so that answers already on their way either way are applied.
   void settle();
