@@ -47,6 +47,9 @@ int Cq::poll(int n, ibv_wc* out) {
 }
 
 int Cq::req_notify(bool solicited_only) {
+  // The program is about to wait for an event: the answers its polls held back go now, rather
+  // than when the transport's own thread next looks (and, below, what they left unread is read).
+  context_.node().transport().flush_held();
   int want = solicited_only ? 2 : 1;
   // A request for any completion overrides a solicited-only one, never the reverse.
   int current = armed_.load(std::memory_order_relaxed);
@@ -57,6 +60,8 @@ int Cq::req_notify(bool solicited_only) {
   // completion (no lost wake-up between arming and polling). An RMW rather than a fence, which
   // ThreadSanitizer does not model.
   armed_.fetch_add(0, std::memory_order_seq_cst);
+  // Armed first: a completion this delivers raises the event.
+  context_.node().progress();
   return 0;
 }
 

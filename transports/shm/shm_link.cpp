@@ -96,6 +96,7 @@ void ShmLink::ring_peer_doorbell() {
 
 void ShmLink::say_goodbye() {
   if (!up()) return;
+  flush_deferred(0, true);  // the peer's last sends complete
   const char byte = kGoodbyeByte;
   // Best effort: a peer already gone needs no goodbye.
   [[maybe_unused]] const ssize_t n = ::send(socket_fd_, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -123,29 +124,68 @@ bool ShmLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
   uint64_t total = 0;
   for (size_t i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
   if (total > kMaxPayload) return true;  // the engine never builds such a frame
+  const bool deferrable = header.op == FrameOp::kAck && total == 0 && owner_.defers_acks();
+  std::lock_guard lock(send_lock_);
+  if (!up()) return true;  // the link may have been released meanwhile
+  if (deferrable && deferred_count_ < kMaxDeferredAcks) {
+    if (deferred_count_ == 0) {
+      deferred_at_poll_ = owner_.program_polls();
+      has_deferred_.store(true, std::memory_order_relaxed);
+      owner_.on_deferred_ack();
+    }
+    deferred_acks_[deferred_count_++] = header;
+    return true;
+  }
+  // Answers keep their order among themselves (an ACK after the NAK or READ response that
+  // follows it would be stale); a request needs no order with answers, so the deferred ACKs
+  // follow it and stay off the path from the program's post to the peer.
+  if (is_answer(header.op)) write_deferred_locked();
+  const bool taken = send_locked(header, iov, iovcnt, total);
+  write_deferred_locked();
+  // Rung under the lock: release() (which closes the descriptor) takes it too. Only when the
+  // peer said it sleeps, so not on the busy path.
+  if (producer_.take_consumer_sleeping()) ring_peer_doorbell();
+  return taken;
+}
+
+bool ShmLink::send_locked(const FrameHeader& header, const iovec* iov, size_t iovcnt,
+                          uint64_t total) {
   const bool answer = is_answer(header.op);
-  {
-    std::lock_guard lock(send_lock_);
-    if (!up()) return true;  // the link may have been released meanwhile
-    if (!backlog_.empty()) {
-      // Frames keep their order: nothing overtakes what is held.
-      if (!answer) return false;
-      hold(header, iov, iovcnt, total, nullptr);
-      return true;
-    }
-    Outgoing progress;
-    if (emit(header, iov, iovcnt, total, &progress) == Emit::kBlocked) {
-      // A request not yet begun can be refused (the engine retries it from progress); an
-      // answer, or a chunked frame already begun, is held and flushed as room appears.
-      if (!answer && !progress.started) return false;
-      hold(header, iov, iovcnt, total, &progress);
-      if (producer_.wait_for_room(kLargestRecord)) flush_locked();
-    }
-    // Rung under the lock: release() (which closes the descriptor) takes it too. Only when
-    // the peer said it sleeps, so not on the busy path.
-    if (producer_.take_consumer_sleeping()) ring_peer_doorbell();
+  if (!backlog_.empty()) {
+    // Frames keep their order: nothing overtakes what is held.
+    if (!answer) return false;
+    hold(header, iov, iovcnt, total, nullptr);
+    return true;
+  }
+  Outgoing progress;
+  if (emit(header, iov, iovcnt, total, &progress) == Emit::kBlocked) {
+    // A request not yet begun can be refused (the engine retries it from progress); an
+    // answer, or a chunked frame already begun, is held and flushed as room appears.
+    if (!answer && !progress.started) return false;
+    hold(header, iov, iovcnt, total, &progress);
+    if (producer_.wait_for_room(kLargestRecord)) flush_locked();
   }
   return true;
+}
+
+void ShmLink::write_deferred_locked() {
+  if (deferred_count_ == 0) return;
+  for (size_t i = 0; i < deferred_count_; ++i) send_locked(deferred_acks_[i], nullptr, 0, 0);
+  deferred_count_ = 0;
+  has_deferred_.store(false, std::memory_order_relaxed);
+}
+
+void ShmLink::flush_deferred(uint32_t polls_now, bool always) {
+  if (!has_deferred()) return;
+  std::lock_guard lock(send_lock_);
+  if (deferred_count_ == 0 || (!always && deferred_at_poll_ == polls_now)) return;
+  if (!up()) {
+    deferred_count_ = 0;
+    has_deferred_.store(false, std::memory_order_relaxed);
+    return;
+  }
+  write_deferred_locked();
+  if (producer_.take_consumer_sleeping()) ring_peer_doorbell();  // see send()
 }
 
 ShmLink::Emit ShmLink::emit(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
@@ -300,6 +340,8 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
   size_t records = 0;
   bool wake_peer = false;
   std::string why;
+  const bool answers_wait = owner_.defers_acks();
+  bool delivered_request = false;
   while (records < budget) {
     uint64_t available = 0;
     RecordHead head;
@@ -312,7 +354,12 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
       break;
     }
     const uint8_t* body = rec + sizeof(RecordHead);
+    const bool frame =
+        head.kind == kFrameInline && size >= sizeof(RecordHead) + sizeof(FrameRecord);
+    const FrameOp op = frame ? static_cast<FrameOp>(body[0]) : FrameOp::kSend;
+    if (answers_wait && delivered_request && frame && is_answer(op)) break;
     if (!deliver(body, size - static_cast<uint32_t>(sizeof(RecordHead)), head.kind, &why)) break;
+    delivered_request |= frame && is_request(op);
     wake_peer |= consumer_.pop(size);
     ++records;
   }

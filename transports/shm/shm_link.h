@@ -9,10 +9,20 @@
 // from progress) while an answer, which must never be refused, waits in a backlog that the
 // transport flushes as the peer frees space.
 //
+// ACKs that a program thread's poll produced are deferred: a busy program's next move is
+// usually a post to the same peer, and its reply can follow without the ACK's ring write in
+// between (8 B ping-pong: the ACK cost each side about 40 ns between receiving a message and
+// returning its completion). They go after the next request to the peer, before the next
+// answer (answers keep their order), at the program's next poll (flush_deferred), from the
+// receiver thread's next round (at most a nap, 1 ms, later), or when a QP leaves the connected
+// states (Transport::flush_held) or the CQ is armed for an event: a program about to block.
+//
 // Receiving (drain) is done by whichever thread gets the link's drain lock first: the
 // transport's receiver thread or a program thread polling a CQ. Records are read in place:
 // the engine copies payloads straight from the ring (or the sender's memory) to their
-// destination.
+// destination. A program's poll that has delivered a request stops before an answer behind
+// it (the peer's deferred ACK follows its reply): the program gets its completion first, and
+// its next poll, or the receiver thread, reads the answer.
 #pragma once
 
 #include <sys/types.h>
@@ -42,6 +52,13 @@ class LinkOwner {
   virtual FrameSink* sink() = 0;
   // The link cannot go on (malformed record, unreadable peer): take it down.
   virtual void link_failed(ShmLink& link, const std::string& why) = 0;
+  // Whether an ACK sent now, by this thread, may be deferred: it is delivering frames inside a
+  // program's poll, and the program's next call will send it (see ShmLink::send).
+  virtual bool defers_acks() const = 0;
+  // Transport::progress calls so far (the age of a deferred ACK is counted in them).
+  virtual uint32_t program_polls() const = 0;
+  // A link defers ACKs now: the transport must see that they go (flush_deferred).
+  virtual void on_deferred_ack() = 0;
 };
 
 struct LinkSetup {
@@ -65,6 +82,11 @@ class ShmLink : public Link {
   const Gid& peer() const override { return peer_; }
   bool up() const override { return up_.load(std::memory_order_acquire); }
   bool farewell() const override { return farewell_.load(std::memory_order_acquire); }
+
+  // Writes the deferred ACKs: all of them when `always`, else only those deferred before
+  // program poll `polls_now` (they waited a whole poll).
+  void flush_deferred(uint32_t polls_now, bool always);
+  bool has_deferred() const { return has_deferred_.load(std::memory_order_relaxed); }
 
   // Sends the goodbye byte on the link's socket: this end closes in order (its transport
   // ends), so the peer's QPs see silence rather than a fault. The only message ever sent on
@@ -124,6 +146,9 @@ class ShmLink : public Link {
   };
   enum class Emit { kDone, kBlocked };
 
+  // One frame into the ring or the backlog; false when a request is refused (ring full).
+  bool send_locked(const FrameHeader& header, const iovec* iov, size_t iovcnt, uint64_t total);
+  void write_deferred_locked();
   Emit emit(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
             Outgoing* progress);
   bool write_inline(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
@@ -152,6 +177,11 @@ class ShmLink : public Link {
   RingProducer producer_;
   std::deque<Outgoing> backlog_;  // under send_lock_
   std::atomic<size_t> backlog_size_{0};
+  static constexpr size_t kMaxDeferredAcks = 16;
+  FrameHeader deferred_acks_[kMaxDeferredAcks];  // under send_lock_
+  size_t deferred_count_ = 0;
+  uint32_t deferred_at_poll_ = 0;
+  std::atomic<bool> has_deferred_{false};
 
   SpinLock drain_lock_;
   RingConsumer consumer_;

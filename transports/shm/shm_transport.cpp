@@ -52,6 +52,10 @@ constexpr std::chrono::milliseconds kHandshakeTimeout{2000};
 
 std::atomic<uint32_t> next_instance{1};
 
+// Set while this thread delivers frames inside Transport::progress (a program's poll): the
+// ACKs it produces may be deferred (ShmLink::send).
+thread_local bool t_in_program_progress = false;
+
 class ShmTransport : public Transport, public LinkOwner {
  public:
   ShmTransport(const ShmOptions& options, int listen_fd, const ShmAddress& address)
@@ -114,6 +118,22 @@ class ShmTransport : public Transport, public LinkOwner {
   }
 
   FrameSink* sink() override { return sink_.load(std::memory_order_acquire); }
+  bool defers_acks() const override { return t_in_program_progress; }
+  uint32_t program_polls() const override { return program_polls_.load(std::memory_order_relaxed); }
+  // Release: a flush_deferred that takes the flag down sees the link's has_deferred().
+  void on_deferred_ack() override { deferred_.store(true, std::memory_order_release); }
+
+  // Writes the links' deferred ACKs (all, or those older than poll `polls`).
+  void flush_deferred(uint32_t polls, bool always) {
+    if (!deferred_.exchange(false, std::memory_order_acq_rel)) return;
+    const size_t n = active_count_.load(std::memory_order_acquire);
+    for (size_t i = 0; i < n; ++i) {
+      ShmLink* link = active_[i].load(std::memory_order_acquire);
+      if (!link->has_deferred()) continue;
+      link->flush_deferred(polls, always);
+      if (link->has_deferred()) deferred_.store(true, std::memory_order_relaxed);
+    }
+  }
 
   std::shared_ptr<Link> connect(const Gid& peer) override {
     const std::optional<ShmAddress> addr = address_of(peer);
@@ -134,9 +154,13 @@ class ShmTransport : public Transport, public LinkOwner {
     // Tells the receiver thread how hard programs poll, so that it keeps out of the way of a
     // busy poller. Approximate (concurrent pollers may lose counts): only the rate matters,
     // and a plain store costs no locked instruction on the hot path.
-    program_polls_.store(program_polls_.load(std::memory_order_relaxed) + 1,
-                         std::memory_order_relaxed);
+    const uint32_t polls = program_polls_.load(std::memory_order_relaxed) + 1;
+    program_polls_.store(polls, std::memory_order_relaxed);
+    // ACKs deferred by an earlier poll go now: the program did not send them with a post.
+    if (deferred_.load(std::memory_order_relaxed)) flush_deferred(polls, false);
+    t_in_program_progress = true;
     const size_t delivered = drain_all(nullptr);
+    t_in_program_progress = false;
     if (delivered != 0) {
       program_deliveries_.store(program_deliveries_.load(std::memory_order_relaxed) + 1,
                                 std::memory_order_relaxed);
@@ -145,6 +169,10 @@ class ShmTransport : public Transport, public LinkOwner {
   }
 
   void release_payloads() override { quiesce(); }  // quiesce copies, never waits
+
+  void flush_held() override {
+    if (deferred_.load(std::memory_order_relaxed)) flush_deferred(0, true);
+  }
 
   void quiesce() override {
     // Frames held back for ring space may reference caller memory (large payloads): copied
@@ -363,6 +391,8 @@ class ShmTransport : public Transport, public LinkOwner {
     int idle_rounds = 0;
     while (!stopping_.load(std::memory_order_acquire)) {
       bool contended = false;
+      // ACKs a program's poll deferred and did not send since: sent within one round (a nap).
+      flush_held();
       if (drain_all(&contended) > 0) {
         idle_rounds = 0;
         continue;
@@ -470,6 +500,7 @@ class ShmTransport : public Transport, public LinkOwner {
   // Approximate counts (concurrent pollers may lose some): only their change matters.
   std::atomic<uint32_t> program_polls_{0};       // Transport::progress calls
   std::atomic<uint32_t> program_deliveries_{0};  // ... that delivered frames
+  std::atomic<bool> deferred_{false};            // some link may defer ACKs
   std::atomic<bool> stopping_{false};
   std::thread receiver_;
 };
