@@ -826,19 +826,21 @@ class RecordingSink : public emu::FrameSink {
 };
 
 // A shm transport with its recording sink, detached before destruction as a node does.
-struct ShmEndpoint {
-  explicit ShmEndpoint(const emu::ShmOptions& options = {})
+template <class Sink>
+struct ShmEndpointWith {
+  explicit ShmEndpointWith(const emu::ShmOptions& options = {})
       : transport(emu::make_shm_transport(options)) {
     if (transport) transport->set_sink(&sink);
   }
-  ~ShmEndpoint() {
+  ~ShmEndpointWith() {
     if (transport) transport->set_sink(nullptr);
   }
   Gid gid() const { return transport->local_gid(); }
 
-  RecordingSink sink;
+  Sink sink;
   std::unique_ptr<Transport> transport;
 };
+using ShmEndpoint = ShmEndpointWith<RecordingSink>;
 
 FrameHeader frame_header(uint32_t psn, uint32_t length) {
   FrameHeader h{};
@@ -1509,18 +1511,7 @@ class AcknowledgingSink : public RecordingSink {
   std::vector<std::thread::id> delivered_by_;
 };
 
-struct AckingEndpoint {
-  AckingEndpoint() : transport(emu::make_shm_transport({})) {
-    if (transport) transport->set_sink(&sink);
-  }
-  ~AckingEndpoint() {
-    if (transport) transport->set_sink(nullptr);
-  }
-  Gid gid() const { return transport->local_gid(); }
-
-  AcknowledgingSink sink;
-  std::unique_ptr<Transport> transport;
-};
+using AckingEndpoint = ShmEndpointWith<AcknowledgingSink>;
 
 // Polls b's transport as a program's CQ poll does until it has delivered `frames` frames.
 bool poll_until_delivered(Transport& t, RecordingSink& sink, size_t frames) {
