@@ -201,7 +201,11 @@ void TcpLink::shutdown() {
 }
 
 void TcpLink::abort() {
-  if (!closed_) spdlog::warn("tcp: dropping the connection with {}", remote_);
+  // A connection still in its handshake never carried a frame: nothing is lost with it (a
+  // dial superseded by the peer's, or one whose caller already said why).
+  if (!closed_ && ready()) spdlog::warn("tcp: dropping the connection with {}", remote_);
+  if (!closed_ && !ready())
+    spdlog::debug("tcp: dropping the unanswered connection with {}", remote_);
   close(true);
 }
 

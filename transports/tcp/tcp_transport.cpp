@@ -148,9 +148,17 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     if (link) {
       // Our dial becomes the canonical link once its HELLO is answered. If the peer refuses
       // it, the peer keeps the connection it dialed to us, which is on its way or here.
-      links_cv_.wait_until(lock, deadline, [&] { return canonical_locked(peer) != nullptr; });
+      const bool linked =
+          links_cv_.wait_until(lock, deadline, [&] { return canonical_locked(peer) != nullptr; });
       if (!link->ready() && !link->failed_handshake()) {
-        spdlog::warn("tcp: {} did not answer the HELLO in time", to_string(*ep));
+        // Unanswered: either the time ran out, or the peer dialed us at the same moment and
+        // its connection won (it is the lower GID): ours is refused there anyway.
+        if (linked) {
+          spdlog::debug("tcp: {} dialed us at the same time; its connection is kept",
+                        to_string(*ep));
+        } else {
+          spdlog::warn("tcp: {} did not answer the HELLO in time", to_string(*ep));
+        }
         asio::post(io_, [link] { link->abort(); });
       }
     }
