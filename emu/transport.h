@@ -172,6 +172,10 @@ class Transport {
   // destroyed: the answers it owes its peer go out before anything the program does next
   // (a disconnect over another channel, an exit) can reach the peer.
   virtual void flush_held() {}
+  // The program is about to block until an event (it armed a CQ): what the transport left to
+  // the polling program (held answers, frames its own thread lets wait while the program
+  // polls) is taken back now rather than at the transport's next look.
+  virtual void program_waits() { flush_held(); }
   // Delivers every frame that has already arrived, waiting for deliveries that other threads
   // have in progress (progress() skips a link another thread is reading). Called with flush_held
   // before a QP leaves the connected states. Never from a FrameSink callback.

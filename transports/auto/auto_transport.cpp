@@ -106,7 +106,13 @@ class AutoTransport : public Transport {
   }
 
   void flush_held() override {
+    if (shm_) shm_->flush_held();
     if (tcp_) tcp_->flush_held();
+  }
+
+  void program_waits() override {
+    if (shm_) shm_->program_waits();
+    if (tcp_) tcp_->program_waits();
   }
 
   void deliver_arrived() override {

@@ -40,11 +40,16 @@ constexpr size_t kDrainBudget = 64;
 constexpr int kSpinRounds = 512;
 // While a program thread is busy delivering — it polled at least kBusyPollerPolls times, or
 // delivered frames itself, since the receiver thread last looked, or it is draining right
-// now — the receiver thread only looks in every kPollingProgramNapMs and asks for no
-// doorbell: the program delivers, and two threads contending for one ring on two cores would
-// only slow it. A program that polls only after completion events (a call or two) does not
-// count, so its messages still wake the receiver thread at once.
-constexpr int kPollingProgramNapMs = 1;
+// now — the receiver thread only looks in after a nap and asks for no doorbell: the program
+// delivers, and two threads contending for one ring on two cores would only slow it. The nap
+// starts at kPollingProgramNapMinMs and doubles while the program stays busy, to
+// kPollingProgramNapMaxMs (each look takes a core from the program); after one the thread
+// drains once and decides again, without the spin that follows its own traffic. A program
+// that arms a CQ to wait for an event ends the nap (program_waits), and one that polls only
+// after completion events (a call or two) does not count, so its messages still wake the
+// receiver thread at once.
+constexpr int kPollingProgramNapMinMs = 1;
+constexpr int kPollingProgramNapMaxMs = 8;
 constexpr uint32_t kBusyPollerPolls = 64;
 // A sleeping receiver thread needs no timeout (the doorbell wakes it); this is a safety net.
 constexpr int kSleepCapMs = 1000;
@@ -172,6 +177,16 @@ class ShmTransport : public Transport, public LinkOwner {
 
   void flush_held() override {
     if (deferred_.load(std::memory_order_relaxed)) flush_deferred(0, true);
+  }
+
+  void program_waits() override {
+    flush_held();
+    // With the receiver thread's store of receiver_napping_ and load of program_waits_, a
+    // Dekker pair: either it sees the flag and does not nap, or we see it nap and wake it.
+    program_waits_.store(true, std::memory_order_seq_cst);
+    if (!receiver_napping_.load(std::memory_order_seq_cst)) return;
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(doorbell_fd_, &one, sizeof one);
   }
 
   void quiesce() override {
@@ -389,18 +404,24 @@ class ShmTransport : public Transport, public LinkOwner {
     uint32_t polls_seen = 0;
     uint32_t deliveries_seen = 0;
     int idle_rounds = 0;
+    int nap_ms = kPollingProgramNapMinMs;
+    bool napped = false;  // the last wait was a nap beside a busy program
     while (!stopping_.load(std::memory_order_acquire)) {
       bool contended = false;
       // ACKs a program's poll deferred and did not send since: sent within one round (a nap).
       flush_held();
-      if (drain_all(&contended) > 0) {
-        idle_rounds = 0;
-        continue;
+      const size_t delivered = drain_all(&contended);
+      if (!napped) {
+        if (delivered > 0) {
+          idle_rounds = 0;
+          continue;
+        }
+        if (!contended && ++idle_rounds < kSpinRounds) {
+          cpu_relax();
+          continue;
+        }
       }
-      if (!contended && ++idle_rounds < kSpinRounds) {
-        cpu_relax();
-        continue;
-      }
+      napped = false;
       idle_rounds = 0;
       const uint64_t version = links_version_.load(std::memory_order_acquire);
       if (version != version_seen) {
@@ -420,21 +441,30 @@ class ShmTransport : public Transport, public LinkOwner {
           fd_links.push_back(link);
         }
       }
-      int timeout_ms = kPollingProgramNapMs;
       bool armed = false;
       const uint32_t polls = program_polls_.load(std::memory_order_relaxed);
       const uint32_t deliveries = program_deliveries_.load(std::memory_order_relaxed);
+      receiver_napping_.store(true, std::memory_order_seq_cst);  // see program_waits()
+      const bool program_waits = program_waits_.exchange(false, std::memory_order_seq_cst);
       const bool program_busy =
-          contended || polls - polls_seen >= kBusyPollerPolls || deliveries != deliveries_seen;
+          !program_waits &&
+          (contended || polls - polls_seen >= kBusyPollerPolls || deliveries != deliveries_seen);
       polls_seen = polls;
       deliveries_seen = deliveries;
-      if (!program_busy) {
+      int timeout_ms = kSleepCapMs;
+      if (program_busy) {
+        timeout_ms = nap_ms;
+        nap_ms = std::min(nap_ms * 2, kPollingProgramNapMaxMs);
+      } else {
+        receiver_napping_.store(false, std::memory_order_relaxed);
+        nap_ms = kPollingProgramNapMinMs;
         if (!arm_sleep(fd_links)) continue;
         armed = true;
-        timeout_ms = kSleepCapMs;
       }
       for (auto& p : fds) p.revents = 0;
       const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+      receiver_napping_.store(false, std::memory_order_relaxed);
+      napped = program_busy;
       if (armed) {
         for (ShmLink* l : fd_links) l->cancel_sleep();
       }
@@ -501,6 +531,8 @@ class ShmTransport : public Transport, public LinkOwner {
   std::atomic<uint32_t> program_polls_{0};       // Transport::progress calls
   std::atomic<uint32_t> program_deliveries_{0};  // ... that delivered frames
   std::atomic<bool> deferred_{false};            // some link may defer ACKs
+  std::atomic<bool> receiver_napping_{false};    // the receiver thread naps beside a program
+  std::atomic<bool> program_waits_{false};       // ... which then armed a CQ (program_waits)
   std::atomic<bool> stopping_{false};
   std::thread receiver_;
 };

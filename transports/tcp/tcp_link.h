@@ -13,10 +13,11 @@
 // poll() lets any other thread (Transport::progress, i.e. polling calls) read and deliver first.
 // One reader at a time per connection (the receive lock), so frames of a connection are delivered
 // in order. While the program busy-polls, the io thread stands aside: it stops waiting for
-// readability and only looks again every nap (1 ms), because an io thread woken per frame takes a
+// readability and only looks again after a nap (1 ms, doubling to 8 ms while the program keeps
+// up; ended when the program arms a CQ), because an io thread woken per frame takes a
 // core from the polling program (two processes and their io threads on two cores) and multiplies
 // the latency. Once the program stops polling, the io thread waits for readability again (the rule
-// is in tcp_link.cpp, kProgramWinsBeforeNap).
+// is in tcp_link.cpp, kBusyProgramPolls).
 //
 // Acknowledgements are held back ("corked") while the io thread naps: an ACK the program's own
 // poll produced leaves with the next frame to that peer (one system call for both: in a
@@ -153,6 +154,10 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // poll (`polls_now` is TcpLinkOwner::program_polls()), or in any case when `always`.
   void flush_corked(uint64_t polls_now, bool always);
   bool has_corked() const { return has_corked_.load(std::memory_order_relaxed); }
+  // Any thread: if the io thread naps (leaving this connection to the polling program), it
+  // ends the naps and watches the connection again (the program is about to block).
+  void wake_from_nap();
+  bool napping() const { return io_napping_.load(std::memory_order_acquire); }
 
   // Sending side, io thread: the lane connection TcpLinkOwner::open_lane dialed (-1: none).
   void lane_dialed(int fd);
@@ -239,6 +244,8 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // Bytes the socket holds unread (FIONREAD).
   size_t bytes_waiting() const;
   void after_nap(const boost::system::error_code& ec);
+  // io thread: ends the naps, arms the readability wait and reads what came meanwhile.
+  void watch_again();
   // Under rx_mutex_: reads at most `budget` bytes and delivers the complete frames; a failure
   // also closes the receive side (rx_open_).
   ReadResult read_locked(size_t budget);
@@ -297,6 +304,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // io thread: naps are off until no_nap_until_ after a nap let a frame wait (tcp_link.cpp).
   std::chrono::steady_clock::time_point no_nap_until_{};
   std::chrono::milliseconds nap_backoff_{8};
+  std::chrono::microseconds busy_nap_{0};  // the current nap's length (tcp_link.cpp)
   uint32_t naps_without_miss_ = 0;
   bool rechecking_ = false;  // this nap is the short second look at waiting bytes
   bool released_ = false;    // napping: socket_ has released fd_ from the reactor

@@ -360,6 +360,12 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     for (TcpLink* link : pollable_) link->read_waiting();
   }
 
+  void program_waits() override {
+    flush_held();
+    std::lock_guard lock(pollable_lock_);
+    for (TcpLink* link : pollable_) link->wake_from_nap();
+  }
+
   void flush_held() override {
     if (!corked_.load(std::memory_order_relaxed)) return;
     std::lock_guard lock(pollable_lock_);
