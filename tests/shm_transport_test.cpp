@@ -1544,6 +1544,40 @@ TEST(ShmDeferredAcks, AcksOfAPollThatIsNotFollowedByAnythingStillArrive) {
   }
 }
 
+// flush_held (a QP leaving the connected states) and program_waits (a CQ armed) send the
+// deferred ACKs before they return: the peer, delivering what has arrived, has them. The same
+// through the auto transport (shm beside TCP), which every device uses.
+TEST(ShmDeferredAcks, FlushHeldAndProgramWaitsSendThemAtOnce) {
+  for (const bool through_auto : {false, true}) {
+    for (const bool program_waits : {false, true}) {
+      SCOPED_TRACE(std::string(through_auto ? "auto transport, " : "shm transport, ") +
+                   (program_waits ? "program_waits" : "flush_held"));
+      AcknowledgingSink b_sink;
+      std::unique_ptr<Transport> b_transport =
+          through_auto ? emu::make_auto_transport("127.0.0.1", emu::TransportChoice::kShm)
+                       : emu::make_shm_transport({});
+      ASSERT_NE(b_transport, nullptr);
+      b_transport->set_sink(&b_sink);
+      ShmEndpoint a;
+      ASSERT_TRUE(a.transport);
+      auto link = a.transport->connect(b_transport->local_gid());
+      ASSERT_NE(link, nullptr);
+      for (int i = 0; i < 200; ++i) b_transport->progress();  // a busy poller
+      constexpr uint32_t kSends = 8;
+      for (uint32_t psn = 1; psn <= kSends; ++psn) ASSERT_TRUE(send_frame(*link, psn));
+      ASSERT_TRUE(poll_until_delivered(*b_transport, b_sink, kSends));
+      if (program_waits) {
+        b_transport->program_waits();
+      } else {
+        b_transport->flush_held();
+      }
+      a.transport->deliver_arrived();
+      EXPECT_EQ(a.sink.frames_from(b_transport->local_gid()), kSends);
+      b_transport->set_sink(nullptr);
+    }
+  }
+}
+
 // Answers keep their order: a NAK sent after a deferred ACK arrives after it; a request may
 // pass the deferred ACKs, and every frame arrives once.
 TEST(ShmDeferredAcks, DeferredAcksNeverFollowALaterAnswer) {
