@@ -21,6 +21,7 @@ class BytesPayload : public PayloadSource {
   size_t size() const override { return left_; }
   void read(void* dst, size_t len) override {
     len = len < left_ ? len : left_;
+    if (len == 0) return;  // dst may be null then (an empty vector's data())
     std::memcpy(dst, p_, len);
     p_ += len;
     left_ -= len;

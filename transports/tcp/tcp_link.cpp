@@ -823,7 +823,7 @@ void TcpLink::after_nap(const error_code& ec) {
       // ACKs held since before the program's previous poll go now: none is late by more
       // than about a nap.
       flush_corked(polls, false);
-      if (!rechecking_) busy_nap_ = std::min(busy_nap_ * 2, kBusyProgramNapMax);
+      busy_nap_ = std::min(busy_nap_ * 2, kBusyProgramNapMax);
       if (nap(busy_nap_)) return;
     }
     if (!rechecking_) {
