@@ -340,7 +340,6 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
   size_t records = 0;
   bool wake_peer = false;
   std::string why;
-  const bool answers_wait = owner_.defers_acks();
   bool delivered_request = false;
   while (records < budget) {
     uint64_t available = 0;
@@ -357,7 +356,8 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
     const bool frame =
         head.kind == kFrameInline && size >= sizeof(RecordHead) + sizeof(FrameRecord);
     const FrameOp op = frame ? static_cast<FrameOp>(body[0]) : FrameOp::kSend;
-    if (answers_wait && delivered_request && frame && is_answer(op)) break;
+    // Asked only then: a poll that finds nothing pays no call.
+    if (delivered_request && frame && is_answer(op) && owner_.defers_acks()) break;
     if (!deliver(body, size - static_cast<uint32_t>(sizeof(RecordHead)), head.kind, &why)) break;
     delivered_request |= frame && is_request(op);
     wake_peer |= consumer_.pop(size);
