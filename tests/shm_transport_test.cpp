@@ -208,6 +208,14 @@ void fill_to_the_brim(RingProducer& producer) {
   for (uint32_t size : {1024u, 1024u, 1024u, 1016u}) ASSERT_TRUE(push(producer, size, 1, 0));
 }
 
+// The head of the oldest record, which must be there (it is not consumed).
+RecordHead front_head(RingConsumer& consumer) {
+  uint64_t available = 0;
+  RecordHead head{};
+  EXPECT_NE(consumer.front(&head, &available), nullptr);
+  return head;
+}
+
 TEST(ShmRing, ReserveRefusesWhenFullAndSucceedsOnceTheConsumerPops) {
   auto ring = std::make_unique<TestRing<kSmallRing>>();
   RingProducer producer = ring->producer();
@@ -257,13 +265,9 @@ TEST(ShmRing, ReleaseReportsAWaitingProducerExactlyOnce) {
   RingConsumer consumer = ring->consumer();
   fill_to_the_brim(producer);
   EXPECT_FALSE(producer.wait_for_room(1024));  // full: the producer may sleep
-  uint64_t available = 0;
-  RecordHead head{};
-  ASSERT_NE(consumer.front(&head, &available), nullptr);
   // A quarter of the ring is more than the eighth pop() keeps back: handed back at once.
-  EXPECT_TRUE(consumer.pop(head.size));  // the consumer must ring the producer's doorbell
-  ASSERT_NE(consumer.front(&head, &available), nullptr);
-  EXPECT_FALSE(consumer.pop(head.size));  // once only
+  EXPECT_TRUE(consumer.pop(front_head(consumer).size));   // the producer's doorbell must ring
+  EXPECT_FALSE(consumer.pop(front_head(consumer).size));  // once only
   EXPECT_FALSE(consumer.release());
   EXPECT_NE(producer.reserve(1016), nullptr);
 }
@@ -293,10 +297,7 @@ TEST(ShmRing, ReleaseAsksForNoDoorbellWhenNoProducerWaits) {
   RingProducer producer = ring->producer();
   RingConsumer consumer = ring->consumer();
   ASSERT_TRUE(push(producer, 64, 1, 0));
-  uint64_t available = 0;
-  RecordHead head{};
-  ASSERT_NE(consumer.front(&head, &available), nullptr);
-  EXPECT_FALSE(consumer.pop(head.size));
+  EXPECT_FALSE(consumer.pop(front_head(consumer).size));
   EXPECT_FALSE(consumer.release());
   // A producer that finds room while announcing it waits is told to retry, not to sleep.
   EXPECT_TRUE(producer.wait_for_room(64));

@@ -14,7 +14,7 @@
 // between (8 B ping-pong: the ACK cost each side about 40 ns between receiving a message and
 // returning its completion). They go after the next request to the peer, before the next
 // answer (answers keep their order), at the program's next poll (flush_deferred), from the
-// receiver thread's next round (at most a nap, 1 ms, later), or when a QP leaves the connected
+// receiver thread's next round (at most a nap, 8 ms, later), or when a QP leaves the connected
 // states (Transport::flush_held) or the CQ is armed for an event: a program about to block.
 //
 // Receiving (drain) is done by whichever thread gets the link's drain lock first: the

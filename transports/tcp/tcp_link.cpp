@@ -39,7 +39,7 @@ constexpr size_t kPollReadBudget = 1024 * 1024;
 // to kBusyProgramNapMax: each look takes a core from a busy-polling program (two programs and
 // their io threads on two cores), and at 1 ms looks were the whole tail of a ping-pong
 // (8 B TCP: p99 17 us, with 8 ms looks 5 us). A program that arms a CQ to wait for an event
-// ends the naps at once (TcpLink::wake_from_nap): bytes found waiting at a look while the program
+// ends the naps at once (TcpLink::wake_from_nap). Bytes found waiting at a look while the program
 // read none of this connection's frames since the previous one are looked at again kRecheck later
 // (waiting bytes are normal while it reads: this thread's look itself may have taken its core), and
 // bytes still waiting then mean the program does not read them in time (it alternates polling a CQ
@@ -210,9 +210,10 @@ void TcpLink::shutdown() {
 void TcpLink::abort() {
   // A connection still in its handshake never carried a frame: nothing is lost with it (a
   // dial superseded by the peer's, or one whose caller already said why).
-  if (!closed_ && ready()) spdlog::warn("tcp: dropping the connection with {}", remote_);
-  if (!closed_ && !ready())
-    spdlog::debug("tcp: dropping the unanswered connection with {}", remote_);
+  if (!closed_) {
+    spdlog::log(ready() ? spdlog::level::warn : spdlog::level::debug,
+                "tcp: dropping the connection with {}", remote_);
+  }
   close(true);
 }
 

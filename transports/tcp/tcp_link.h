@@ -157,7 +157,6 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // Any thread: if the io thread naps (leaving this connection to the polling program), it
   // ends the naps and watches the connection again (the program is about to block).
   void wake_from_nap();
-  bool napping() const { return io_napping_.load(std::memory_order_acquire); }
 
   // Sending side, io thread: the lane connection TcpLinkOwner::open_lane dialed (-1: none).
   void lane_dialed(int fd);
