@@ -627,6 +627,7 @@ bool TcpLink::attach_lane(int fd, uint64_t token) {
     lane_rx_fd_ = fd;
     lane_rx_token_ = token;
   }
+  lane_rx_attached_.store(true, std::memory_order_relaxed);
   lane_rx_socket_ = std::move(socket);
   // The peer sends nothing on the lane before this answer: its send buffer is empty.
   if (::send(fd, ok, sizeof ok, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof ok)) {

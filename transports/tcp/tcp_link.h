@@ -165,6 +165,8 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   bool attach_lane(int fd, uint64_t token);
   // Any thread: large frames are split over the bulk lane from now on.
   bool lane_ready();
+  // Any thread: the peer's bulk lane to us is attached (large frames arrive in two parts).
+  bool receives_on_lane() const { return lane_rx_attached_.load(std::memory_order_relaxed); }
 
   // Any thread: the references to caller memory queued so far (on the connection and on its
   // lane), and whether every one of them has been written (or dropped with the connection).
@@ -358,6 +360,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // Bulk lane, receiving side: the peer's lane attached (lane_rx_fd_, under rx_mutex_; the
   // socket itself on the io thread), and whether the peer announced it (LANE).
   std::unique_ptr<boost::asio::ip::tcp::socket> lane_rx_socket_;
+  std::atomic<bool> lane_rx_attached_{false};  // lane_rx_socket_ set (read by pollers)
   int lane_rx_fd_ = -1;
   uint64_t lane_rx_token_ = 0;
   bool lane_announced_ = false;

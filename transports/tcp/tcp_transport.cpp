@@ -178,13 +178,21 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     // One writer (under the lock): a plain increment, no read-modify-write on the hot path.
     program_polls_.store(program_polls_.load(std::memory_order_relaxed) + 1,
                          std::memory_order_relaxed);
-    // Which connections hold bytes: one epoll_wait that reads no socket, instead of a recv per
-    // connection. A recv takes the socket's lock, which the peer's transmit path (the kernel
-    // delivering on loopback) then spins on; and with many peers one call covers them all.
-    epoll_event ready[kPollEvents];
-    const int n = ::epoll_wait(poll_epoll_fd_, ready, kPollEvents, 0);
+    // One connection and no bulk lane into it (a ping-pong with one peer): a recv straight
+    // away, whose answer is the frames themselves; before a frame is delivered, epoll_wait then
+    // recv were two system calls on the path (8 B ping-pong: one-way 4.3 -> 3.95 us). Otherwise
+    // one epoll_wait names the connections that hold bytes: one call covers many peers, and
+    // while large frames stream in on a connection and its lane, a recv per poll would take
+    // each socket's lock, which the peer's transmit path (the kernel delivering on loopback)
+    // then spins on.
     size_t delivered = 0;
-    for (int i = 0; i < n; ++i) delivered += static_cast<TcpLink*>(ready[i].data.ptr)->poll();
+    if (pollable_.size() == 1 && !pollable_[0]->receives_on_lane()) {
+      delivered = pollable_[0]->poll();
+    } else {
+      epoll_event ready[kPollEvents];
+      const int n = ::epoll_wait(poll_epoll_fd_, ready, kPollEvents, 0);
+      for (int i = 0; i < n; ++i) delivered += static_cast<TcpLink*>(ready[i].data.ptr)->poll();
+    }
     for (TcpLink* link : pollable_) link->pump();
     if (corked_.load(std::memory_order_relaxed)) {
       corked_.store(false, std::memory_order_relaxed);
