@@ -28,6 +28,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -749,6 +750,55 @@ TEST(TcpTransport, LargePayloadsSplitOverTheBulkLaneArriveWholeAndInOrder) {
   EXPECT_EQ(emu::tcp_connection_count(*b.transport), 1u);
   EXPECT_TRUE(a.sink.downs().empty());
   EXPECT_TRUE(b.sink.downs().empty());
+}
+
+size_t open_descriptors() {
+  size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)entry;
+    ++n;
+  }
+  return n;
+}
+
+// A bulk lane's descriptors go with their connection: when the peer goes (the lane the
+// survivor received on is closed by the link's teardown, whether or not its io thread was
+// waiting on it) and when the transport itself goes.
+TEST(TcpTransport, BulkLaneDescriptorsAreClosedWithTheirConnection) {
+  const size_t before = open_descriptors();
+  {
+    Endpoint b;
+    ASSERT_NE(b.transport, nullptr);
+    const size_t with_b = open_descriptors();
+    {
+      Endpoint a;
+      ASSERT_NE(a.transport, nullptr);
+      auto link = a.transport->connect(b.transport->local_gid());
+      ASSERT_NE(link, nullptr);
+      std::vector<uint8_t> payload = bytes(1u << 20, 3);
+      iovec one{payload.data(), payload.size()};
+      const FrameHeader h = header_of(FrameOp::kWrite, 0, static_cast<uint32_t>(payload.size()));
+      ASSERT_TRUE(link->send(h, &one, 1));
+      const auto deadline = std::chrono::steady_clock::now() + 5s;
+      while (emu::tcp_bulk_lanes(*a.transport) == 0 &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+      }
+      ASSERT_EQ(emu::tcp_bulk_lanes(*a.transport), 1u) << "no bulk lane opened";
+      for (uint32_t i = 1; i <= 4; ++i)
+        ASSERT_TRUE(link->send(header_of(FrameOp::kWrite, i, static_cast<uint32_t>(payload.size())),
+                               &one, 1));
+      ASSERT_TRUE(b.sink.wait_frames(5, 20s));
+    }
+    ASSERT_TRUE(b.sink.wait_downs(1, 5s));
+    // The survivor's io thread closes the connection and its lane right after reporting it.
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (open_descriptors() != with_b && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+    }
+    EXPECT_EQ(open_descriptors(), with_b) << "the lost peer's connection or lane left open";
+  }
+  EXPECT_EQ(open_descriptors(), before);
 }
 
 TEST(TcpTransport, TimeoutsFollowTheBound) {

@@ -182,6 +182,10 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
 
 TcpLink::~TcpLink() {
   if (released_) ::close(fd_);  // napping when the transport went: the descriptor is ours
+  // The lane's, unless the reactor has it (a wait armed: the socket object closes it).
+  if (lane_rx_owned_fd_ >= 0 && !(lane_rx_socket_ && lane_rx_socket_->is_open())) {
+    ::close(lane_rx_owned_fd_);
+  }
 }
 
 void TcpLink::start() {
@@ -611,24 +615,18 @@ void TcpLink::close_lane_tx_locked() {
 }
 
 bool TcpLink::attach_lane(int fd, uint64_t token) {
-  if (closed_ || !ready() || lane_rx_socket_) return false;
-  auto socket = std::make_unique<asio::ip::tcp::socket>(io_);
-  error_code ec;
-  socket->assign(asio::ip::tcp::v4(), fd, ec);
-  if (ec) return false;
+  if (closed_ || !ready() || lane_rx_owned_fd_ >= 0) return false;
   uint8_t ok[tcp_wire::kLaneOkBytes];
   tcp_wire::encode_lane_ok(ok);
   {
     std::lock_guard lock(rx_mutex_);
-    if (!rx_open_) {
-      (void)socket->release(ec);  // the caller closes fd
-      return false;
-    }
+    if (!rx_open_) return false;  // the caller closes fd
     lane_rx_fd_ = fd;
     lane_rx_token_ = token;
   }
   lane_rx_attached_.store(true, std::memory_order_relaxed);
-  lane_rx_socket_ = std::move(socket);
+  lane_rx_owned_fd_ = fd;
+  lane_rx_socket_ = std::make_unique<asio::ip::tcp::socket>(io_);
   // The peer sends nothing on the lane before this answer: its send buffer is empty.
   if (::send(fd, ok, sizeof ok, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof ok)) {
     spdlog::debug("tcp: cannot answer the bulk lane of {}", remote_);
@@ -655,14 +653,26 @@ void TcpLink::wait_lane_if_needed() {
   // The io thread waits on the lane only while a split frame waits for its lane part and the
   // io thread is awake (napping, it leaves reading to the polling program, which reads the
   // lane too): a lane watched always would wake it for every arrival.
-  if (closed_ || !lane_rx_socket_ || lane_wait_armed_ || released_ ||
+  if (closed_ || lane_rx_owned_fd_ < 0 || lane_wait_armed_ || released_ ||
       !lane_pending_.load(std::memory_order_acquire)) {
     return;
+  }
+  // Into the reactor for this one wait only (see lane_rx_socket_).
+  error_code ec;
+  lane_rx_socket_->assign(asio::ip::tcp::v4(), lane_rx_owned_fd_, ec);
+  if (ec) {
+    spdlog::warn("tcp: connection with {}: cannot watch its bulk lane: {}", remote_, ec.message());
+    return;  // the program's polls still read it
   }
   lane_wait_armed_ = true;
   lane_rx_socket_->async_wait(asio::ip::tcp::socket::wait_read,
                               [self = shared_from_this()](const error_code& ec) {
                                 self->lane_wait_armed_ = false;
+                                error_code ignored;
+                                // Closed by close() when it was aborted; else ours again.
+                                if (self->lane_rx_socket_->is_open()) {
+                                  (void)self->lane_rx_socket_->release(ignored);
+                                }
                                 if (ec || self->closed_) return;
                                 if (self->read_as_io_thread() < 0) return;
                                 self->wait_lane_if_needed();
@@ -1274,11 +1284,16 @@ void TcpLink::close(bool report) {
     rx_open_ = false;
     lane_rx_fd_ = -1;
   }
-  if (lane_rx_socket_) {
+  if (lane_rx_socket_ && lane_rx_socket_->is_open()) {
+    // A wait is armed: the reactor has the descriptor, and its handler sees it closed.
     error_code ignored;
     lane_rx_socket_->shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
     lane_rx_socket_->close(ignored);
+  } else if (lane_rx_owned_fd_ >= 0) {
+    ::shutdown(lane_rx_owned_fd_, SHUT_RDWR);
+    ::close(lane_rx_owned_fd_);
   }
+  lane_rx_owned_fd_ = -1;
   int expected = kHandshake;
   state_.compare_exchange_strong(expected, kFailed, std::memory_order_acq_rel);
   nap_timer_.cancel();
