@@ -752,6 +752,54 @@ TEST(TcpTransport, LargePayloadsSplitOverTheBulkLaneArriveWholeAndInOrder) {
   EXPECT_TRUE(b.sink.downs().empty());
 }
 
+// While a program busy-polls, the io thread naps and leaves what waits behind a full socket to
+// the program's polls. Once the program stops polling (and never arms a CQ), the io thread
+// must take those bytes back at the end of its nap: every frame still arrives.
+TEST(TcpTransport, FramesLeftToABusyPollerGoOutOnceItStopsPolling) {
+  Endpoint a, b;
+  ASSERT_NE(a.transport, nullptr);
+  ASSERT_NE(b.transport, nullptr);
+  auto link = a.transport->connect(b.transport->local_gid());
+  ASSERT_NE(link, nullptr);
+  auto back = b.transport->connect(a.transport->local_gid());
+  ASSERT_NE(back, nullptr);
+
+  std::atomic<bool> polling{true};
+  std::thread poller([&] {
+    while (polling.load()) a.transport->progress();
+  });
+  // Traffic to a while its program polls: its io thread, woken by the arrivals, sees the
+  // polls and naps.
+  for (uint32_t i = 0; i < 20; ++i) {
+    ASSERT_TRUE(back->send(header_of(FrameOp::kSend, i, 0), nullptr, 0));
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(a.sink.wait_frames(20, 5s));
+
+  // Far more than the socket buffers hold: most of it waits in a's queue.
+  constexpr uint32_t kFrames = 48;
+  std::vector<uint8_t> payload = bytes(1u << 20, 9);
+  iovec one{payload.data(), payload.size()};
+  for (uint32_t i = 0; i < kFrames; ++i) {
+    ASSERT_TRUE(
+        link->send(header_of(FrameOp::kWrite, i, static_cast<uint32_t>(payload.size())), &one, 1));
+  }
+  std::this_thread::sleep_for(20ms);
+  polling.store(false);
+  poller.join();
+
+  ASSERT_TRUE(b.sink.wait_frames(kFrames, 20s))
+      << "frames left queued once the polling program stopped";
+  auto got = b.sink.frames();
+  ASSERT_EQ(got.size(), kFrames);
+  for (uint32_t i = 0; i < kFrames; ++i) {
+    EXPECT_EQ(got[i].header.psn, i);
+    EXPECT_TRUE(got[i].payload == payload) << "frame " << i;
+  }
+  EXPECT_TRUE(a.sink.downs().empty());
+  EXPECT_TRUE(b.sink.downs().empty());
+}
+
 size_t open_descriptors() {
   size_t n = 0;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {

@@ -182,9 +182,12 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
 
 TcpLink::~TcpLink() {
   if (released_) ::close(fd_);  // napping when the transport went: the descriptor is ours
-  // The lane's, unless the reactor has it (a wait armed: the socket object closes it).
+  // The lanes', unless the reactor has them (a wait armed: the socket objects close them).
   if (lane_rx_owned_fd_ >= 0 && !(lane_rx_socket_ && lane_rx_socket_->is_open())) {
     ::close(lane_rx_owned_fd_);
+  }
+  if (lane_tx_owned_fd_ >= 0 && !(lane_tx_socket_ && lane_tx_socket_->is_open())) {
+    ::close(lane_tx_owned_fd_);
   }
 }
 
@@ -345,7 +348,16 @@ void TcpLink::uncork_locked() {
 void TcpLink::flush_corked(uint64_t polls_now, bool always) {
   int error = 0;
   {
-    std::lock_guard lock(tx_mutex_);
+    // Unless asked to, never wait for the lock: its holder is sending (a large payload's
+    // sendmsg holds it for tens of microseconds), and a thread that blocked here would be
+    // woken by the unlock and take a core from a program (the io thread after each nap did,
+    // ~120 times a second in 1 MiB streaming). The ACKs then go at the next look.
+    std::unique_lock lock(tx_mutex_, std::defer_lock);
+    if (always) {
+      lock.lock();
+    } else if (!lock.try_lock()) {
+      return;
+    }
     if (corked_len_ == 0) return;
     // Held within the current poll (its later rounds): the program may be about to send.
     if (!always && polls_now - corked_at_poll_ < 2) return;
@@ -432,12 +444,11 @@ void TcpLink::flush() {
   const Drained d = write_queued_locked(fd_, queue_, &err);
   if (d == Drained::kFull) {
     lock.unlock();
-    // The writability wait needs the socket back in the reactor.
-    if (released_) {
-      if (!end_naps()) return;
-      wait_readable();
-    }
-    wait_writable();
+    // Napping beside a busy program: its polls write what the socket takes (pump), and this
+    // thread takes the queue back when the naps end (watch_again). Waiting for writability
+    // instead would wake this thread each time the peer's ACKs free room, taking a core from
+    // one of the programs.
+    if (!released_) wait_writable();
     return;
   }
   if (d == Drained::kFailed) {
@@ -516,8 +527,23 @@ void TcpLink::lane_flush() {
   const Drained d = write_queued_locked(lane_tx_fd_, lane_queue_, &err);
   if (d == Drained::kFull) {
     lock.unlock();
+    if (released_) return;                   // left to the program's polls, as in flush()
+    if (lane_tx_socket_->is_open()) return;  // a wait armed already flushes when room appears
+    error_code ec;
+    lane_tx_socket_->assign(asio::ip::tcp::v4(), lane_tx_owned_fd_, ec);
+    if (ec) {
+      spdlog::warn("tcp: sending to {} on its bulk lane: cannot wait for room: {}", remote_,
+                   ec.message());
+      close(true);
+      return;
+    }
     lane_tx_socket_->async_wait(asio::ip::tcp::socket::wait_write,
                                 [self = shared_from_this()](const error_code& ec) {
+                                  error_code ignored;
+                                  // Closed by close() when it was aborted; else ours again.
+                                  if (self->lane_tx_socket_->is_open()) {
+                                    (void)self->lane_tx_socket_->release(ignored);
+                                  }
                                   if (!ec) self->lane_flush();
                                 });
     return;
@@ -579,6 +605,15 @@ void TcpLink::on_lane_ok(const error_code& ec) {
     return;
   }
   if (!up_.load(std::memory_order_relaxed)) return;
+  // Out of the reactor until a wait for room needs it (lane_tx_socket_).
+  error_code released;
+  const int fd = lane_tx_socket_->release(released);
+  if (released) {
+    close_lane_tx_locked();
+    lane_state_ = kLaneFailed;
+    return;
+  }
+  lane_tx_owned_fd_ = fd;
   // LANE goes on the connection before the first split frame (the peer checks it names the
   // lane it attached); from here on large frames are split.
   uint8_t lane[tcp_wire::kLaneBytes];
@@ -593,7 +628,7 @@ void TcpLink::on_lane_ok(const error_code& ec) {
     fail_from_any_thread(error);
     return;
   }
-  lane_tx_fd_ = lane_tx_socket_->native_handle();
+  lane_tx_fd_ = lane_tx_owned_fd_;
   lane_state_ = kLaneReady;
   spdlog::debug("tcp: bulk lane to {} open", remote_);
 }
@@ -607,11 +642,16 @@ void TcpLink::close_lane_tx_locked() {
   lane_queue_.clear();
   lane_write_armed_ = false;
   lane_tx_fd_ = -1;
-  if (lane_tx_socket_) {
+  if (lane_tx_socket_ && lane_tx_socket_->is_open()) {
+    // Opening, or a wait for room armed: the reactor has the descriptor.
     error_code ignored;
     lane_tx_socket_->shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
     lane_tx_socket_->close(ignored);
+  } else if (lane_tx_owned_fd_ >= 0) {
+    ::shutdown(lane_tx_owned_fd_, SHUT_RDWR);
+    ::close(lane_tx_owned_fd_);
   }
+  lane_tx_owned_fd_ = -1;
 }
 
 bool TcpLink::attach_lane(int fd, uint64_t token) {
@@ -766,12 +806,12 @@ bool TcpLink::nap(std::chrono::microseconds length) {
   if (!released_) {
     {
       std::lock_guard lock(tx_mutex_);
-      // Bytes waiting for the socket to drain need the reactor's writability wait.
-      if (write_armed_) return false;
       napping_ = true;
     }
     // Out of the reactor's epoll set: bytes arriving raise no wake-up of this thread at all
-    // (edge-triggered epoll reports every arrival, whether or not a wait is queued).
+    // (edge-triggered epoll reports every arrival, whether or not a wait is queued). A
+    // writability wait pending is cancelled: bytes queued behind a full socket are left to the
+    // program's polls (pump) until the naps end (flush, watch_again).
     socket_.release();
     released_ = true;
     io_napping_.store(true, std::memory_order_release);
@@ -860,7 +900,17 @@ void TcpLink::watch_again() {
   // no event that anyone waits for; this read takes them, and anything arriving after the arm
   // raises one.
   wait_readable();
-  if (read_as_io_thread() >= 0) wait_lane_if_needed();
+  if (read_as_io_thread() < 0) return;
+  wait_lane_if_needed();
+  // Writes left to the program's polls while napping come back to this thread.
+  bool main_left = false, lane_left = false;
+  {
+    std::lock_guard lock(tx_mutex_);
+    main_left = write_armed_;
+    lane_left = lane_write_armed_;
+  }
+  if (main_left) flush();
+  if (lane_left) lane_flush();
 }
 
 void TcpLink::wake_from_nap() {

@@ -3,21 +3,25 @@
 //
 // Sending: whoever calls send() writes the frame itself with one sendmsg (header and the
 // caller's iovecs gathered) when nothing is queued before it; what the kernel does not take
-// is queued (small payloads copied, large ones referenced in place, see TcpSendQueue) and the
-// io thread writes it as the socket drains. So a frame costs one system call and no thread
-// hand-off, and payloads are never staged unless the socket is full.
+// is queued (small payloads copied, large ones referenced in place, see TcpSendQueue) and
+// written as the socket drains: by the polls of a busy program (pump), else by the io thread.
+// So a frame costs one system call and no thread hand-off, and payloads are never staged
+// unless the socket is full.
 //
 // Receiving: the io thread waits for readability and reads; a large RDMA WRITE whose target
 // the engine accepts before its payload has arrived (FrameSink::direct_target) is received
 // straight into that memory, the rest through the receive buffer. The io thread waits and reads;
 // poll() lets any other thread (Transport::progress, i.e. polling calls) read and deliver first.
 // One reader at a time per connection (the receive lock), so frames of a connection are delivered
-// in order. While the program busy-polls, the io thread stands aside: it stops waiting for
-// readability and only looks again after a nap (1 ms, doubling to 8 ms while the program keeps
-// up; ended when the program arms a CQ), because an io thread woken per frame takes a
-// core from the polling program (two processes and their io threads on two cores) and multiplies
-// the latency. Once the program stops polling, the io thread waits for readability again (the rule
-// is in tcp_link.cpp, kBusyProgramPolls).
+// in order. While the program busy-polls, the io thread stands aside: it waits for neither
+// readability nor writability (the socket leaves the reactor's epoll set, which reports every
+// arrival and every freed room whether or not anyone waits; the lanes are in it only while this
+// thread waits on them) and only looks again after a nap (1 ms, doubling to 8 ms while the
+// program keeps up; ended when the program arms a CQ), because an io thread woken per frame
+// takes a core from the polling program (two processes and their io threads on two cores) and
+// multiplies the latency. Once the program stops polling, the io thread waits for readability
+// again and takes back what waits to be written (the rule is in tcp_link.cpp,
+// kBusyProgramPolls).
 //
 // Acknowledgements are held back ("corked") while the io thread naps: an ACK the program's own
 // poll produced leaves with the next frame to that peer (one system call for both: in a
@@ -374,12 +378,16 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::atomic<bool> lane_watch_requested_{false};
   std::atomic<bool> io_napping_{false};  // mirrors released_ for other threads
 
-  // Bulk lane, sending side (under tx_mutex_, the socket itself on the io thread).
+  // Bulk lane, sending side (under tx_mutex_, the socket itself on the io thread). Once the
+  // lane is open the socket holds its descriptor only while the io thread waits for room
+  // (lane_flush), for the reason given at lane_rx_socket_: registered for good, each time the
+  // peer's reading freed room woke the sender's io thread (about 1,800 times a second).
   enum LaneState : int { kLaneNone, kLaneOpening, kLaneReady, kLaneFailed };
   int lane_state_ = kLaneNone;
   uint64_t lane_token_ = 0;
   std::unique_ptr<boost::asio::ip::tcp::socket> lane_tx_socket_;
-  int lane_tx_fd_ = -1;
+  int lane_tx_fd_ = -1;        // writers' copy, -1 once closed
+  int lane_tx_owned_fd_ = -1;  // io thread: the open lane's descriptor, outside the socket
   TcpSendQueue lane_queue_;
   bool lane_write_armed_ = false;
   uint8_t lane_ok_[8] = {};  // tcp_wire::kLaneOkBytes
