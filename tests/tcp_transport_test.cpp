@@ -702,6 +702,24 @@ TEST(TcpTransport, QueuedPayloadsArriveExactlyAndQuiesceWaitsForThem) {
   EXPECT_TRUE(a.sink.downs().empty());
 }
 
+// Sends `payload` (1 MiB) from a to b as frame 0, which asks for a bulk lane, and waits until
+// a's lane is open.
+::testing::AssertionResult send_and_open_bulk_lane(Endpoint& a, Link& link,
+                                                   std::vector<uint8_t>& payload) {
+  iovec one{payload.data(), payload.size()};
+  if (!link.send(header_of(FrameOp::kWrite, 0, static_cast<uint32_t>(payload.size())), &one, 1)) {
+    return ::testing::AssertionFailure() << "the first large frame was refused";
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (emu::tcp_bulk_lanes(*a.transport) == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  if (emu::tcp_bulk_lanes(*a.transport) != 1) {
+    return ::testing::AssertionFailure() << "no bulk lane opened";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // A large payload asks for a bulk lane; once it is open, large payloads travel split between
 // the connection and the lane, and every frame still arrives whole and in order, between small
 // ones. The lane is no connection of its own for the engine.
@@ -712,15 +730,8 @@ TEST(TcpTransport, LargePayloadsSplitOverTheBulkLaneArriveWholeAndInOrder) {
   auto link = a.transport->connect(b.transport->local_gid());
   ASSERT_NE(link, nullptr);
   std::vector<uint8_t> first = bytes(1u << 20, 1);
-  iovec one{first.data(), first.size()};
-  ASSERT_TRUE(
-      link->send(header_of(FrameOp::kWrite, 0, static_cast<uint32_t>(first.size())), &one, 1));
+  ASSERT_TRUE(send_and_open_bulk_lane(a, *link, first));
   ASSERT_TRUE(b.sink.wait_frames(1, 5s));
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (emu::tcp_bulk_lanes(*a.transport) == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(1ms);
-  }
-  ASSERT_EQ(emu::tcp_bulk_lanes(*a.transport), 1u) << "no bulk lane opened";
 
   std::vector<std::vector<uint8_t>> payloads{first};
   std::vector<FrameHeader> sent{header_of(FrameOp::kWrite, 0, static_cast<uint32_t>(first.size()))};
@@ -824,15 +835,8 @@ TEST(TcpTransport, BulkLaneDescriptorsAreClosedWithTheirConnection) {
       auto link = a.transport->connect(b.transport->local_gid());
       ASSERT_NE(link, nullptr);
       std::vector<uint8_t> payload = bytes(1u << 20, 3);
+      ASSERT_TRUE(send_and_open_bulk_lane(a, *link, payload));
       iovec one{payload.data(), payload.size()};
-      const FrameHeader h = header_of(FrameOp::kWrite, 0, static_cast<uint32_t>(payload.size()));
-      ASSERT_TRUE(link->send(h, &one, 1));
-      const auto deadline = std::chrono::steady_clock::now() + 5s;
-      while (emu::tcp_bulk_lanes(*a.transport) == 0 &&
-             std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(1ms);
-      }
-      ASSERT_EQ(emu::tcp_bulk_lanes(*a.transport), 1u) << "no bulk lane opened";
       for (uint32_t i = 1; i <= 4; ++i)
         ASSERT_TRUE(link->send(header_of(FrameOp::kWrite, i, static_cast<uint32_t>(payload.size())),
                                &one, 1));
