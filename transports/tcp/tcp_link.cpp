@@ -102,6 +102,26 @@ class BufferSource : public PayloadSource {
   size_t left_;
 };
 
+// A bulk lane's descriptor is in the reactor (its socket object open) only while the io
+// thread waits on it; otherwise owned_fd holds it. Closes it wherever it is.
+void close_lane_descriptor(asio::ip::tcp::socket* socket, int* owned_fd) {
+  if (socket != nullptr && socket->is_open()) {
+    error_code ignored;
+    socket->shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    socket->close(ignored);
+  } else if (*owned_fd >= 0) {
+    ::shutdown(*owned_fd, SHUT_RDWR);
+    ::close(*owned_fd);
+  }
+  *owned_fd = -1;
+}
+
+// A wait on a lane ended: its descriptor leaves the reactor again (unless close() closed it).
+void leave_reactor(asio::ip::tcp::socket& socket) {
+  error_code ignored;
+  if (socket.is_open()) (void)socket.release(ignored);
+}
+
 // sync_key: tsan_sync.h.
 ssize_t send_gathered(int fd, const iovec* iov, size_t n, const void* sync_key) {
   msghdr msg{};
@@ -182,13 +202,8 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
 
 TcpLink::~TcpLink() {
   if (released_) ::close(fd_);  // napping when the transport went: the descriptor is ours
-  // The lanes', unless the reactor has them (a wait armed: the socket objects close them).
-  if (lane_rx_owned_fd_ >= 0 && !(lane_rx_socket_ && lane_rx_socket_->is_open())) {
-    ::close(lane_rx_owned_fd_);
-  }
-  if (lane_tx_owned_fd_ >= 0 && !(lane_tx_socket_ && lane_tx_socket_->is_open())) {
-    ::close(lane_tx_owned_fd_);
-  }
+  close_lane_descriptor(lane_rx_socket_.get(), &lane_rx_owned_fd_);
+  close_lane_descriptor(lane_tx_socket_.get(), &lane_tx_owned_fd_);
 }
 
 void TcpLink::start() {
@@ -539,11 +554,7 @@ void TcpLink::lane_flush() {
     }
     lane_tx_socket_->async_wait(asio::ip::tcp::socket::wait_write,
                                 [self = shared_from_this()](const error_code& ec) {
-                                  error_code ignored;
-                                  // Closed by close() when it was aborted; else ours again.
-                                  if (self->lane_tx_socket_->is_open()) {
-                                    (void)self->lane_tx_socket_->release(ignored);
-                                  }
+                                  leave_reactor(*self->lane_tx_socket_);
                                   if (!ec) self->lane_flush();
                                 });
     return;
@@ -642,16 +653,7 @@ void TcpLink::close_lane_tx_locked() {
   lane_queue_.clear();
   lane_write_armed_ = false;
   lane_tx_fd_ = -1;
-  if (lane_tx_socket_ && lane_tx_socket_->is_open()) {
-    // Opening, or a wait for room armed: the reactor has the descriptor.
-    error_code ignored;
-    lane_tx_socket_->shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-    lane_tx_socket_->close(ignored);
-  } else if (lane_tx_owned_fd_ >= 0) {
-    ::shutdown(lane_tx_owned_fd_, SHUT_RDWR);
-    ::close(lane_tx_owned_fd_);
-  }
-  lane_tx_owned_fd_ = -1;
+  close_lane_descriptor(lane_tx_socket_.get(), &lane_tx_owned_fd_);
 }
 
 bool TcpLink::attach_lane(int fd, uint64_t token) {
@@ -708,11 +710,7 @@ void TcpLink::wait_lane_if_needed() {
   lane_rx_socket_->async_wait(asio::ip::tcp::socket::wait_read,
                               [self = shared_from_this()](const error_code& ec) {
                                 self->lane_wait_armed_ = false;
-                                error_code ignored;
-                                // Closed by close() when it was aborted; else ours again.
-                                if (self->lane_rx_socket_->is_open()) {
-                                  (void)self->lane_rx_socket_->release(ignored);
-                                }
+                                leave_reactor(*self->lane_rx_socket_);
                                 if (ec || self->closed_) return;
                                 if (self->read_as_io_thread() < 0) return;
                                 self->wait_lane_if_needed();
@@ -1334,16 +1332,7 @@ void TcpLink::close(bool report) {
     rx_open_ = false;
     lane_rx_fd_ = -1;
   }
-  if (lane_rx_socket_ && lane_rx_socket_->is_open()) {
-    // A wait is armed: the reactor has the descriptor, and its handler sees it closed.
-    error_code ignored;
-    lane_rx_socket_->shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-    lane_rx_socket_->close(ignored);
-  } else if (lane_rx_owned_fd_ >= 0) {
-    ::shutdown(lane_rx_owned_fd_, SHUT_RDWR);
-    ::close(lane_rx_owned_fd_);
-  }
-  lane_rx_owned_fd_ = -1;
+  close_lane_descriptor(lane_rx_socket_.get(), &lane_rx_owned_fd_);
   int expected = kHandshake;
   state_.compare_exchange_strong(expected, kFailed, std::memory_order_acq_rel);
   nap_timer_.cancel();
