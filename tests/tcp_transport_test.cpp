@@ -811,6 +811,39 @@ TEST(TcpTransport, FramesLeftToABusyPollerGoOutOnceItStopsPolling) {
   EXPECT_TRUE(b.sink.downs().empty());
 }
 
+// A program's poll that delivered a request stops before an answer behind it (the peer's
+// held ACKs follow its small requests), leaving the answer in the buffer. If the program then
+// stops polling, the io thread must still deliver the answer, with no new byte arriving to
+// wake it; and every frame arrives once, in order.
+TEST(TcpTransport, AnAnswerLeftBehindByAPollIsDeliveredWhenThePollingStops) {
+  Endpoint a, b;
+  ASSERT_NE(a.transport, nullptr);
+  ASSERT_NE(b.transport, nullptr);
+  auto to_a = b.transport->connect(a.transport->local_gid());
+  ASSERT_NE(to_a, nullptr);
+  constexpr uint32_t kPairs = 40;
+  for (uint32_t k = 0; k < kPairs; ++k) {
+    const size_t before = a.sink.frames().size();
+    // Poll (so that a's io thread naps) until the request is in, then stop at once.
+    std::atomic<bool> request_in{false};
+    std::thread poller([&] {
+      while (!request_in.load()) a.transport->progress();
+    });
+    std::vector<uint8_t> body = bytes(8, static_cast<uint8_t>(k));
+    iovec one{body.data(), body.size()};
+    ASSERT_TRUE(to_a->send(header_of(FrameOp::kSend, 2 * k, 8), &one, 1));
+    ASSERT_TRUE(to_a->send(header_of(FrameOp::kAck, 2 * k + 1, 0), nullptr, 0));
+    const bool got_request = a.sink.wait_frames(before + 1, 5s);
+    request_in.store(true);
+    poller.join();
+    ASSERT_TRUE(got_request);
+    ASSERT_TRUE(a.sink.wait_frames(before + 2, 2s)) << "pair " << k << ": the answer was left";
+  }
+  auto got = a.sink.frames();
+  ASSERT_EQ(got.size(), 2 * kPairs);
+  for (uint32_t i = 0; i < 2 * kPairs; ++i) EXPECT_EQ(got[i].header.psn, i);
+}
+
 size_t open_descriptors() {
   size_t n = 0;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {

@@ -310,14 +310,21 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
         return true;
       }
       if (iovcnt + 2 <= kDirectParts) {
-        // Held-back ACKs go first, in the same system call.
+        // Held-back ACKs go in the same system call: after a small request (a request needs
+        // no order with answers, and the peer's poll then returns the request's completion
+        // before it handles the ACKs, see poll()), else first (answers keep their order).
+        // Queued, the ACKs behind a payload are copied with it (kCopyLimit).
+        const bool acks_after =
+            corked_len_ != 0 && !is_answer(header.op) && payload + corked_len_ <= kCopyLimit;
         iovec parts[kDirectParts];
         size_t n = 0;
-        if (corked_len_ != 0) parts[n++] = iovec{corked_, corked_len_};
+        if (corked_len_ != 0 && !acks_after) parts[n++] = iovec{corked_, corked_len_};
         parts[n++] = iovec{head, sizeof head};
         std::copy(iov, iov + iovcnt, parts + n);
+        size_t nparts = n + iovcnt;
+        if (acks_after) parts[nparts++] = iovec{corked_, corked_len_};
         const size_t total = corked_len_ + sizeof head + payload;
-        error = write_or_queue_locked(parts, n + iovcnt, n, total, datagram);
+        error = write_or_queue_locked(parts, nparts, n, total, datagram);
         uncork_locked();
       } else {
         // More pieces than the engine ever sends: no direct write, queued as is.
@@ -936,13 +943,18 @@ void TcpLink::read_waiting() {
   }
 }
 
-size_t TcpLink::poll() {
+size_t TcpLink::poll(bool stop_before_answers) {
   if (state_.load(std::memory_order_acquire) != kReady) return 0;
   ReadResult r;
   {
     std::unique_lock lock(rx_mutex_, std::try_to_lock);
     if (!lock.owns_lock() || !rx_open_) return 0;
+    // Only while the io thread naps: the bytes left in the buffer raise no readiness event,
+    // and the nap's end (the program stopped polling) reads them; an io thread waiting for
+    // readability would not.
+    stop_before_answers_ = stop_before_answers && io_napping_.load(std::memory_order_acquire);
     r = read_locked(kPollReadBudget);
+    stop_before_answers_ = false;
     if (r.frames != 0) {
       // One writer at a time (under the receive lock): no read-modify-write needed.
       program_frames_.store(program_frames_.load(std::memory_order_relaxed) + r.frames,
@@ -963,6 +975,11 @@ size_t TcpLink::poll() {
 TcpLink::ReadResult TcpLink::read_locked(size_t budget) {
   ReadResult r;
   size_t got = 0;
+  // Frames a poll left parsed-but-undelivered (it stopped before an answer) come first.
+  if (!placing_ && rx_end_ != rx_begin_) {
+    r.frames += parse_locked(&r);
+    if (r.failure != Failure::kNone || r.stopped_early) return r;
+  }
   for (;;) {
     if (placing_) {
       const PlaceStep step = place_locked(budget, &got, &r);
@@ -982,6 +999,7 @@ TcpLink::ReadResult TcpLink::read_locked(size_t budget) {
       got += static_cast<size_t>(n);
       r.frames += parse_locked(&r);
       if (r.failure != Failure::kNone) break;
+      if (r.stopped_early) return r;
       if (placing_) continue;  // the rest of this payload goes straight to where it belongs
       if (static_cast<size_t>(n) < want) return r;  // drained for now
       if (got >= budget) return r;
@@ -1056,6 +1074,7 @@ TcpLink::PlaceStep TcpLink::place_locked(size_t budget, size_t* got, ReadResult*
 
 size_t TcpLink::parse_locked(ReadResult* r) {
   size_t frames = 0;
+  bool delivered_request = false;
   for (;;) {
     const size_t avail = rx_end_ - rx_begin_;
     const uint8_t* p = rx_.data() + rx_begin_;
@@ -1164,11 +1183,18 @@ size_t TcpLink::parse_locked(ReadResult* r) {
       make_room_locked(need);
       return frames;
     }
+    if (stop_before_answers_ && delivered_request && is_answer(h.op)) {
+      // A program's poll that delivered a request returns its completion now; the answers
+      // behind it (the peer's held ACKs) wait in the buffer for the next read.
+      r->stopped_early = true;
+      return frames;
+    }
     BufferSource payload(p + kFrameHeaderBytes, len);
     tsan_acquire(tsan_key_);
     owner_.deliver(*this, h, payload);
     rx_begin_ += need;
     direct_declined_ = false;
+    delivered_request |= is_request(h.op);
     ++frames;
   }
 }

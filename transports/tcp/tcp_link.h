@@ -27,7 +27,10 @@
 // poll produced leaves with the next frame to that peer (one system call for both: in a
 // ping-pong the reply carries it), at the program's next-but-one poll, or when the nap ends,
 // whichever comes first; so an ACK is late by at most one nap, and a busy program pays one
-// sendmsg per message instead of two.
+// sendmsg per message instead of two. Behind a small request the ACKs go after it (a request
+// needs no order with answers), and a program's poll that delivered a request stops before
+// the answers behind it while the io thread naps (poll(true)): the program gets its
+// completion first, its next poll or the nap's end handles the ACKs.
 //
 // Bulk lane: a large payload (kStripeMin) is split in two, its first part after the header on
 // this connection and the rest on a second connection to the same peer, the lane, so that two
@@ -148,8 +151,11 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   void say_goodbye();
 
   // Any thread: reads and delivers what the socket holds now, unless another thread is
-  // reading this connection. Returns the number of frames delivered.
-  size_t poll();
+  // reading this connection. Returns the number of frames delivered. stop_before_answers: once
+  // a request is delivered, stop before an answer behind it (left in the buffer for the next
+  // read), so that a polling program gets its completion first; only for a caller that reads
+  // this connection again at its next poll (no readiness event reports buffered bytes).
+  size_t poll(bool stop_before_answers = false);
   // Any thread but a delivery callback: reads and delivers what the socket holds now, waiting
   // for a reader on another thread to finish first.
   void read_waiting();
@@ -216,6 +222,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
     const char* reason = nullptr;      // for kBadHello, kBadFrame
     Gid lane_gid;                      // for kLaneHello
     uint64_t lane_token = 0;
+    bool stopped_early = false;  // poll(true) left an answer in the buffer
   };
   enum class PlaceStep { kDone, kDrained, kBudget, kFailed };
 
@@ -351,6 +358,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   bool placing_direct_ = false;
   bool placing_lost_ = false;
   bool direct_declined_ = false;
+  bool stop_before_answers_ = false;  // under rx_mutex_: set by poll(true) for its read
   FrameHeader placing_header_{};
   DirectTarget placing_target_{};
   uint8_t* placing_dest_ = nullptr;

@@ -187,7 +187,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     // then spins on.
     size_t delivered = 0;
     if (pollable_.size() == 1 && !pollable_[0]->receives_on_lane()) {
-      delivered = pollable_[0]->poll();
+      delivered = pollable_[0]->poll(true);  // read again at the next poll in any case
     } else {
       epoll_event ready[kPollEvents];
       const int n = ::epoll_wait(poll_epoll_fd_, ready, kPollEvents, 0);
