@@ -763,6 +763,24 @@ TEST(TcpTransport, LargePayloadsSplitOverTheBulkLaneArriveWholeAndInOrder) {
   EXPECT_TRUE(b.sink.downs().empty());
 }
 
+// A program thread busy-polling a transport (Transport::progress) until stop().
+class BusyPoller {
+ public:
+  explicit BusyPoller(Transport& t)
+      : thread_([this, &t] {
+          while (polling_.load()) t.progress();
+        }) {}
+  ~BusyPoller() { stop(); }
+  void stop() {
+    polling_.store(false);
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> polling_{true};
+  std::thread thread_;
+};
+
 // While a program busy-polls, the io thread naps and leaves what waits behind a full socket to
 // the program's polls. Once the program stops polling (and never arms a CQ), the io thread
 // must take those bytes back at the end of its nap: every frame still arrives.
@@ -775,10 +793,7 @@ TEST(TcpTransport, FramesLeftToABusyPollerGoOutOnceItStopsPolling) {
   auto back = b.transport->connect(a.transport->local_gid());
   ASSERT_NE(back, nullptr);
 
-  std::atomic<bool> polling{true};
-  std::thread poller([&] {
-    while (polling.load()) a.transport->progress();
-  });
+  BusyPoller poller(*a.transport);
   // Traffic to a while its program polls: its io thread, woken by the arrivals, sees the
   // polls and naps.
   for (uint32_t i = 0; i < 20; ++i) {
@@ -796,8 +811,7 @@ TEST(TcpTransport, FramesLeftToABusyPollerGoOutOnceItStopsPolling) {
         link->send(header_of(FrameOp::kWrite, i, static_cast<uint32_t>(payload.size())), &one, 1));
   }
   std::this_thread::sleep_for(20ms);
-  polling.store(false);
-  poller.join();
+  poller.stop();
 
   ASSERT_TRUE(b.sink.wait_frames(kFrames, 20s))
       << "frames left queued once the polling program stopped";
@@ -825,17 +839,13 @@ TEST(TcpTransport, AnAnswerLeftBehindByAPollIsDeliveredWhenThePollingStops) {
   for (uint32_t k = 0; k < kPairs; ++k) {
     const size_t before = a.sink.frames().size();
     // Poll (so that a's io thread naps) until the request is in, then stop at once.
-    std::atomic<bool> request_in{false};
-    std::thread poller([&] {
-      while (!request_in.load()) a.transport->progress();
-    });
+    BusyPoller poller(*a.transport);
     std::vector<uint8_t> body = bytes(8, static_cast<uint8_t>(k));
     iovec one{body.data(), body.size()};
     ASSERT_TRUE(to_a->send(header_of(FrameOp::kSend, 2 * k, 8), &one, 1));
     ASSERT_TRUE(to_a->send(header_of(FrameOp::kAck, 2 * k + 1, 0), nullptr, 0));
     const bool got_request = a.sink.wait_frames(before + 1, 5s);
-    request_in.store(true);
-    poller.join();
+    poller.stop();
     ASSERT_TRUE(got_request);
     ASSERT_TRUE(a.sink.wait_frames(before + 2, 2s)) << "pair " << k << ": the answer was left";
   }
