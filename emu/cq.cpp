@@ -5,6 +5,7 @@
 #include "emu/comp_channel.h"
 #include "emu/context.h"
 #include "emu/node.h"
+#include "emu/poll_demand.h"
 #include "emu/srq.h"
 
 namespace emu {
@@ -37,6 +38,7 @@ int Cq::poll(int n, ibv_wc* out) {
   // CQ after each round: a completion the first round produced is returned at once, not after
   // a further round over every link.
   Node& node = context_.node();
+  PollDemandScope demand(this, n);
   for (int round = 0; round < Node::kMaxProgressRounds; ++round) {
     const bool more = node.progress_round();
     std::lock_guard lock(poll_lock_);
@@ -75,6 +77,7 @@ bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
     if (srq != nullptr) srq->on_dropped();
     return false;
   }
+  note_completion(this);
   if (channel_ == nullptr) return true;
   // Store (the completion published) then read armed_: a plain load could be satisfied before
   // the store is visible, while the program arms the CQ and polls it empty; both would then

@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "emu/poll_demand.h"
 #include "emu/transport.h"
 #include "transports/auto/auto_transport.h"
 #include "transports/shm/shm_gid.h"
@@ -1107,6 +1108,20 @@ std::vector<uint8_t> frame_body(uint32_t payload_bytes, uint32_t iov_count,
   return body;
 }
 
+// A ShortFrame body whose header says `length` payload bytes, followed by `after`.
+std::vector<uint8_t> short_body(uint32_t length, const std::vector<uint8_t>& after = {}) {
+  shm::ShortFrame sf{};
+  sf.op = FrameOp::kSend;
+  sf.src_qpn = 0x51;
+  sf.dst_qpn = 0x52;
+  sf.psn = 9;
+  sf.length = length;
+  std::vector<uint8_t> body(sizeof sf + after.size());
+  std::memcpy(body.data(), &sf, sizeof sf);
+  std::copy(after.begin(), after.end(), body.begin() + sizeof sf);
+  return body;
+}
+
 std::vector<uint8_t> iov_bytes(const std::vector<RemoteIov>& pieces) {
   std::vector<uint8_t> out(pieces.size() * sizeof(RemoteIov));
   std::memcpy(out.data(), pieces.data(), out.size());
@@ -1171,6 +1186,22 @@ const HostileCase kHostileCases[] = {
      [](RawDialer& d) {
        const uint32_t n = shm::kInlineMax + 8;
        put(d, shm::kFrameInline, frame_body(n, 0, std::vector<uint8_t>(n)));
+     }},
+    {"ShortFrameCutShort",
+     [](RawDialer& d) {
+       put(d, shm::kFrameShort, {1, 2, 3, 4});
+     }},
+    {"ShortFramePayloadOverrunsItsRecord",
+     [](RawDialer& d) { put(d, shm::kFrameShort, short_body(1000, std::vector<uint8_t>(16))); }},
+    {"ShortFramePayloadBeyondTheInlineLimit",
+     [](RawDialer& d) {
+       const uint32_t n = shm::kInlineMax + 8;
+       put(d, shm::kFrameShort, short_body(n, std::vector<uint8_t>(n)));
+     }},
+    {"ShortFrameInsideAStagedFrame",
+     [](RawDialer& d) {
+       put(d, shm::kFrameStaged, frame_body(100, 0));
+       put(d, shm::kFrameShort, short_body(4, {1, 2, 3, 4}));
      }},
     {"RemoteWithoutPieces", [](RawDialer& d) { put(d, shm::kFrameRemote, frame_body(0, 0)); }},
     {"RemoteWithTooManyPieces",
@@ -1245,13 +1276,14 @@ TEST_F(ShmVictimTest, HandMadePeerWellFormedRecordsAreDelivered) {
   std::vector<uint8_t> first = chunk(5, 5), second = chunk(7, 7);
   put(*dialer, shm::kChunk, first);
   put(*dialer, shm::kChunk, second);
+  put(*dialer, shm::kFrameShort, short_body(3, {5, 6, 7}));
   dialer->ring_victim();
-  ASSERT_TRUE(victim.sink.wait_frames_from(peer, 3, kDeliveryLimit));
+  ASSERT_TRUE(victim.sink.wait_frames_from(peer, 4, kDeliveryLimit));
   std::vector<Received> from_peer;
   for (Received& r : victim.sink.frames()) {
     if (r.from == peer) from_peer.push_back(r);
   }
-  ASSERT_EQ(from_peer.size(), 3u);
+  ASSERT_EQ(from_peer.size(), 4u);
   EXPECT_EQ(from_peer[0].payload, (std::vector<uint8_t>{9, 8, 7, 6}));
   std::vector<uint8_t> gathered;
   for (int i = 0; i < 40; ++i) {
@@ -1259,6 +1291,8 @@ TEST_F(ShmVictimTest, HandMadePeerWellFormedRecordsAreDelivered) {
   }
   EXPECT_EQ(from_peer[1].payload, gathered);
   EXPECT_EQ(from_peer[2].payload, std::vector<uint8_t>(12, 0x77));
+  EXPECT_EQ(from_peer[3].payload, (std::vector<uint8_t>{5, 6, 7}));
+  EXPECT_EQ(from_peer[3].header.psn, 9u);
   EXPECT_EQ(victim.sink.downs_of(peer), 0u);
 }
 
@@ -1435,6 +1469,81 @@ TEST(ShmDropConnections, TransportEndingInOrderSaysGoodbye) {
   }
   ASSERT_TRUE(a.sink.wait_downs_of(b_gid, 1, kDeliveryLimit));
   EXPECT_EQ(a.sink.farewells_of(b_gid), 1u);
+}
+
+// Small frames travel in the shorter record (ShortFrame) when the fields it leaves out are zero,
+// in the full one otherwise: either way every header field and payload byte arrives as sent.
+TEST(ShmFrames, EveryHeaderFieldArrivesWhicheverRecordCarriesTheFrame) {
+  ShmEndpoint a, b;
+  ASSERT_TRUE(a.transport && b.transport);
+  auto link = a.transport->connect(b.gid());
+  ASSERT_NE(link, nullptr);
+  auto base = [](FrameOp op, uint32_t psn) {
+    FrameHeader h{};
+    h.op = op;
+    h.src_qpn = 0x123456;
+    h.dst_qpn = 0x654321;
+    h.psn = psn;
+    return h;
+  };
+  std::vector<FrameHeader> sent;
+  FrameHeader send_imm = base(FrameOp::kSend, 1);  // short: flags, imm and length only
+  send_imm.flags = emu::kFrameImm | emu::kFrameSolicited;
+  send_imm.imm = 0xdeadbeef;
+  send_imm.length = 8;
+  sent.push_back(send_imm);
+  FrameHeader rnr = base(FrameOp::kNak, 2);  // short, no payload
+  rnr.nak = emu::NakCode::kReceiverNotReady;
+  rnr.rnr_timer = 14;
+  sent.push_back(rnr);
+  FrameHeader write = base(FrameOp::kWrite, 3);  // full: a remote address and key
+  write.rkey = 0xabcd;
+  write.remote_addr = 0x7f0000001000;
+  write.length = 8;
+  sent.push_back(write);
+  FrameHeader atomic = base(FrameOp::kAtomicRequest, 4);  // full: operands
+  atomic.flags = emu::kFrameFetchAdd;
+  atomic.rkey = 7;
+  atomic.remote_addr = 0x1000;
+  atomic.compare_add = 0x1111222233334444;
+  atomic.swap = 0x5555666677778888;
+  atomic.length = 8;
+  sent.push_back(atomic);
+  FrameHeader ud = base(FrameOp::kSend, 5);  // full: a Q_Key
+  ud.flags = emu::kFrameDatagram;
+  ud.qkey = 0x11111111;
+  ud.length = 8;
+  sent.push_back(ud);
+
+  std::vector<uint8_t> bytes = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (const FrameHeader& h : sent) {
+    iovec iov{bytes.data(), h.op == FrameOp::kAtomicRequest || h.length == 0 ? 0 : bytes.size()};
+    ASSERT_TRUE(link->send(h, &iov, iov.iov_len == 0 ? 0 : 1));
+  }
+  ASSERT_TRUE(b.sink.wait_frames_from(a.gid(), sent.size(), kDeliveryLimit));
+  const std::vector<Received> got = b.sink.frames();
+  ASSERT_EQ(got.size(), sent.size());
+  for (size_t i = 0; i < sent.size(); ++i) {
+    SCOPED_TRACE("frame " + std::to_string(i));
+    const FrameHeader& want = sent[i];
+    const FrameHeader& h = got[i].header;
+    EXPECT_EQ(h.op, want.op);
+    EXPECT_EQ(h.flags, want.flags);
+    EXPECT_EQ(h.nak, want.nak);
+    EXPECT_EQ(h.rnr_timer, want.rnr_timer);
+    EXPECT_EQ(h.src_qpn, want.src_qpn);
+    EXPECT_EQ(h.dst_qpn, want.dst_qpn);
+    EXPECT_EQ(h.psn, want.psn);
+    EXPECT_EQ(h.imm, want.imm);
+    EXPECT_EQ(h.length, want.length);
+    EXPECT_EQ(h.rkey, want.rkey);
+    EXPECT_EQ(h.qkey, want.qkey);
+    EXPECT_EQ(h.remote_addr, want.remote_addr);
+    EXPECT_EQ(h.compare_add, want.compare_add);
+    EXPECT_EQ(h.swap, want.swap);
+    const bool carries = want.op != FrameOp::kAtomicRequest && want.length != 0;
+    EXPECT_EQ(got[i].payload, carries ? bytes : std::vector<uint8_t>{});
+  }
 }
 
 TEST(ShmDropConnections, BothSidesSeeTheLinkDownOnceAndReconnectingDelivers) {
@@ -1639,6 +1748,72 @@ TEST(ShmDeferredAcks, APollThatDeliveredARequestLeavesTheAnswersBehindItForTheNe
     EXPECT_EQ(b.sink.frames()[before + 1].header.op, FrameOp::kAck);
   }
   EXPECT_GT(decided, 0) << "this thread never delivered the request itself";
+}
+
+// Counts each SEND it is given as a completion for the CQ `cq` (nullptr: none), as the
+// engine's responder does for the CQ of the receive it consumes; remembers which thread
+// delivered what.
+class CompletingSink : public RecordingSink {
+ public:
+  void on_frame(Link& from, const FrameHeader& h, emu::PayloadSource& payload) override {
+    {
+      std::lock_guard lock(threads_mutex_);
+      delivered_by_.push_back(std::this_thread::get_id());
+    }
+    RecordingSink::on_frame(from, h, payload);
+    if (h.op == FrameOp::kSend && cq != nullptr) emu::note_completion(cq);
+  }
+  // Whether this thread delivered frames [first, first + n).
+  bool delivered_here(size_t first, size_t n) {
+    std::lock_guard lock(threads_mutex_);
+    for (size_t i = first; i < first + n; ++i) {
+      if (delivered_by_.at(i) != std::this_thread::get_id()) return false;
+    }
+    return true;
+  }
+  std::atomic<const void*> cq{nullptr};
+
+ private:
+  std::mutex threads_mutex_;
+  std::vector<std::thread::id> delivered_by_;
+};
+
+// A program's poll that has the completions it asked for returns without reading further (the
+// next record is most often another cache line from the peer); the next poll reads on. A poll
+// that wants more keeps reading.
+TEST(ShmPollDemand, APollStopsReadingOnceItHasTheCompletionsItAskedFor) {
+  ShmEndpoint a;
+  ShmEndpointWith<CompletingSink> b;
+  ASSERT_TRUE(a.transport && b.transport);
+  auto link = a.transport->connect(b.gid());
+  ASSERT_NE(link, nullptr);
+  const int polled_cq = 0;  // stands for the program's CQ: only its address is compared
+  b.sink.cq = &polled_cq;
+  // b's transport thread stands aside while the program polls; it may still win a race now and
+  // then, so each case is tried until this thread delivered the frames it looks at.
+  for (const size_t wanted : {1, 3}) {
+    SCOPED_TRACE("the poll wants " + std::to_string(wanted));
+    int decided = 0;
+    for (uint32_t round = 0; round < 200 && decided < 5; ++round) {
+      for (int i = 0; i < 200; ++i) b.transport->progress();  // a busy poller
+      const size_t before = b.sink.frame_count();
+      for (uint32_t psn = 1; psn <= 3; ++psn) ASSERT_TRUE(send_frame(*link, 3 * round + psn));
+      // All three are in the ring before this thread polls.
+      size_t first_call = 0;
+      const auto deadline = Clock::now() + kDeliveryLimit;
+      while (first_call == 0 && b.sink.frame_count() < before + 3) {
+        ASSERT_LT(Clock::now(), deadline);
+        emu::PollDemandScope demand(&polled_cq, static_cast<int>(wanted));
+        first_call = b.transport->progress();
+      }
+      ASSERT_TRUE(poll_until_delivered(*b.transport, b.sink, before + 3));
+      if (!b.sink.delivered_here(before, wanted)) continue;
+      ++decided;
+      EXPECT_EQ(first_call, wanted);
+    }
+    EXPECT_GT(decided, 0) << "this thread never delivered the frames itself";
+  }
+  b.sink.cq = nullptr;
 }
 
 }  // namespace

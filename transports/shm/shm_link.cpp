@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <mutex>
 
+#include "emu/poll_demand.h"
 #include "transports/shm/shm_payload.h"
 
 namespace emu::shm {
@@ -218,6 +219,16 @@ ShmLink::Emit ShmLink::emit(const FrameHeader& h, const iovec* iov, size_t iovcn
 }
 
 bool ShmLink::write_inline(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total) {
+  if (fits_short_frame(h, total)) {
+    uint8_t* p = producer_.reserve(record_size(sizeof(RecordHead) + sizeof(ShortFrame) + total));
+    if (p == nullptr) return false;
+    const ShortFrame sf{h.op,      h.flags, h.nak, h.rnr_timer, h.src_qpn,
+                        h.dst_qpn, h.psn,   h.imm, h.length};
+    std::memcpy(p, &sf, sizeof sf);
+    gather(iov, iovcnt, 0, p + sizeof sf, total);
+    producer_.commit(kFrameShort);
+    return true;
+  }
   uint8_t* p = producer_.reserve(record_size(sizeof(RecordHead) + sizeof(FrameRecord) + total));
   if (p == nullptr) return false;
   const FrameRecord fr{h, static_cast<uint32_t>(total), 0};
@@ -353,8 +364,9 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
       break;
     }
     const uint8_t* body = rec + sizeof(RecordHead);
-    const bool frame =
-        head.kind == kFrameInline && size >= sizeof(RecordHead) + sizeof(FrameRecord);
+    // Both frame layouts start with the operation.
+    const bool frame = (head.kind == kFrameInline || head.kind == kFrameShort) &&
+                       size >= sizeof(RecordHead) + sizeof(ShortFrame);
     const FrameOp op = frame ? static_cast<FrameOp>(body[0]) : FrameOp::kSend;
     // Asked only then: a poll that finds nothing pays no call.
     if (delivered_request && frame && is_answer(op) && owner_.defers_acks()) break;
@@ -362,6 +374,9 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
     delivered_request |= frame && is_request(op);
     wake_peer |= consumer_.pop(size);
     ++records;
+    // The program has the completion it polls for: it gets it without this thread reading
+    // the next record first (another cache line from the peer, most often).
+    if (frame && is_request(op) && program_poll_satisfied()) break;
   }
   wake_peer |= consumer_.release();
   // Under the drain lock: release() takes it before it closes the descriptor.
@@ -374,6 +389,7 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
 bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why) {
   FrameSink* sink = owner_.sink();
   if (kind == kChunk) return deliver_staged_chunk(body, body_bytes, why);
+  if (kind == kFrameShort) return deliver_short(body, body_bytes, why);
   if (kind != kFrameInline && kind != kFrameRemote && kind != kFrameStaged) {
     *why = "unknown record kind " + std::to_string(kind);
     return false;
@@ -437,6 +453,32 @@ bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, s
   staged_filled_ = 0;
   staging_ = true;
   if (fr.payload_bytes == 0) return deliver_staged_chunk(nullptr, 0, why);
+  return true;
+}
+
+bool ShmLink::deliver_short(const uint8_t* body, uint32_t body_bytes, std::string* why) {
+  if (body_bytes < sizeof(ShortFrame) || staging_) {
+    *why = staging_ ? "a frame inside a chunked frame" : "short frame record too small";
+    return false;
+  }
+  ShortFrame sf;
+  std::memcpy(&sf, body, sizeof sf);
+  if (sf.length > kInlineMax || sf.length > body_bytes - sizeof(ShortFrame)) {
+    *why = "short frame payload of " + std::to_string(sf.length) + " bytes overruns its record";
+    return false;
+  }
+  FrameHeader h{};
+  h.op = sf.op;
+  h.flags = sf.flags;
+  h.nak = sf.nak;
+  h.rnr_timer = sf.rnr_timer;
+  h.src_qpn = sf.src_qpn;
+  h.dst_qpn = sf.dst_qpn;
+  h.psn = sf.psn;
+  h.imm = sf.imm;
+  h.length = sf.length;
+  BytesPayload payload(body + sizeof(ShortFrame), sf.length);
+  if (FrameSink* sink = owner_.sink()) sink->on_frame(*this, h, payload);
   return true;
 }
 

@@ -160,6 +160,7 @@ class ShmLink : public Link {
   void ring_peer_doorbell();
 
   bool deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why);
+  bool deliver_short(const uint8_t* body, uint32_t body_bytes, std::string* why);
   bool deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std::string* why);
 
   LinkOwner& owner_;

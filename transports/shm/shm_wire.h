@@ -11,7 +11,7 @@
 
 namespace emu::shm {
 
-inline constexpr uint32_t kProtocolVersion = 2;
+inline constexpr uint32_t kProtocolVersion = 3;
 
 // The one byte ever sent on a link's Unix socket after the handshake: "this end closes in
 // order" (ShmLink::say_goodbye). End of file without it means the peer died.
@@ -22,6 +22,7 @@ enum RecordKind : uint32_t {
   kFrameRemote = 2,  // FrameRecord, then iov_count RemoteIov: the payload in the sender's memory
   kFrameStaged = 3,  // FrameRecord; payload_bytes follow in kChunk records
   kChunk = 4,        // bytes of the staged frame in progress
+  kFrameShort = 5,   // ShortFrame, then `length` bytes of payload
 };
 
 struct FrameRecord {
@@ -29,6 +30,29 @@ struct FrameRecord {
   uint32_t payload_bytes;
   uint32_t iov_count;  // kFrameRemote only
 };
+
+// The common small frame (SEND, ACK, NAK, READ response: no remote address, key or atomic
+// operand) without the FrameHeader fields it leaves zero, so that an 8-byte SEND record (40
+// bytes) fits one cache line where the full record (80) spans two: each line is a transfer
+// between the two cores. Its payload is `length` bytes, as the FrameHeader says.
+struct ShortFrame {
+  FrameOp op;
+  uint8_t flags;
+  NakCode nak;
+  uint8_t rnr_timer;
+  uint32_t src_qpn;
+  uint32_t dst_qpn;
+  uint32_t psn;
+  uint32_t imm;
+  uint32_t length;
+};
+static_assert(sizeof(ShortFrame) == 24);
+
+// Whether a frame with `payload_bytes` of payload travels as a ShortFrame.
+inline bool fits_short_frame(const FrameHeader& h, uint64_t payload_bytes) {
+  return h.rkey == 0 && h.qkey == 0 && h.remote_addr == 0 && h.compare_add == 0 && h.swap == 0 &&
+         h.length == payload_bytes;
+}
 
 // A piece of payload in the sending process's address space. The receiver copies it with
 // process_vm_readv straight into its destination: one copy, as RDMA hardware does.
