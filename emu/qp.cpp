@@ -364,6 +364,7 @@ void Qp::reset_locked() {
   ++timer_token_;
   disarm_ack_timer_locked();
   link_.reset();
+  same_peer_link_id_ = 0;
   next_psn_ = 0;
   expected_psn_ = 0;
   for (AtomicResult& r : atomic_results_) r = AtomicResult{};

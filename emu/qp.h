@@ -138,8 +138,9 @@ class Qp : public ApiHandle {
 
   SpinLock lock_;
   std::atomic<ibv_qp_state> state_{IBV_QPS_RESET};
-  ibv_qp_attr attr_{};          // the attributes as last modified, for query
-  std::shared_ptr<Link> link_;  // RC/UC: the peer node, set at RTR
+  ibv_qp_attr attr_{};              // the attributes as last modified, for query
+  std::shared_ptr<Link> link_;      // RC/UC: the peer node, set at RTR
+  uint64_t same_peer_link_id_ = 0;  // a link checked to reach link_'s peer (answer_path_locked)
 
   // Send queue: a circular array under lock_. head_ = oldest not completed, next_ = next to
   // transmit, tail_ = next free slot (all monotonic; slot = index & sq_mask_).

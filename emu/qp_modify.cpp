@@ -100,7 +100,10 @@ void Qp::apply_modify_locked(const ibv_qp_attr& a, int mask, ibv_qp_state next,
   if (mask & IBV_QP_QKEY) attr_.qkey = a.qkey;
   if (mask & IBV_QP_AV) {
     attr_.ah_attr = a.ah_attr;
-    if (link) link_ = std::move(link);
+    if (link) {
+      link_ = std::move(link);
+      same_peer_link_id_ = 0;
+    }
   }
   if (mask & IBV_QP_PATH_MTU) attr_.path_mtu = a.path_mtu;
   if (mask & IBV_QP_TIMEOUT) attr_.timeout = a.timeout;

@@ -64,8 +64,13 @@ void Qp::responder_error_locked(ibv_event_type event) {
 Link& Qp::answer_path_locked(Link& arrived_on) {
   Link* own = link_.get();
   if (own == nullptr || own == &arrived_on) return arrived_on;
+  if (!own->up()) return arrived_on;
+  // Two nodes that attach to each other at once hold two links, and every request then
+  // arrives on the other one: the peers are compared once per link, not per frame.
+  if (arrived_on.id() == same_peer_link_id_) return *own;
   // A frame from another node (a stray with the peer's QPN) is answered where it came from.
-  if (!own->up() || !(own->peer() == arrived_on.peer())) return arrived_on;
+  if (!(own->peer() == arrived_on.peer())) return arrived_on;
+  same_peer_link_id_ = arrived_on.id();
   return *own;
 }
 

@@ -35,6 +35,14 @@ void walk(const ibv_sge* sge, uint32_t n, uint64_t offset, uint64_t len, Copy&& 
 
 ScatterResult scatter(const MrTable& mrs, Pd* pd, const ibv_sge* sge, uint32_t n, uint32_t offset,
                       PayloadSource& payload, uint64_t len) {
+  if (n == 1 && offset == 0) {  // most receives: one SGE, no GRH before the payload
+    if (!mrs.check(sge[0].lkey, pd, sge[0].addr, sge[0].length, IBV_ACCESS_LOCAL_WRITE)) {
+      return len == 0 ? ScatterResult::kOk : ScatterResult::kProtection;
+    }
+    if (len > sge[0].length) return ScatterResult::kTooLong;
+    if (len != 0) payload.read(reinterpret_cast<void*>(sge[0].addr), len);
+    return ScatterResult::kOk;
+  }
   ScatterResult r = check(mrs, pd, sge, n, offset + len);
   if (r != ScatterResult::kOk) return r;
   walk(sge, n, offset, len, [&](void* dst, uint64_t chunk) { payload.read(dst, chunk); });

@@ -130,7 +130,11 @@ class FrameSink {
 // One direction-agnostic connection to a peer node. Thread-safe.
 class Link {
  public:
+  Link();
   virtual ~Link() = default;
+  // Unique among the links of the process, never reused: what a QP remembers of a link it has
+  // checked, without the risk of a new link at a freed one's address.
+  uint64_t id() const { return id_; }
   // Queues a frame. The payload memory must stay valid until the peer's response to this
   // frame arrives or the link goes down (after a retransmission, until quiesce()); except for
   // a datagram (kFrameDatagram: UC, UD), whose sender completes its WR as soon as send()
@@ -143,6 +147,9 @@ class Link {
   // Whether the peer ended the link in order: its transport said goodbye (at its teardown,
   // when its program ended) before closing. Meaningful once the link is down.
   virtual bool farewell() const { return false; }
+
+ private:
+  const uint64_t id_;
 };
 
 class Transport {

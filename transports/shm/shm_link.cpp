@@ -120,14 +120,14 @@ bool ShmLink::socket_ended(short revents) {
 }
 
 bool ShmLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
-  // Once down, frames are lost as on a cut wire: the QPs learn it from on_link_down.
-  if (!up()) return true;
   uint64_t total = 0;
   for (size_t i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
   if (total > kMaxPayload) return true;  // the engine never builds such a frame
   const bool deferrable = header.op == FrameOp::kAck && total == 0 && owner_.defers_acks();
   std::lock_guard lock(send_lock_);
-  if (!up()) return true;  // the link may have been released meanwhile
+  // Once down, frames are lost as on a cut wire: the QPs learn it from on_link_down. Looked at
+  // under the lock: the link may have been released meanwhile.
+  if (!up()) return true;
   if (deferrable && deferred_count_ < kMaxDeferredAcks) {
     if (deferred_count_ == 0) {
       deferred_at_poll_ = owner_.program_polls();
@@ -158,7 +158,7 @@ bool ShmLink::send_locked(const FrameHeader& header, const iovec* iov, size_t io
     hold(header, iov, iovcnt, total, nullptr);
     return true;
   }
-  Outgoing progress;
+  Progress progress;
   if (emit(header, iov, iovcnt, total, &progress) == Emit::kBlocked) {
     // A request not yet begun can be refused (the engine retries it from progress); an
     // answer, or a chunked frame already begun, is held and flushed as room appears.
@@ -190,7 +190,7 @@ void ShmLink::flush_deferred(uint32_t polls_now, bool always) {
 }
 
 ShmLink::Emit ShmLink::emit(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
-                            Outgoing* progress) {
+                            Progress* progress) {
   if (!progress->started) {
     if (total <= kInlineMax)
       return write_inline(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
@@ -263,13 +263,13 @@ bool ShmLink::write_frame_record(uint32_t kind, const FrameHeader& h, uint64_t t
 }
 
 void ShmLink::hold(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
-                   const Outgoing* progress) {
+                   const Progress* progress) {
   Outgoing o;
   o.header = h;
   o.total = total;
   if (progress != nullptr) {
-    o.sent = progress->sent;
-    o.started = progress->started;
+    o.progress.sent = progress->sent;
+    o.progress.started = progress->started;
   }
   if (total <= kInlineMax || (h.flags & kFrameDatagram) != 0) {
     // Small payloads may live in the send queue (inline data), and a datagram's sender has
@@ -290,10 +290,10 @@ bool ShmLink::flush_locked() {
     iovec one{o.bytes.data(), o.bytes.size()};
     const iovec* iov = o.bytes.empty() ? o.iov.data() : &one;
     const size_t n = o.bytes.empty() ? o.iov.size() : 1;
-    const uint64_t sent_before = o.sent;
-    const bool started_before = o.started;
-    const Emit e = emit(o.header, iov, n, o.total, &o);
-    wrote |= o.sent != sent_before || o.started != started_before;
+    const uint64_t sent_before = o.progress.sent;
+    const bool started_before = o.progress.started;
+    const Emit e = emit(o.header, iov, n, o.total, &o.progress);
+    wrote |= o.progress.sent != sent_before || o.progress.started != started_before;
     if (e == Emit::kBlocked) {
       if (producer_.wait_for_room(kLargestRecord)) continue;  // room appeared meanwhile
       break;
@@ -312,7 +312,7 @@ void ShmLink::copy_backlog_payloads() {
     o.bytes.resize(o.total);
     gather(o.iov.data(), o.iov.size(), 0, o.bytes.data(), o.total);
     o.iov.clear();
-    o.own_copy = true;
+    o.progress.own_copy = true;
   }
 }
 

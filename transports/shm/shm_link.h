@@ -133,16 +133,19 @@ class ShmLink : public Link {
   bool mark_down();
 
  private:
-  // A frame on its way out: the caller's iovecs, or (in the backlog) copies of them, and how
-  // far a chunked payload got.
-  struct Outgoing {
-    FrameHeader header{};
-    std::vector<uint8_t> bytes;  // backlog only: the payload, when small enough to copy
-    std::vector<iovec> iov;      // backlog only: the caller's iovecs otherwise
-    uint64_t total = 0;
+  // How far a frame on its way out got.
+  struct Progress {
     uint64_t sent = 0;      // payload bytes written so far (chunked)
     bool started = false;   // chunked: the frame record is written
-    bool own_copy = false;  // bytes is a large payload copied out of the caller's memory
+    bool own_copy = false;  // the payload is the backlog's copy of a large one
+  };
+  // A frame held in the backlog: copies of the caller's bytes or iovecs, and its progress.
+  struct Outgoing {
+    FrameHeader header{};
+    std::vector<uint8_t> bytes;  // the payload, when small enough to copy
+    std::vector<iovec> iov;      // the caller's iovecs otherwise
+    uint64_t total = 0;
+    Progress progress;
   };
   enum class Emit { kDone, kBlocked };
 
@@ -150,13 +153,13 @@ class ShmLink : public Link {
   bool send_locked(const FrameHeader& header, const iovec* iov, size_t iovcnt, uint64_t total);
   void write_deferred_locked();
   Emit emit(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
-            Outgoing* progress);
+            Progress* progress);
   bool write_inline(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
   bool write_remote(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
   bool write_frame_record(uint32_t kind, const FrameHeader& h, uint64_t total);
   bool flush_locked();
   void hold(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
-            const Outgoing* progress);
+            const Progress* progress);
   void ring_peer_doorbell();
 
   bool deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why);
