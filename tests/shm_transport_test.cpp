@@ -41,6 +41,7 @@
 #include "transports/auto/auto_transport.h"
 #include "transports/shm/shm_gid.h"
 #include "transports/shm/shm_handshake.h"
+#include "transports/shm/shm_link.h"
 #include "transports/shm/shm_payload.h"
 #include "transports/shm/shm_ring.h"
 #include "transports/shm/shm_segment.h"
@@ -1814,6 +1815,53 @@ TEST(ShmPollDemand, APollStopsReadingOnceItHasTheCompletionsItAskedFor) {
     EXPECT_GT(decided, 0) << "this thread never delivered the frames itself";
   }
   b.sink.cq = nullptr;
+}
+
+// A link that delivered nothing in its last drains is looked at on one program poll in
+// kColdPollPeriod only (two processes attached to each other at once hold two links, one of them
+// idle for each); a frame on it still arrives within that many polls, after which the link is
+// looked at on every poll again.
+TEST(ShmColdLinks, AFrameOnAColdLinkArrivesWithinItsPollPeriod) {
+  ShmEndpoint a;
+  ShmEndpointWith<CompletingSink> b;
+  ASSERT_TRUE(a.transport && b.transport);
+  auto link = a.transport->connect(b.gid());
+  ASSERT_NE(link, nullptr);
+  constexpr size_t kPeriod = emu::shm::ShmLink::kColdPollPeriod;
+  int decided = 0;
+  size_t longest_wait = 0;
+  uint32_t psn = 1;
+  // b's transport thread stands aside while the program polls; a round it delivers is not
+  // counted.
+  for (uint32_t round = 0; round < 200 && decided < 8; ++round) {
+    // Idle long enough to go cold, a different number of polls each round so that the frame
+    // finds the link at a different point of its period.
+    for (uint32_t i = 0; i < emu::shm::ShmLink::kColdAfterEmptyDrains + round; ++i) {
+      b.transport->progress();
+    }
+    const size_t before = b.sink.frame_count();
+    ASSERT_TRUE(send_frame(*link, psn++));
+    size_t polls = 0;
+    const auto deadline = Clock::now() + kDeliveryLimit;
+    while (b.sink.frame_count() < before + 1) {
+      ASSERT_LT(Clock::now(), deadline) << "a frame on a cold link was never delivered";
+      ++polls;
+      b.transport->progress();
+    }
+    if (!b.sink.delivered_here(before, 1)) continue;
+    ++decided;
+    EXPECT_LE(polls, kPeriod) << "round " << round;
+    longest_wait = std::max(longest_wait, polls);
+    // Hot again: the next frame goes out with the very next poll.
+    ASSERT_TRUE(send_frame(*link, psn++));
+    const size_t next = b.transport->progress();
+    if (b.sink.frame_count() == before + 2 && b.sink.delivered_here(before + 1, 1)) {
+      EXPECT_EQ(next, 1u);
+    }
+    ASSERT_TRUE(poll_until_delivered(*b.transport, b.sink, before + 2));
+  }
+  EXPECT_GT(decided, 0) << "this thread never delivered the frames itself";
+  EXPECT_GT(longest_wait, 1u) << "no poll ever passed over the cold link";
 }
 
 }  // namespace

@@ -386,6 +386,22 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
   return records;
 }
 
+size_t ShmLink::drain_for_poll(uint32_t poll, size_t budget) {
+  const uint32_t empty = empty_drains_.load(std::memory_order_relaxed);
+  // Cold links take turns, so that their looks spread over the polls.
+  if (empty >= kColdAfterEmptyDrains &&
+      (poll + static_cast<uint32_t>(id())) % kColdPollPeriod != 0) {
+    return 0;
+  }
+  const size_t delivered = drain(budget);
+  if (delivered != 0) {
+    if (empty != 0) empty_drains_.store(0, std::memory_order_relaxed);
+  } else if (empty < kColdAfterEmptyDrains) {
+    empty_drains_.store(empty + 1, std::memory_order_relaxed);
+  }
+  return delivered;
+}
+
 bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why) {
   FrameSink* sink = owner_.sink();
   if (kind == kChunk) return deliver_staged_chunk(body, body_bytes, why);

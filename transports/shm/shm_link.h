@@ -99,6 +99,13 @@ class ShmLink : public Link {
   // Delivers up to budget incoming frames to the sink; 0 when another thread is draining
   // (*contended, when given, is then set).
   size_t drain(size_t budget, bool* contended = nullptr);
+  // drain() for a program's poll number `poll`: a cold link, one that delivered nothing in its
+  // last kColdAfterEmptyDrains drains, is looked at on one poll in kColdPollPeriod only. Two
+  // processes that attach to each other at once hold two links, and each sends on its own:
+  // every poll found one of them empty, for a locked instruction and a hundred others.
+  size_t drain_for_poll(uint32_t poll, size_t budget);
+  static constexpr uint32_t kColdAfterEmptyDrains = 64;
+  static constexpr uint32_t kColdPollPeriod = 16;
   // Writes what the backlog holds as far as the ring allows; true if anything was written.
   bool flush_backlog();
   bool has_backlog() const { return backlog_size_.load(std::memory_order_acquire) != 0; }
@@ -187,6 +194,9 @@ class ShmLink : public Link {
   uint32_t deferred_at_poll_ = 0;
   std::atomic<bool> has_deferred_{false};
 
+  // Consecutive drains that delivered nothing, up to kColdAfterEmptyDrains. Approximate when
+  // programs poll from several threads: only its order of magnitude matters.
+  std::atomic<uint32_t> empty_drains_{0};
   SpinLock drain_lock_;
   RingConsumer consumer_;
   RingControl* incoming_;

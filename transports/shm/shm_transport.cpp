@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -164,7 +165,7 @@ class ShmTransport : public Transport, public LinkOwner {
     // ACKs deferred by an earlier poll go now: the program did not send them with a post.
     if (deferred_.load(std::memory_order_relaxed)) flush_deferred(polls, false);
     t_in_program_progress = true;
-    const size_t delivered = drain_all(nullptr);
+    const size_t delivered = drain_all(nullptr, polls);
     t_in_program_progress = false;
     if (delivered != 0) {
       program_deliveries_.store(program_deliveries_.load(std::memory_order_relaxed) + 1,
@@ -373,13 +374,17 @@ class ShmTransport : public Transport, public LinkOwner {
     }
   }
 
-  size_t drain_all(bool* contended) {
+  // Every link (the receiver thread), or for a program's poll number `poll` the links worth a
+  // look now (ShmLink::drain_for_poll).
+  static constexpr uint32_t kEveryLink = UINT32_MAX;
+  size_t drain_all(bool* contended, uint32_t poll) {
     size_t delivered = 0;
     const size_t n = active_count_.load(std::memory_order_acquire);
     for (size_t i = 0; i < n; ++i) {
       ShmLink* link = active_[i].load(std::memory_order_acquire);
       if (!link->up()) continue;
-      delivered += link->drain(kDrainBudget, contended);
+      delivered += poll == kEveryLink ? link->drain(kDrainBudget, contended)
+                                      : link->drain_for_poll(poll, kDrainBudget);
       if (link->has_backlog()) link->flush_backlog();
     }
     return delivered;
@@ -410,7 +415,7 @@ class ShmTransport : public Transport, public LinkOwner {
       bool contended = false;
       // ACKs a program's poll deferred and did not send since: sent within one round (a nap).
       flush_held();
-      const size_t delivered = drain_all(&contended);
+      const size_t delivered = drain_all(&contended, kEveryLink);
       if (!napped) {
         if (delivered > 0) {
           idle_rounds = 0;
