@@ -15,8 +15,7 @@ void AsyncEventQueue::push(const AsyncEvent& event) {
   fd_.signal();
 }
 
-bool AsyncEventQueue::get(AsyncEvent* out, void (*on_taken)(const AsyncEvent&, void*),
-                          void* arg) {
+bool AsyncEventQueue::get(AsyncEvent* out, void (*on_taken)(const AsyncEvent&, void*), void* arg) {
   // One count per pushed event (semaphore eventfd); counts of forgotten events are skipped.
   for (;;) {
     if (!fd_.consume_one()) return false;

@@ -100,17 +100,32 @@ class MpscRing {
   // Consumer: moves the oldest published element into out and removes it; false when there
   // is none (including when the oldest position is claimed but not yet published).
   bool try_pop(T& out) {
+    T* const v = front();
+    if (v == nullptr) return false;
+    out = std::move(*v);
+    pop();
+    return true;
+  }
+
+  // Consumer: the oldest published element, left in the ring (so it can be read without a
+  // copy), or nullptr when there is none. The pointer is valid until pop().
+  T* front() {
     const size_t pos = head_.load(std::memory_order_relaxed);
     Cell& c = cells_[pos & mask_];
     // The acquire pairs with the producer's release: the element is fully constructed.
-    if (c.seq.load(std::memory_order_acquire) != pos + 1) return false;
-    T* const v = c.value();
-    out = std::move(*v);
-    v->~T();
+    if (c.seq.load(std::memory_order_acquire) != pos + 1) return nullptr;
+    return c.value();
+  }
+
+  // Consumer: destroys and removes the oldest element. Precondition: front() returned
+  // non-null since the last pop().
+  void pop() {
+    const size_t pos = head_.load(std::memory_order_relaxed);
+    Cell& c = cells_[pos & mask_];
+    c.value()->~T();
     // Hands the slot to the producer of position pos + capacity.
     c.seq.store(pos + mask_ + 1, std::memory_order_release);
     head_.store(pos + 1, std::memory_order_relaxed);
-    return true;
   }
 
   // Number of claimed positions not yet consumed (this counts elements still being

@@ -258,11 +258,7 @@ int Qp::post_recv(const ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       if (bad_wr) *bad_wr = const_cast<ibv_recv_wr*>(wr);
       return EINVAL;
     }
-    RecvWqe w;
-    w.wr_id = wr->wr_id;
-    w.num_sge = static_cast<uint32_t>(wr->num_sge);
-    for (int i = 0; i < wr->num_sge; ++i) w.sge[i] = wr->sg_list[i];
-    if (!rq_->try_push(w)) {
+    if (!rq_->try_emplace(*wr)) {
       if (bad_wr) *bad_wr = const_cast<ibv_recv_wr*>(wr);
       return ENOMEM;
     }

@@ -96,7 +96,12 @@ class Qp : public ApiHandle {
   void replay_atomic_locked(Link& from, const FrameHeader& h);
   void reply_locked(Link& to, const FrameHeader& request, FrameOp op, NakCode nak,
                     const iovec* iov = nullptr, size_t iovcnt = 0, uint64_t value = 0);
-  bool take_recv_locked(RecvWqe* out);
+  // The receive an incoming message consumes: the front of the QP's own receive queue, read in
+  // place (a copy would move the whole SGE array), or an SRQ buffer copied into *srq_copy;
+  // nullptr when none is posted. pop_recv_locked() removes the QP's own once its completion is
+  // pushed, before anything may flush the queue (to_error_locked).
+  const RecvWqe* next_recv_locked(RecvWqe* srq_copy);
+  void pop_recv_locked();
   bool scatter_locked(const RecvWqe& wqe, uint32_t offset, PayloadSource& payload, size_t len,
                       ibv_wc_status* status);
   void responder_error_locked(ibv_event_type event);

@@ -50,9 +50,13 @@ void Qp::reply_locked(Link& to, const FrameHeader& request, FrameOp op, NakCode 
   to.send(r, iov, iovcnt);
 }
 
-bool Qp::take_recv_locked(RecvWqe* out) {
-  if (srq_ != nullptr) return srq_->take(out);
-  return rq_->try_pop(*out);
+const RecvWqe* Qp::next_recv_locked(RecvWqe* srq_copy) {
+  if (srq_ != nullptr) return srq_->take(srq_copy) ? srq_copy : nullptr;
+  return rq_->front();
+}
+
+void Qp::pop_recv_locked() {
+  if (srq_ == nullptr) rq_->pop();
 }
 
 void Qp::responder_error_locked(ibv_event_type event) {
@@ -153,8 +157,9 @@ void Qp::respond_locked(Link& arrived_on, const FrameHeader& h, PayloadSource& p
 void Qp::respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& payload) {
   const bool datagram = (h.flags & kFrameDatagram) != 0;
   const bool from_srq = srq_ != nullptr;
-  RecvWqe wqe;
-  if (!take_recv_locked(&wqe)) {
+  RecvWqe srq_copy;
+  const RecvWqe* wqe = next_recv_locked(&srq_copy);
+  if (wqe == nullptr) {
     if (datagram) {
       reply_locked(from, h, FrameOp::kAck, NakCode::kNone);  // UD/UC: dropped
     } else {
@@ -165,18 +170,19 @@ void Qp::respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& pa
   Pd* buffer_pd = from_srq ? srq_->pd() : pd_;
   const uint32_t grh = type_ == IBV_QPT_UD ? kGrhBytes : 0;
   const uint32_t len = static_cast<uint32_t>(payload.size());
-  ScatterResult r = scatter(node().mrs(), buffer_pd, wqe.sge, wqe.num_sge, grh, payload, len);
+  ScatterResult r = scatter(node().mrs(), buffer_pd, wqe->sge, wqe->num_sge, grh, payload, len);
   if (r == ScatterResult::kOk && grh != 0) {
     uint8_t header[kGrhBytes];
     build_grh(header, len, from.peer(), node().gid());
     BytesSource src(header, sizeof(header));
-    r = scatter(node().mrs(), buffer_pd, wqe.sge, wqe.num_sge, 0, src, sizeof(header));
+    r = scatter(node().mrs(), buffer_pd, wqe->sge, wqe->num_sge, 0, src, sizeof(header));
   }
   if (r != ScatterResult::kOk) {
     ibv_wc_status status = r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR;
-    spdlog::debug("QP {:#x}: receive wr_id {} fails with {}", qpn_, wqe.wr_id,
+    spdlog::debug("QP {:#x}: receive wr_id {} fails with {}", qpn_, wqe->wr_id,
                   wc_status_name(status));
-    complete_recv(wqe, status, IBV_WC_RECV, 0, &h, from_srq);
+    complete_recv(*wqe, status, IBV_WC_RECV, 0, &h, from_srq);
+    pop_recv_locked();  // before to_error_locked() flushes the queue
     if (datagram) {
       reply_locked(from, h, FrameOp::kAck, NakCode::kNone);
       return;
@@ -193,7 +199,8 @@ void Qp::respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& pa
   // The ACK is handed to the transport before the completion becomes visible: a program that
   // reaps the receive and exits at once must not take the requester's answer with it.
   reply_locked(from, h, FrameOp::kAck, NakCode::kNone);
-  complete_recv(wqe, IBV_WC_SUCCESS, IBV_WC_RECV, grh + len, &h, from_srq);
+  complete_recv(*wqe, IBV_WC_SUCCESS, IBV_WC_RECV, grh + len, &h, from_srq);
+  pop_recv_locked();
 }
 
 void Qp::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& payload) {
@@ -227,8 +234,9 @@ void Qp::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& p
     return;
   }
   const bool with_imm = (h.flags & kFrameImm) != 0;
-  RecvWqe wqe;
-  if (with_imm && !take_recv_locked(&wqe)) {
+  RecvWqe srq_copy;
+  const RecvWqe* wqe = with_imm ? next_recv_locked(&srq_copy) : nullptr;
+  if (with_imm && wqe == nullptr) {
     if (datagram) {
       reply_locked(from, h, FrameOp::kAck, NakCode::kNone);
     } else {
@@ -239,7 +247,10 @@ void Qp::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& p
   if (len != 0) payload.read(reinterpret_cast<void*>(h.remote_addr), len);
   expected_psn_ = (h.psn + 1) & kPsnMask;
   reply_locked(from, h, FrameOp::kAck, NakCode::kNone);  // before the completion (see above)
-  if (with_imm) complete_recv(wqe, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, len, &h, from_srq);
+  if (with_imm) {
+    complete_recv(*wqe, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, len, &h, from_srq);
+    pop_recv_locked();
+  }
 }
 
 bool Qp::direct_target(Link& from, const FrameHeader& h, DirectTarget* target) {

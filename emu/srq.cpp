@@ -46,7 +46,11 @@ int Srq::post_recv(const ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 bool Srq::take(RecvWqe* out) {
   std::lock_guard lock(lock_);
   if (available_ == 0) return false;
-  *out = slots_[head_];
+  const RecvWqe& slot = slots_[head_];
+  // The SGEs in use only: the array holds kMaxSge.
+  out->wr_id = slot.wr_id;
+  out->num_sge = slot.num_sge;
+  for (uint32_t i = 0; i < slot.num_sge; ++i) out->sge[i] = slot.sge[i];
   head_ = (head_ + 1) % capacity_;
   --available_;
   taken_.fetch_add(1, std::memory_order_relaxed);

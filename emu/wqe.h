@@ -11,6 +11,14 @@
 namespace emu {
 
 struct RecvWqe {
+  RecvWqe() = default;
+  // From a posted work request whose num_sge was checked (at most kMaxSge): only the SGEs in
+  // use are copied, not the whole array.
+  explicit RecvWqe(const ibv_recv_wr& wr) noexcept
+      : wr_id(wr.wr_id), num_sge(static_cast<uint32_t>(wr.num_sge)) {
+    for (uint32_t i = 0; i < num_sge; ++i) sge[i] = wr.sg_list[i];
+  }
+
   uint64_t wr_id = 0;
   uint32_t num_sge = 0;
   ibv_sge sge[kMaxSge];
