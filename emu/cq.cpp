@@ -17,11 +17,15 @@ Cq::~Cq() = default;
 
 int Cq::poll_locked(int n, ibv_wc* out) {
   int got = 0;
-  CompletionEntry entry;
-  while (got < n && ring_.try_pop(entry)) {
-    out[got++] = entry.wc;
+  while (got < n) {
+    // Copied straight from the ring to the program's array.
+    const CompletionEntry* entry = ring_.front();
+    if (entry == nullptr) break;
+    out[got++] = entry->wc;
+    Srq* const srq = entry->srq;
+    ring_.pop();
     // The buffer stops being outstanding on its SRQ only now that the program has it.
-    if (entry.srq != nullptr) entry.srq->on_reaped();
+    if (srq != nullptr) srq->on_reaped();
   }
   return got;
 }
@@ -68,7 +72,7 @@ int Cq::req_notify(bool solicited_only) {
 }
 
 bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
-  if (overflowed_.load(std::memory_order_relaxed) || !ring_.try_push(CompletionEntry{wc, srq})) {
+  if (overflowed_.load(std::memory_order_relaxed) || !ring_.try_emplace(wc, srq)) {
     if (!overflowed_.exchange(true)) {
       spdlog::error("CQ {} overflowed (capacity {}): completion of wr_id {} lost",
                     static_cast<void*>(this), capacity(), wc.wr_id);
