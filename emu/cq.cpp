@@ -47,7 +47,11 @@ int Cq::poll(int n, ibv_wc* out) {
     const bool more = node.progress_round();
     std::lock_guard lock(poll_lock_);
     const int got = poll_locked(n, out);
-    if (got != 0 || !more) return got;
+    if (got != 0) return got;
+    if (!more) {
+      node.transport().poll_found_nothing();
+      return 0;
+    }
   }
   return 0;
 }

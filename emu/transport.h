@@ -163,6 +163,12 @@ class Transport {
   // Moves pending frames (called by polling calls and by the node's progress thread).
   // Returns the number of frames delivered.
   virtual size_t progress() = 0;
+  // A program's poll found nothing and will look again at once. A transport whose frames a
+  // busy poller waits for by reading shared memory pauses the CPU briefly here (a spin-wait
+  // hint): the peer writes its next record into the line the poll reads, and reads back to
+  // back delay the writer's ownership of it. Others do nothing: a TCP poll waits in a system
+  // call anyway, and there a pause only comes late.
+  virtual void poll_found_nothing() {}
   // Returns once no frame handed to send() before the call still references its payload:
   // a QP being destroyed, or a region deregistered, may have its memory freed right after.
   // May wait on the network, bounded by the link timeout; never call it from a FrameSink

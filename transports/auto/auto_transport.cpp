@@ -121,6 +121,10 @@ class AutoTransport : public Transport {
     if (tcp_) tcp_->deliver_arrived();
   }
 
+  void poll_found_nothing() override {
+    if (shm_) shm_->poll_found_nothing();
+  }
+
   size_t progress() override {
     size_t n = loopback_->progress();
     if (shm_) n += shm_->progress();

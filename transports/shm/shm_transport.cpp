@@ -174,6 +174,11 @@ class ShmTransport : public Transport, public LinkOwner {
     return delivered;
   }
 
+  void poll_found_nothing() override {
+    // Only while some peer may write (8 B ping-pong median 0.406-0.411 -> 0.395-0.398 us).
+    if (active_count_.load(std::memory_order_relaxed) != 0) cpu_relax();
+  }
+
   void release_payloads() override { quiesce(); }  // quiesce copies, never waits
 
   void flush_held() override {
