@@ -1779,15 +1779,26 @@ class CompletingSink : public RecordingSink {
   std::vector<std::thread::id> delivered_by_;
 };
 
+// A transport `a` linked to `b`, whose sink counts SENDs as completions and tells which thread
+// delivered what: the polls of b's program are watched one by one.
+class ShmPolledPair : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(a.transport && b.transport);
+    link = a.transport->connect(b.gid());
+    ASSERT_NE(link, nullptr);
+  }
+  ShmEndpoint a;
+  ShmEndpointWith<CompletingSink> b;
+  std::shared_ptr<Link> link;
+};
+using ShmPollDemand = ShmPolledPair;
+using ShmColdLinks = ShmPolledPair;
+
 // A program's poll that has the completions it asked for returns without reading further (the
 // next record is most often another cache line from the peer); the next poll reads on. A poll
 // that wants more keeps reading.
-TEST(ShmPollDemand, APollStopsReadingOnceItHasTheCompletionsItAskedFor) {
-  ShmEndpoint a;
-  ShmEndpointWith<CompletingSink> b;
-  ASSERT_TRUE(a.transport && b.transport);
-  auto link = a.transport->connect(b.gid());
-  ASSERT_NE(link, nullptr);
+TEST_F(ShmPollDemand, APollStopsReadingOnceItHasTheCompletionsItAskedFor) {
   const int polled_cq = 0;  // stands for the program's CQ: only its address is compared
   b.sink.cq = &polled_cq;
   // b's transport thread stands aside while the program polls; it may still win a race now and
@@ -1821,12 +1832,7 @@ TEST(ShmPollDemand, APollStopsReadingOnceItHasTheCompletionsItAskedFor) {
 // kColdPollPeriod only (two processes attached to each other at once hold two links, one of them
 // idle for each); a frame on it still arrives within that many polls, after which the link is
 // looked at on every poll again.
-TEST(ShmColdLinks, AFrameOnAColdLinkArrivesWithinItsPollPeriod) {
-  ShmEndpoint a;
-  ShmEndpointWith<CompletingSink> b;
-  ASSERT_TRUE(a.transport && b.transport);
-  auto link = a.transport->connect(b.gid());
-  ASSERT_NE(link, nullptr);
+TEST_F(ShmColdLinks, AFrameOnAColdLinkArrivesWithinItsPollPeriod) {
   constexpr size_t kPeriod = emu::shm::ShmLink::kColdPollPeriod;
   int decided = 0;
   size_t longest_wait = 0;
