@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -896,6 +897,21 @@ TEST(TcpTransport, BulkLaneDescriptorsAreClosedWithTheirConnection) {
   EXPECT_EQ(open_descriptors(), before);
 }
 
+// Asking for an algorithm the kernel does not have is refused and changes nothing.
+TEST(TcpTransport, AnUnknownCongestionControlIsRefusedAndLeavesTheSocketAsItWas) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  char before[32] = {};
+  socklen_t len = sizeof before;
+  ASSERT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, before, &len), 0);
+  EXPECT_FALSE(emu::set_congestion_control(fd, "no-such-algorithm"));
+  char after[32] = {};
+  len = sizeof after;
+  ASSERT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, after, &len), 0);
+  EXPECT_STREQ(after, before);
+  ::close(fd);
+}
+
 TEST(TcpTransport, TimeoutsFollowTheBound) {
   const emu::TcpTimeouts t = emu::tcp_timeouts_for(5000);
   EXPECT_EQ(t.user_timeout, 5000ms);
@@ -909,6 +925,30 @@ TEST(TcpTransport, TimeoutsFollowTheBound) {
   const emu::TcpTimeouts longest = emu::tcp_timeouts_for(3'600'000);
   EXPECT_EQ(longest.user_timeout, 3'600'000ms);
   EXPECT_LE(longest.keepalive_idle_s * 1000L, 3'600'000L);
+}
+
+std::string system_congestion_control() {
+  std::ifstream system_default("/proc/sys/net/ipv4/tcp_congestion_control");
+  std::string name;
+  system_default >> name;
+  return name;
+}
+
+// The congestion control a connection with bulk payloads should have: ours when the kernel lets
+// this process choose it, else the system's default.
+std::string bulk_congestion_control() {
+  const std::string& ours = emu::tcp_congestion_control();
+  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  const bool allowed = probe >= 0 && !ours.empty() && emu::set_congestion_control(probe, ours);
+  if (probe >= 0) ::close(probe);
+  return allowed ? ours : system_congestion_control();
+}
+
+std::string congestion_control_of(int fd) {
+  char name[32] = {};
+  socklen_t len = sizeof name;
+  EXPECT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len), 0);
+  return std::string(name, ::strnlen(name, len));
 }
 
 // Every connection, dialed or accepted, carries the dead-peer bound and TCP_NODELAY.
@@ -938,6 +978,28 @@ TEST(TcpTransport, EveryConnectionCarriesTheTimeoutOptions) {
   ASSERT_TRUE(b.sink.wait_frames(1));
   expect_socket_options(emu::tcp_link_socket(*link), emu::tcp_timeouts());
   expect_socket_options(emu::tcp_link_socket(*b.sink.frames()[0].from), emu::tcp_timeouts());
+}
+
+// A connection keeps the system's congestion control while it carries small frames only; once
+// its bulk lane is up, both ends of the connection use the bulk one (cubic unless
+// EMURDMA_TCP_CONGESTION says otherwise; the system's where it may not be chosen).
+TEST(TcpTransport, AConnectionTakesTheBulkCongestionControlWithItsLane) {
+  Endpoint a, b;
+  ASSERT_NE(a.transport, nullptr);
+  ASSERT_NE(b.transport, nullptr);
+  auto link = a.transport->connect(b.transport->local_gid());
+  ASSERT_NE(link, nullptr);
+  ASSERT_TRUE(link->send(header_of(FrameOp::kReadRequest, 0, 8), nullptr, 0));
+  ASSERT_TRUE(b.sink.wait_frames(1));
+  const std::string system = system_congestion_control();
+  EXPECT_EQ(congestion_control_of(emu::tcp_link_socket(*link)), system);
+  EXPECT_EQ(congestion_control_of(emu::tcp_link_socket(*b.sink.frames()[0].from)), system);
+  std::vector<uint8_t> large = bytes(1u << 20, 3);
+  ASSERT_TRUE(send_and_open_bulk_lane(a, *link, large));
+  ASSERT_TRUE(b.sink.wait_frames(2, 5s));  // its lane part came over the lane: attached
+  EXPECT_EQ(congestion_control_of(emu::tcp_link_socket(*link)), bulk_congestion_control());
+  EXPECT_EQ(congestion_control_of(emu::tcp_link_socket(*b.sink.frames()[0].from)),
+            bulk_congestion_control());
 }
 
 // Collects what the library logs at warning level or above while it lives. Made and dropped

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +47,21 @@ const TcpTimeouts& tcp_timeouts() {
   return timeouts;
 }
 
+const std::string& tcp_congestion_control() {
+  static const std::string name = [] {
+    const char* env = std::getenv("EMURDMA_TCP_CONGESTION");
+    if (env == nullptr) return std::string("cubic");
+    const std::string value(env);
+    return value == "system" ? std::string() : value;
+  }();
+  return name;
+}
+
+bool set_congestion_control(int fd, const std::string& name) {
+  return ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(),
+                      static_cast<socklen_t>(name.size())) == 0;
+}
+
 bool apply_tcp_options(int fd, const TcpTimeouts& t, std::string* why) {
   const int one = 1;
   const unsigned user_timeout = static_cast<unsigned>(t.user_timeout.count());
@@ -70,6 +86,16 @@ bool apply_tcp_options(int fd, const TcpTimeouts& t, std::string* why) {
     }
   }
   return true;
+}
+
+void use_bulk_congestion_control(int fd) {
+  const std::string& congestion = tcp_congestion_control();
+  if (congestion.empty() || set_congestion_control(fd, congestion)) return;
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true)) {
+    spdlog::debug("tcp: congestion control \"{}\" refused ({}): the system's default stays",
+                  congestion, std::strerror(errno));
+  }
 }
 
 }  // namespace emu

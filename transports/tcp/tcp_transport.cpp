@@ -335,6 +335,14 @@ class TcpTransport : public Transport, public TcpLinkOwner {
       std::string why = "the peer's GID names no TCP endpoint";
       const int fd = ep ? tcp_dial(*ep, kLaneDialTimeout, &why) : -1;
       if (fd < 0) spdlog::debug("tcp: no bulk lane to {}: {}", self->remote(), why);
+      if (fd >= 0) {
+        // As every connection (the lane's accepting end has them from accept).
+        if (!apply_tcp_options(fd, tcp_timeouts(), &why)) {
+          spdlog::warn("tcp: bulk lane to {}: {}", self->remote(), why);
+        }
+        use_bulk_congestion_control(fd);
+        use_bulk_congestion_control(self->native_handle());
+      }
       self->lane_dialed(fd);
     });
   }
@@ -350,6 +358,8 @@ class TcpTransport : public Transport, public TcpLinkOwner {
       ::close(fd);
       return false;
     }
+    use_bulk_congestion_control(fd);
+    use_bulk_congestion_control(link->native_handle());
     // Polling calls read the lane too (a split frame waits for its lane part).
     std::lock_guard lock(pollable_lock_);
     if (std::find(pollable_.begin(), pollable_.end(), link.get()) != pollable_.end()) {
