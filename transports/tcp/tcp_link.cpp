@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "transports/tcp/tcp_options.h"
 #include "transports/tcp/tcp_wire.h"
 #include "transports/tsan_sync.h"
 
@@ -584,6 +585,9 @@ void TcpLink::lane_dialed(int fd) {
     lane_state_ = kLaneFailed;  // large frames go whole on this connection
     return;
   }
+  // The connection carries bulk payloads from now on (tcp_options.h).
+  use_bulk_congestion_control(fd);
+  use_bulk_congestion_control(fd_);
   uint8_t hello[tcp_wire::kLaneHelloBytes];
   {
     std::lock_guard lock(tx_mutex_);

@@ -335,13 +335,9 @@ class TcpTransport : public Transport, public TcpLinkOwner {
       std::string why = "the peer's GID names no TCP endpoint";
       const int fd = ep ? tcp_dial(*ep, kLaneDialTimeout, &why) : -1;
       if (fd < 0) spdlog::debug("tcp: no bulk lane to {}: {}", self->remote(), why);
-      if (fd >= 0) {
-        // As every connection (the lane's accepting end has them from accept).
-        if (!apply_tcp_options(fd, tcp_timeouts(), &why)) {
-          spdlog::warn("tcp: bulk lane to {}: {}", self->remote(), why);
-        }
-        use_bulk_congestion_control(fd);
-        use_bulk_congestion_control(self->native_handle());
+      // As every connection (the lane's accepting end has them from accept).
+      if (fd >= 0 && !apply_tcp_options(fd, tcp_timeouts(), &why)) {
+        spdlog::warn("tcp: bulk lane to {}: {}", self->remote(), why);
       }
       self->lane_dialed(fd);
     });
