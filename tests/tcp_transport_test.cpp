@@ -392,16 +392,27 @@ TEST(TcpTransport, PeerGoneMeansLinkDownOnceAndAFreshDialLater) {
   EXPECT_EQ(a.sink.downs().size(), 1u);
 }
 
+// Connects a to b and has one small frame delivered to b: the connection is up at both ends.
+::testing::AssertionResult connect_with_a_first_frame(Endpoint& a, Endpoint& b,
+                                                      std::shared_ptr<Link>* link) {
+  if (a.transport == nullptr || b.transport == nullptr) {
+    return ::testing::AssertionFailure() << "no transport";
+  }
+  *link = a.transport->connect(b.transport->local_gid());
+  if (*link == nullptr) return ::testing::AssertionFailure() << "no connection";
+  if (!(*link)->send(header_of(FrameOp::kReadRequest, 0, 8), nullptr, 0)) {
+    return ::testing::AssertionFailure() << "the first frame was refused";
+  }
+  if (!b.sink.wait_frames(1)) return ::testing::AssertionFailure() << "no first frame";
+  return ::testing::AssertionSuccess();
+}
+
 // A connection that ends without a GOODBYE (the peer died, the connection was reset) is no
 // farewell: the engine moves the QPs on it to error (docs/semantics.md, Transports).
 TEST(TcpTransport, ConnectionEndingWithoutGoodbyeIsNoFarewell) {
   Endpoint a, b;
-  ASSERT_NE(a.transport, nullptr);
-  ASSERT_NE(b.transport, nullptr);
-  auto link = a.transport->connect(b.transport->local_gid());
-  ASSERT_NE(link, nullptr);
-  ASSERT_TRUE(link->send(header_of(FrameOp::kReadRequest, 0, 8), nullptr, 0));
-  ASSERT_TRUE(b.sink.wait_frames(1));
+  std::shared_ptr<Link> link;
+  ASSERT_TRUE(connect_with_a_first_frame(a, b, &link));
   ASSERT_TRUE(emu::tcp_drop_connections(*b.transport));
   ASSERT_TRUE(a.sink.wait_downs(1));
   ASSERT_TRUE(b.sink.wait_downs(1));
@@ -970,12 +981,8 @@ void expect_socket_options(int fd, const emu::TcpTimeouts& t) {
 
 TEST(TcpTransport, EveryConnectionCarriesTheTimeoutOptions) {
   Endpoint a, b;
-  ASSERT_NE(a.transport, nullptr);
-  ASSERT_NE(b.transport, nullptr);
-  auto link = a.transport->connect(b.transport->local_gid());
-  ASSERT_NE(link, nullptr);
-  ASSERT_TRUE(link->send(header_of(FrameOp::kReadRequest, 0, 8), nullptr, 0));
-  ASSERT_TRUE(b.sink.wait_frames(1));
+  std::shared_ptr<Link> link;
+  ASSERT_TRUE(connect_with_a_first_frame(a, b, &link));
   expect_socket_options(emu::tcp_link_socket(*link), emu::tcp_timeouts());
   expect_socket_options(emu::tcp_link_socket(*b.sink.frames()[0].from), emu::tcp_timeouts());
 }
@@ -985,12 +992,8 @@ TEST(TcpTransport, EveryConnectionCarriesTheTimeoutOptions) {
 // EMURDMA_TCP_CONGESTION says otherwise; the system's where it may not be chosen).
 TEST(TcpTransport, AConnectionTakesTheBulkCongestionControlWithItsLane) {
   Endpoint a, b;
-  ASSERT_NE(a.transport, nullptr);
-  ASSERT_NE(b.transport, nullptr);
-  auto link = a.transport->connect(b.transport->local_gid());
-  ASSERT_NE(link, nullptr);
-  ASSERT_TRUE(link->send(header_of(FrameOp::kReadRequest, 0, 8), nullptr, 0));
-  ASSERT_TRUE(b.sink.wait_frames(1));
+  std::shared_ptr<Link> link;
+  ASSERT_TRUE(connect_with_a_first_frame(a, b, &link));
   const std::string system = system_congestion_control();
   EXPECT_EQ(congestion_control_of(emu::tcp_link_socket(*link)), system);
   EXPECT_EQ(congestion_control_of(emu::tcp_link_socket(*b.sink.frames()[0].from)), system);
@@ -1121,12 +1124,8 @@ TEST(TcpChild, DISABLED_PulledCableEndsInLinkDown) {
   if (!in_child()) GTEST_SKIP();
   if (::unshare(CLONE_NEWNET) != 0 || !set_loopback_up(true)) std::_Exit(kChildSkip);
   Endpoint a, b;
-  ASSERT_NE(a.transport, nullptr);
-  ASSERT_NE(b.transport, nullptr);
-  auto link = a.transport->connect(b.transport->local_gid());
-  ASSERT_NE(link, nullptr);
-  ASSERT_TRUE(link->send(header_of(FrameOp::kReadRequest, 0, 8), nullptr, 0));
-  ASSERT_TRUE(b.sink.wait_frames(1));
+  std::shared_ptr<Link> link;
+  ASSERT_TRUE(connect_with_a_first_frame(a, b, &link));
   // The variable the parent set is the bound every socket carries.
   EXPECT_EQ(emu::tcp_timeouts().user_timeout, 1000ms);
   expect_socket_options(emu::tcp_link_socket(*link), emu::tcp_timeouts());
