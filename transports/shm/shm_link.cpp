@@ -55,6 +55,7 @@ ShmLink::ShmLink(LinkOwner& owner, LinkSetup setup)
   consumer_ = RingConsumer(segment_->control(in), segment_->data(in), segment_->sync_key(in));
   incoming_ = segment_->control(in);
   incoming_data_ = segment_->data(in);
+  next_incoming_.store(consumer_.next_head(), std::memory_order_relaxed);
 }
 
 ShmLink::~ShmLink() {
@@ -71,7 +72,7 @@ void ShmLink::release() {
   consumer_ = RingConsumer();
   incoming_ = nullptr;
   incoming_data_ = nullptr;
-  segment_.reset();
+  segment_->unshare();
   std::deque<Outgoing>().swap(backlog_);
   backlog_size_.store(0, std::memory_order_release);
   std::vector<uint8_t>().swap(staged_);
@@ -379,27 +380,12 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
     if (frame && is_request(op) && program_poll_satisfied()) break;
   }
   wake_peer |= consumer_.release();
+  next_incoming_.store(consumer_.next_head(), std::memory_order_relaxed);
   // Under the drain lock: release() takes it before it closes the descriptor.
   if (wake_peer) ring_peer_doorbell();
   drain_lock_.unlock();
   if (!why.empty()) owner_.link_failed(*this, why);
   return records;
-}
-
-size_t ShmLink::drain_for_poll(uint32_t poll, size_t budget) {
-  const uint32_t empty = empty_drains_.load(std::memory_order_relaxed);
-  // Cold links take turns, so that their looks spread over the polls.
-  if (empty >= kColdAfterEmptyDrains &&
-      (poll + static_cast<uint32_t>(id())) % kColdPollPeriod != 0) {
-    return 0;
-  }
-  const size_t delivered = drain(budget);
-  if (delivered != 0) {
-    if (empty != 0) empty_drains_.store(0, std::memory_order_relaxed);
-  } else if (empty < kColdAfterEmptyDrains) {
-    empty_drains_.store(empty + 1, std::memory_order_relaxed);
-  }
-  return delivered;
 }
 
 bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why) {

@@ -61,6 +61,14 @@ constexpr size_t ring_footprint(size_t capacity) {
 // consistent, as RingConsumer::empty(). May say true for a record another thread is consuming.
 bool record_published_at_head(const RingControl* control, const uint8_t* data);
 
+// Whether a record head is published at `at` (a place in a ring's data area): one relaxed
+// load, for a quick look that needs no consumer side. A hint only: the caller drains under the
+// consumer's lock to learn for sure.
+inline bool record_head_published(const uint8_t* at) {
+  uint64_t& word = *reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(at));
+  return std::atomic_ref<uint64_t>(word).load(std::memory_order_relaxed) != 0;
+}
+
 // The producer's view of a ring. Not thread-safe: the caller holds its process's send lock.
 class RingProducer {
  public:
@@ -114,6 +122,8 @@ class RingConsumer {
   // Hands every consumed byte back to the producer (end of a drain pass); true as pop().
   bool release();
   bool empty();
+  // Where the head of the next record will be: for record_head_published().
+  const uint8_t* next_head() const { return data_ + (head_ & (capacity_ - 1)); }
   // The wake-up protocol (see the file comment).
   void announce_sleep();
   void cancel_sleep();

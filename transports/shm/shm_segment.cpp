@@ -100,6 +100,12 @@ std::unique_ptr<Segment> Segment::attach(int fd, std::string* why) {
   return s;
 }
 
+void Segment::unshare() {
+  // MAP_FIXED replaces the shared mapping in one step: a concurrent reader sees either page.
+  // Should it fail, the shared pages simply stay until the Segment goes.
+  ::mmap(base_, bytes_, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+}
+
 Segment::~Segment() {
   ::munmap(base_, bytes_);
 }

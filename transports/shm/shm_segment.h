@@ -27,6 +27,11 @@ class Segment {
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
 
+  // Gives the shared pages back while keeping the address range: it is mapped again with
+  // private zero pages, which a thread that still looks at a ring without its locks may read.
+  // The range goes with the Segment.
+  void unshare();
+
   RingControl* control(Direction d) const;
   uint8_t* data(Direction d) const;
   // The same for both mappings of the segment in one process (transports/tsan_sync.h).

@@ -165,7 +165,7 @@ class ShmTransport : public Transport, public LinkOwner {
     // ACKs deferred by an earlier poll go now: the program did not send them with a post.
     if (deferred_.load(std::memory_order_relaxed)) flush_deferred(polls, false);
     t_in_program_progress = true;
-    const size_t delivered = drain_all(nullptr, polls);
+    const size_t delivered = drain_all(nullptr);
     t_in_program_progress = false;
     if (delivered != 0) {
       program_deliveries_.store(program_deliveries_.load(std::memory_order_relaxed) + 1,
@@ -379,17 +379,16 @@ class ShmTransport : public Transport, public LinkOwner {
     }
   }
 
-  // Every link (the receiver thread), or for a program's poll number `poll` the links worth a
-  // look now (ShmLink::drain_for_poll).
-  static constexpr uint32_t kEveryLink = UINT32_MAX;
-  size_t drain_all(bool* contended, uint32_t poll) {
+  // Delivers from every link: for the receiver thread (contended given), or for a program's
+  // poll, which looks at each ring before it takes the drain lock (ShmLink::drain_for_poll).
+  size_t drain_all(bool* contended) {
     size_t delivered = 0;
     const size_t n = active_count_.load(std::memory_order_acquire);
     for (size_t i = 0; i < n; ++i) {
       ShmLink* link = active_[i].load(std::memory_order_acquire);
       if (!link->up()) continue;
-      delivered += poll == kEveryLink ? link->drain(kDrainBudget, contended)
-                                      : link->drain_for_poll(poll, kDrainBudget);
+      delivered += contended != nullptr ? link->drain(kDrainBudget, contended)
+                                        : link->drain_for_poll(kDrainBudget);
       if (link->has_backlog()) link->flush_backlog();
     }
     return delivered;
@@ -420,7 +419,7 @@ class ShmTransport : public Transport, public LinkOwner {
       bool contended = false;
       // ACKs a program's poll deferred and did not send since: sent within one round (a nap).
       flush_held();
-      const size_t delivered = drain_all(&contended, kEveryLink);
+      const size_t delivered = drain_all(&contended);
       if (!napped) {
         if (delivered > 0) {
           idle_rounds = 0;
