@@ -99,6 +99,7 @@ void Node::unregister_qp(uint32_t qpn) {
   qps_[slot].store(nullptr, std::memory_order_seq_cst);
   // Wait for the threads that may have found the QP before it was unpublished.
   while (readers_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  transport_->wait_for_deliveries();
   // Answers it owed go out now; frames it sent may still point into its send queue (inline
   // data).
   transport_->flush_held();
@@ -118,8 +119,17 @@ Qp* Node::acquire(uint32_t qpn) {
 }
 
 void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payload) {
-  bool found = with_qp(header.dst_qpn, [&](Qp& qp) { qp.on_frame(from, header, payload); });
-  if (found) return;
+  if (deliveries_fenced()) {
+    // unregister_qp waits for this delivery (Transport::wait_for_deliveries) before the QP
+    // can go.
+    Qp* qp = qps_[header.dst_qpn & (kMaxQp - 1)].load(std::memory_order_acquire);
+    if (qp != nullptr && qp->qpn() == header.dst_qpn) {
+      qp->on_frame(from, header, payload);
+      return;
+    }
+  } else if (with_qp(header.dst_qpn, [&](Qp& qp) { qp.on_frame(from, header, payload); })) {
+    return;
+  }
   // No such QP: an RC request is answered as silence would be (the requester's timeout), so
   // that it cannot wait for ever; answers to a vanished QP, and datagrams (UC, UD: never
   // answered), are dropped.

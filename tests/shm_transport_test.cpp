@@ -1806,6 +1806,51 @@ class CompletingSink : public RecordingSink {
   std::vector<std::thread::id> delivered_by_;
 };
 
+// Holds each delivery until released, noting whether the delivering thread was fenced.
+class HoldingSink : public RecordingSink {
+ public:
+  void on_frame(Link& from, const FrameHeader& h, emu::PayloadSource& payload) override {
+    fenced = emu::deliveries_fenced();
+    entered = true;
+    const auto limit = Clock::now() + 5s;
+    while (!released && Clock::now() < limit) std::this_thread::yield();
+    RecordingSink::on_frame(from, h, payload);
+  }
+  std::atomic<bool> fenced{false};
+  std::atomic<bool> entered{false};
+  std::atomic<bool> released{false};
+};
+
+// Frames delivered from shared memory are fenced (emu/transport.h, FencedDeliveries): the
+// transport's wait_for_deliveries() returns only once a delivery in progress has ended, which
+// lets a node free a QP without counting each delivery as a reader of its QP table.
+TEST(ShmFencedDeliveries, WaitForDeliveriesReturnsOnlyOnceTheDeliveryInProgressEnds) {
+  ShmEndpoint a;
+  ShmEndpointWith<HoldingSink> b;
+  ASSERT_TRUE(a.transport && b.transport);
+  auto link = a.transport->connect(b.gid());
+  ASSERT_NE(link, nullptr);
+  ASSERT_TRUE(send_frame(*link, 1));
+  const auto deadline = Clock::now() + kDeliveryLimit;
+  // b's transport thread delivers it (nobody polls b), and holds it.
+  while (!b.sink.entered && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(b.sink.entered) << "the frame was never delivered";
+  EXPECT_TRUE(b.sink.fenced);
+  EXPECT_FALSE(emu::deliveries_fenced());  // only while a drain delivers
+
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    b.transport->wait_for_deliveries();
+    returned = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(returned) << "wait_for_deliveries returned while a delivery was in progress";
+  b.sink.released = true;
+  waiter.join();
+  EXPECT_TRUE(returned);
+  EXPECT_EQ(b.sink.frame_count(), 1u);
+}
+
 // A transport `a` linked to `b`, whose sink counts SENDs as completions and tells which thread
 // delivered what: the polls of b's program are watched one by one.
 class ShmPolledPair : public ::testing::Test {

@@ -105,6 +105,12 @@ class AutoTransport : public Transport {
     return tcp_->connect(tcp_peer);
   }
 
+  void wait_for_deliveries() override {
+    loopback_->wait_for_deliveries();
+    if (shm_) shm_->wait_for_deliveries();
+    if (tcp_) tcp_->wait_for_deliveries();
+  }
+
   void flush_held() override {
     if (shm_) shm_->flush_held();
     if (tcp_) tcp_->flush_held();

@@ -353,31 +353,35 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
   bool wake_peer = false;
   std::string why;
   bool delivered_request = false;
-  while (records < budget) {
-    uint64_t available = 0;
-    RecordHead head;
-    const uint8_t* rec = consumer_.front(&head, &available);
-    if (rec == nullptr) break;
-    const uint32_t size = head.size;
-    if (size < sizeof(RecordHead) || size % 8 != 0 || size > available) {
-      why = "record of " + std::to_string(size) + " bytes where " + std::to_string(available) +
-            " remain before the end of the ring";
-      break;
+  {
+    // Deliveries end before the drain lock is let go: wait_for_drain() fences them.
+    const FencedDeliveries fenced;
+    while (records < budget) {
+      uint64_t available = 0;
+      RecordHead head;
+      const uint8_t* rec = consumer_.front(&head, &available);
+      if (rec == nullptr) break;
+      const uint32_t size = head.size;
+      if (size < sizeof(RecordHead) || size % 8 != 0 || size > available) {
+        why = "record of " + std::to_string(size) + " bytes where " + std::to_string(available) +
+              " remain before the end of the ring";
+        break;
+      }
+      const uint8_t* body = rec + sizeof(RecordHead);
+      // Both frame layouts start with the operation.
+      const bool frame = (head.kind == kFrameInline || head.kind == kFrameShort) &&
+                         size >= sizeof(RecordHead) + sizeof(ShortFrame);
+      const FrameOp op = frame ? static_cast<FrameOp>(body[0]) : FrameOp::kSend;
+      // Asked only then: a poll that finds nothing pays no call.
+      if (delivered_request && frame && is_answer(op) && owner_.defers_acks()) break;
+      if (!deliver(body, size - static_cast<uint32_t>(sizeof(RecordHead)), head.kind, &why)) break;
+      delivered_request |= frame && is_request(op);
+      wake_peer |= consumer_.pop(size);
+      ++records;
+      // The program has the completion it polls for: it gets it without this thread reading
+      // the next record first (another cache line from the peer, most often).
+      if (frame && is_request(op) && program_poll_satisfied()) break;
     }
-    const uint8_t* body = rec + sizeof(RecordHead);
-    // Both frame layouts start with the operation.
-    const bool frame = (head.kind == kFrameInline || head.kind == kFrameShort) &&
-                       size >= sizeof(RecordHead) + sizeof(ShortFrame);
-    const FrameOp op = frame ? static_cast<FrameOp>(body[0]) : FrameOp::kSend;
-    // Asked only then: a poll that finds nothing pays no call.
-    if (delivered_request && frame && is_answer(op) && owner_.defers_acks()) break;
-    if (!deliver(body, size - static_cast<uint32_t>(sizeof(RecordHead)), head.kind, &why)) break;
-    delivered_request |= frame && is_request(op);
-    wake_peer |= consumer_.pop(size);
-    ++records;
-    // The program has the completion it polls for: it gets it without this thread reading
-    // the next record first (another cache line from the peer, most often).
-    if (frame && is_request(op) && program_poll_satisfied()) break;
   }
   wake_peer |= consumer_.release();
   next_incoming_.store(consumer_.next_head(), std::memory_order_relaxed);

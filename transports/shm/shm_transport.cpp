@@ -115,6 +115,11 @@ class ShmTransport : public Transport, public LinkOwner {
       sink_.store(sink, std::memory_order_release);
     }
     // A delivery that loaded the old sink runs under a drain lock: wait those out.
+    wait_for_deliveries();
+  }
+
+  void wait_for_deliveries() override {
+    // Every delivery runs under its link's drain lock (ShmLink::drain's FencedDeliveries).
     std::vector<std::shared_ptr<ShmLink>> all;
     {
       std::lock_guard lock(links_mutex_);
