@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -714,6 +715,41 @@ TEST(ShmSegment, AnUnsharedSegmentReadsAsEmptyRingsInThisProcessOnly) {
   // The creator's mapping still holds the record: only the unsharing process let go.
   EXPECT_TRUE(shm::record_head_published(segment->data(d)));
   EXPECT_EQ(segment->control(d)->capacity, kTestRingBytes);
+}
+
+// Kilobytes of the mapping that holds `address` which this process has mapped to pages
+// (/proc/self/smaps, Rss), or -1 when no mapping holds it.
+long resident_kb_of_mapping(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long begin = 0;
+    unsigned long end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2) {
+      inside = begin <= at && at < end;
+      continue;
+    }
+    long kb = 0;
+    if (inside && std::sscanf(line.c_str(), "Rss: %ld kB", &kb) == 1) return kb;
+  }
+  return -1;
+}
+
+// Both processes map every page of the rings when they set the segment up, not on the message
+// that first meets a page (a fault of a few microseconds each, once per page of a 4 MiB lap).
+TEST(ShmSegment, BothMappingsHaveEveryPageOfTheRingsFromTheStart) {
+  int fd = -1;
+  std::string why;
+  auto segment = Segment::create(shm::kRingBytes, &fd, &why);
+  ASSERT_NE(segment, nullptr) << why;
+  auto peer = Segment::attach(fd, &why);
+  ASSERT_NE(peer, nullptr) << why;
+  ::close(fd);
+  const long ring_kb = static_cast<long>(2 * shm::kRingBytes / 1024);
+  for (const Segment* s : {segment.get(), peer.get()}) {
+    EXPECT_GE(resident_kb_of_mapping(s->control(Segment::kDialerToAcceptor)), ring_kb);
+  }
 }
 
 TEST(ShmSegment, HandmadeSegmentLikeTheOriginalAttaches) {

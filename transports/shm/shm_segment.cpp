@@ -61,6 +61,7 @@ std::unique_ptr<Segment> Segment::create(uint64_t ring_bytes, int* fd, std::stri
     auto* c = new (s->control(d)) RingControl{};
     c->capacity = ring_bytes;
   }
+  s->populate();
   *fd = memfd;
   return s;
 }
@@ -97,7 +98,21 @@ std::unique_ptr<Segment> Segment::attach(int fd, std::string* why) {
       return nullptr;
     }
   }
+  s->populate();
   return s;
+}
+
+void Segment::populate() {
+  // Every page of the rings is met once a lap (4 MiB each): faulted in on first use, a page
+  // cost the message that met it a few microseconds (8 B ping-pong: about 2,000 faults in
+  // 200,000 round trips, 1 % of them slow, +0.05 us on the mean). Mapped now, in both
+  // processes, after the peer's segment passed its checks.
+  if (::madvise(base_, bytes_, MADV_POPULATE_WRITE) == 0) return;
+  // Before Linux 5.14: a read of each page maps it (a first write then costs a lighter fault).
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  for (size_t offset = 0; offset < bytes_; offset += page) {
+    (void)*static_cast<volatile const uint8_t*>(base_ + offset);
+  }
 }
 
 void Segment::unshare() {

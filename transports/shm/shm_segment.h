@@ -41,6 +41,8 @@ class Segment {
   Segment(void* base, size_t bytes, uint64_t ring_bytes, uint64_t inode)
       : base_(static_cast<uint8_t*>(base)), bytes_(bytes), ring_bytes_(ring_bytes), inode_(inode) {}
   size_t ring_offset(Direction d) const;
+  // Maps every page now rather than at its first use (a fault on the message that meets it).
+  void populate();
 
   uint8_t* base_;
   size_t bytes_;
