@@ -80,24 +80,25 @@ bool MrTable::lookup(uint32_t key, MrView* out) const {
   return slot.key.load(std::memory_order_acquire) == key;
 }
 
+namespace {
+
+// Whether a region or bound window as `view` describes lets PD `pd` have `required_access` to
+// [addr, addr + len).
+bool grants(const MrView& view, const Pd* pd, uint64_t addr, uint64_t len, int required_access) {
+  if (view.pd != pd) return false;
+  if ((view.access & required_access) != required_access) return false;
+  if (addr < view.addr) return false;
+  const uint64_t offset = addr - view.addr;
+  return offset <= view.length && len <= view.length - offset;
+}
+
+}  // namespace
+
 bool MrTable::check(uint32_t key, Pd* pd, uint64_t addr, uint64_t len, int required_access) const {
-  // As lookup(), reading only what a local access needs: every receive and send checks here.
-  const uint32_t index = key >> 8;
-  if (index == 0 || index >= capacity_) return false;
-  const Slot& slot = slots_[index];
-  if (slot.key.load(std::memory_order_acquire) != key) return false;
-  const bool window = slot.window.load(std::memory_order_relaxed);
-  const Pd* region_pd = slot.pd.load(std::memory_order_relaxed);
-  const int access = slot.access.load(std::memory_order_relaxed);
-  const uint64_t region_addr = slot.addr.load(std::memory_order_relaxed);
-  const uint64_t region_length = slot.length.load(std::memory_order_relaxed);
-  if (slot.key.load(std::memory_order_acquire) != key) return false;  // deregistered meanwhile
-  if (window) return false;  // a window grants remote access only
-  if (region_pd != pd) return false;
-  if ((access & required_access) != required_access) return false;
-  if (addr < region_addr) return false;
-  const uint64_t offset = addr - region_addr;
-  return offset <= region_length && len <= region_length - offset;
+  MrView view;
+  if (!lookup(key, &view)) return false;
+  if (view.window) return false;  // a window grants remote access only
+  return grants(view, pd, addr, len, required_access);
 }
 
 bool MrTable::check_remote(uint32_t key, Pd* pd, uint32_t qpn, uint64_t addr, uint64_t len,
@@ -108,11 +109,7 @@ bool MrTable::check_remote(uint32_t key, Pd* pd, uint32_t qpn, uint64_t addr, ui
     if (!view.bound) return false;  // never bound, unbound, or invalidated
     if (view.bound_qpn != 0 && view.bound_qpn != qpn) return false;
   }
-  if (view.pd != pd) return false;
-  if ((view.access & required_access) != required_access) return false;
-  if (addr < view.addr) return false;
-  uint64_t offset = addr - view.addr;
-  return offset <= view.length && len <= view.length - offset;
+  return grants(view, pd, addr, len, required_access);
 }
 
 uint32_t MrTable::insert_window(Pd* pd) {
