@@ -680,6 +680,10 @@ bool TcpLink::attach_lane(int fd, uint64_t token) {
   lane_rx_attached_.store(true, std::memory_order_relaxed);
   lane_rx_owned_fd_ = fd;
   lane_rx_socket_ = std::make_unique<asio::ip::tcp::socket>(io_);
+  // The connection carries bulk payloads from now on (tcp_options.h): set before the answer,
+  // so that no byte of the first large frame, nor its delivery, comes before it.
+  use_bulk_congestion_control(fd);
+  use_bulk_congestion_control(fd_);
   // The peer sends nothing on the lane before this answer: its send buffer is empty.
   if (::send(fd, ok, sizeof ok, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof ok)) {
     spdlog::debug("tcp: cannot answer the bulk lane of {}", remote_);

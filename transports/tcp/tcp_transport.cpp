@@ -354,8 +354,6 @@ class TcpTransport : public Transport, public TcpLinkOwner {
       ::close(fd);
       return false;
     }
-    use_bulk_congestion_control(fd);
-    use_bulk_congestion_control(link->native_handle());
     // Polling calls read the lane too (a split frame waits for its lane part).
     std::lock_guard lock(pollable_lock_);
     if (std::find(pollable_.begin(), pollable_.end(), link.get()) != pollable_.end()) {
