@@ -42,9 +42,11 @@ int Cq::poll(int n, ibv_wc* out) {
   // CQ after each round: a completion the first round produced is returned at once, not after
   // a further round over every link.
   Node& node = context_.node();
-  PollDemandScope demand(this, n);
+  PollDemandScope demand(this, n, out);
   for (int round = 0; round < Node::kMaxProgressRounds; ++round) {
     const bool more = node.progress_round();
+    // Completions the round handed straight to us come before anything the ring holds.
+    if (demand.handed() != 0) return demand.handed();
     std::lock_guard lock(poll_lock_);
     const int got = poll_locked(n, out);
     if (got != 0) return got;
@@ -76,7 +78,19 @@ int Cq::req_notify(bool solicited_only) {
 }
 
 bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
-  if (overflowed_.load(std::memory_order_relaxed) || !ring_.try_emplace(wc, srq)) {
+  if (overflowed_.load(std::memory_order_relaxed)) {
+    if (srq != nullptr) srq->on_dropped();
+    return false;
+  }
+  if (poll_has_room(this) && ring_.empty()) {
+    // This thread is inside a poll of this CQ, and nothing older waits in the ring (an older
+    // completion of the same QP would be visible here: it was pushed under the QP lock we
+    // hold): the poller gets it now, in its own array.
+    hand_to_poll(this, wc);
+    if (srq != nullptr) srq->on_reaped();
+  } else if (ring_.try_emplace(wc, srq)) {
+    note_completion(this);
+  } else {
     if (!overflowed_.exchange(true)) {
       spdlog::error("CQ {} overflowed (capacity {}): completion of wr_id {} lost",
                     static_cast<void*>(this), capacity(), wc.wr_id);
@@ -85,7 +99,6 @@ bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
     if (srq != nullptr) srq->on_dropped();
     return false;
   }
-  note_completion(this);
   if (channel_ == nullptr) return true;
   // Store (the completion published) then read armed_: a plain load could be satisfied before
   // the store is visible, while the program arms the CQ and polls it empty; both would then

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <vector>
 
+#include "emu/poll_demand.h"
 #include "tests/engine_fixture.h"
 
 namespace emu_test {
@@ -224,6 +225,81 @@ TEST_F(CompletionQueue, DestroyIsBusyUntilTheLastQpIsGone) {
   EXPECT_EQ(ctx->destroy_cq(shared), EBUSY);
   EXPECT_EQ(ctx->destroy_qp(q2), 0);
   EXPECT_EQ(ctx->destroy_cq(shared), 0);
+}
+
+// A completion this thread produces while it polls the CQ (a frame the poll's own progress
+// delivers) goes straight into the poll's array when the CQ holds nothing older.
+TEST_F(CompletionQueue, ACompletionMadeInsideAPollOfAnEmptyCqGoesToThatPoll) {
+  Cq* c = create_cq(4);
+  ibv_wc out[4]{};
+  {
+    emu::PollDemandScope poll(c, 4, out);
+    ibv_wc wc{};
+    wc.wr_id = 7;
+    ASSERT_TRUE(c->push(wc, nullptr, false));
+    EXPECT_EQ(poll.handed(), 1);
+    EXPECT_FALSE(emu::program_poll_satisfied()) << "one of four asked for";
+  }
+  EXPECT_EQ(out[0].wr_id, 7u);
+  ibv_wc again{};
+  EXPECT_EQ(c->poll(1, &again), 0) << "the completion was also left in the CQ";
+}
+
+// Completions leave a CQ in the order they were made (ibv_poll_cq(3)): one made inside a poll
+// does not overtake one already queued, nor does one made after the poll's array is full.
+TEST_F(CompletionQueue, ACompletionMadeInsideAPollNeverOvertakesAnOlderOne) {
+  Cq* c = create_cq(8);
+  auto wc_with = [](uint64_t id) {
+    ibv_wc wc{};
+    wc.wr_id = id;
+    return wc;
+  };
+  ASSERT_TRUE(c->push(wc_with(1), nullptr, false));  // queued before the poll
+  ibv_wc out[2]{};
+  {
+    emu::PollDemandScope poll(c, 2, out);
+    ASSERT_TRUE(c->push(wc_with(2), nullptr, false));
+    EXPECT_EQ(poll.handed(), 0) << "handed over past an older completion";
+  }
+  ibv_wc first[2]{};
+  ASSERT_EQ(c->poll(2, first), 2);
+  EXPECT_EQ(first[0].wr_id, 1u);
+  EXPECT_EQ(first[1].wr_id, 2u);
+
+  ibv_wc one[1]{};
+  {
+    emu::PollDemandScope poll(c, 1, one);
+    ASSERT_TRUE(c->push(wc_with(3), nullptr, false));
+    ASSERT_TRUE(c->push(wc_with(4), nullptr, false));  // the array is full: queued
+    EXPECT_EQ(poll.handed(), 1);
+  }
+  EXPECT_EQ(one[0].wr_id, 3u);
+  ibv_wc rest{};
+  ASSERT_EQ(c->poll(1, &rest), 1);
+  EXPECT_EQ(rest.wr_id, 4u);
+}
+
+// Through real traffic: each completion of a write is returned once, in order, by the polls
+// that drive the progress producing them.
+TEST_F(CompletionQueue, CompletionsMadeByAPollsOwnProgressAreReturnedOnceInOrder) {
+  Cq* c = create_cq(64);
+  QpOptions oa;
+  oa.send_cq = c;
+  oa.max_send_wr = 32;
+  auto [a, b] = connected_pair(oa);
+  uint64_t src = 1, dst = 0;
+  Mr* ms = reg(&src, sizeof src);
+  Mr* md = reg(&dst, sizeof dst);
+  for (uint64_t i = 0; i < 32; ++i) {
+    ASSERT_EQ(post_send(a, i, IBV_WR_RDMA_WRITE, &src, sizeof src, ms,
+                        reinterpret_cast<uint64_t>(&dst), md->rkey),
+              0);
+  }
+  auto wcs = poll_n(c, 32);
+  ASSERT_EQ(wcs.size(), 32u);
+  for (uint64_t i = 0; i < 32; ++i) EXPECT_EQ(wcs[i].wr_id, i);
+  ibv_wc extra{};
+  EXPECT_EQ(c->poll(1, &extra), 0);
 }
 
 // ---------------------------------------------------------------------------------------------
