@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -1965,6 +1966,35 @@ TEST_F(ShmPollLook, AFramePublishedAfterEmptyPollsIsDeliveredByTheNextPoll) {
   EXPECT_GT(decided, 0) << "this thread never delivered the frames itself";
   EXPECT_LE(missed * 4, decided) << missed << " of " << decided
                                  << " frames waited for a later poll";
+}
+
+// The receiver thread sleeps once its rings are empty (docs/wire.md, "Shared memory"). It
+// looks where the last drain left each ring, not at the index handed back to the producer,
+// which lags up to an eighth of the ring behind: a record already consumed there must not
+// keep it awake. (A thread kept awake spins: the process then uses about a core.)
+TEST(ShmReceiverThread, SleepsOnceWhatArrivedIsConsumedThoughNotYetHandedBack) {
+  ShmEndpoint a;
+  ShmEndpoint b;
+  ASSERT_TRUE(a.transport && b.transport);
+  auto link = a.transport->connect(b.gid());
+  ASSERT_NE(link, nullptr);
+  for (uint32_t psn = 1; psn <= 4; ++psn) ASSERT_TRUE(send_frame(*link, psn));
+  ASSERT_TRUE(b.sink.wait_frames_from(a.gid(), 4, kDeliveryLimit));
+  auto cpu_seconds = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  };
+  std::this_thread::sleep_for(100ms);  // the threads' short spin before they sleep
+  const double cpu_before = cpu_seconds();
+  const auto wall_before = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(500ms);
+  const double cpu = cpu_seconds() - cpu_before;
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_before).count();
+  EXPECT_LT(cpu, 0.25 * wall) << "the transports' threads used " << cpu << " s of CPU in " << wall
+                              << " s with nothing to read";
 }
 
 }  // namespace

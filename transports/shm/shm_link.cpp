@@ -54,7 +54,6 @@ ShmLink::ShmLink(LinkOwner& owner, LinkSetup setup)
   producer_ = RingProducer(segment_->control(out), segment_->data(out), segment_->sync_key(out));
   consumer_ = RingConsumer(segment_->control(in), segment_->data(in), segment_->sync_key(in));
   incoming_ = segment_->control(in);
-  incoming_data_ = segment_->data(in);
   next_incoming_.store(consumer_.next_head(), std::memory_order_relaxed);
 }
 
@@ -71,7 +70,6 @@ void ShmLink::release() {
   producer_ = RingProducer();
   consumer_ = RingConsumer();
   incoming_ = nullptr;
-  incoming_data_ = nullptr;
   segment_->unshare();
   std::deque<Outgoing>().swap(backlog_);
   backlog_size_.store(0, std::memory_order_release);
@@ -335,8 +333,10 @@ void ShmLink::cancel_sleep() {
 }
 
 bool ShmLink::incoming_pending() const {
+  // Where the last drain left the ring (the index the producer sees lags behind it).
   // Sequentially consistent: pairs with the producer's record publication (announce_sleep).
-  return record_published_at_head(incoming_, incoming_data_);
+  return record_head_published(next_incoming_.load(std::memory_order_relaxed),
+                               std::memory_order_seq_cst);
 }
 
 size_t ShmLink::drain(size_t budget, bool* contended) {
@@ -383,7 +383,6 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
       if (frame && is_request(op) && program_poll_satisfied()) break;
     }
   }
-  wake_peer |= consumer_.release();
   next_incoming_.store(consumer_.next_head(), std::memory_order_relaxed);
   // Under the drain lock: release() takes it before it closes the descriptor.
   if (wake_peer) ring_peer_doorbell();

@@ -203,7 +203,6 @@ class ShmLink : public Link {
   SpinLock drain_lock_;
   RingConsumer consumer_;
   RingControl* incoming_;
-  const uint8_t* incoming_data_;
   // The chunked frame being reassembled (under drain_lock_).
   bool staging_ = false;
   FrameHeader staged_header_{};

@@ -23,11 +23,6 @@ constexpr uint32_t kTerminatorBytes = sizeof(RecordHead);
 
 }  // namespace
 
-bool record_published_at_head(const RingControl* control, const uint8_t* data) {
-  const uint64_t head = control->head.load(std::memory_order_acquire);
-  return head_word(data + (head & (control->capacity - 1))).load(std::memory_order_seq_cst) != 0;
-}
-
 RingProducer::RingProducer(RingControl* control, uint8_t* data, const void* sync_key)
     : control_(control),
       data_(data),

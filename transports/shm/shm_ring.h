@@ -12,8 +12,11 @@
 // a message costs it one cache-line transfer (an index to poll first would cost a second,
 // dependent one). A zero head word means "nothing yet": before publishing a record the
 // producer zeroes the head word of the one after it, so the consumer never mistakes the bytes
-// of an older lap for a record. The consumer hands space back through its index, once per
-// drain pass (release()), not per record.
+// of an older lap for a record. The consumer hands space back through its index once an
+// eighth of the ring is consumed (pop()), not per record nor per drain pass: the index store
+// and the look at the producer's flag that goes with it are a locked instruction and a line
+// from the peer, and a producer that runs out of room waits for more than an eighth to be
+// unconsumed, so the consumer, reading on, always reaches the next hand-back.
 //
 // Besides the index the control block holds the two flags of the wake-up protocol
 // (docs/wire.md, "Shared memory"): the consumer sets `consumer_sleeping` just before it
@@ -56,17 +59,13 @@ constexpr size_t ring_footprint(size_t capacity) {
   return sizeof(RingControl) + capacity;
 }
 
-// Whether a record is published at the consumer's released index: for a thread that does not
-// hold the consumer side (the receiver thread deciding whether it may sleep). Sequentially
-// consistent, as RingConsumer::empty(). May say true for a record another thread is consuming.
-bool record_published_at_head(const RingControl* control, const uint8_t* data);
-
 // Whether a record head is published at `at` (a place in a ring's data area): one relaxed
 // load, for a quick look that needs no consumer side. A hint only: the caller drains under the
 // consumer's lock to learn for sure.
-inline bool record_head_published(const uint8_t* at) {
+inline bool record_head_published(const uint8_t* at,
+                                  std::memory_order order = std::memory_order_relaxed) {
   uint64_t& word = *reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(at));
-  return std::atomic_ref<uint64_t>(word).load(std::memory_order_relaxed) != 0;
+  return std::atomic_ref<uint64_t>(word).load(order) != 0;
 }
 
 // The producer's view of a ring. Not thread-safe: the caller holds its process's send lock.
@@ -116,10 +115,10 @@ class RingConsumer {
   // record that does not run to the end is shown with 0 bytes available).
   const uint8_t* front(RecordHead* head, uint64_t* bytes_available);
   // Consumes the record front() returned, of `size` bytes. Its space goes back to the
-  // producer at release(), or here once an eighth of the ring awaits release; returns true
-  // when the producer had asked to be woken (the caller rings its doorbell).
+  // producer here once an eighth of the ring awaits release; returns true when the producer
+  // had asked to be woken (the caller rings its doorbell).
   bool pop(uint32_t size);
-  // Hands every consumed byte back to the producer (end of a drain pass); true as pop().
+  // Hands every consumed byte back to the producer now; true as pop().
   bool release();
   bool empty();
   // Where the head of the next record will be: for record_head_published().
