@@ -74,6 +74,7 @@ struct Received {
 class RecordingSink : public emu::FrameSink {
  public:
   void on_frame(Link& from, const FrameHeader& h, emu::PayloadSource& payload) override {
+    arrivals_.fetch_add(1);
     {
       // A closed gate holds the delivering thread here, as a slow receiver would.
       std::unique_lock lock(gate_mutex_);
@@ -119,6 +120,8 @@ class RecordingSink : public emu::FrameSink {
     std::lock_guard lock(mutex_);
     return down_peers_;
   }
+  // Frames handed to on_frame so far, those held at a closed gate included.
+  size_t arrivals() const { return arrivals_.load(); }
   void set_gate(bool open) {
     std::lock_guard lock(gate_mutex_);
     gate_open_ = open;
@@ -129,6 +132,7 @@ class RecordingSink : public emu::FrameSink {
   std::mutex gate_mutex_;
   std::condition_variable gate_cv_;
   bool gate_open_ = true;
+  std::atomic<size_t> arrivals_{0};
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<Received> frames_;
@@ -418,6 +422,35 @@ TEST(TcpTransport, ConnectionEndingWithoutGoodbyeIsNoFarewell) {
   ASSERT_TRUE(b.sink.wait_downs(1));
   EXPECT_FALSE(a.sink.farewells()[0]);
   EXPECT_FALSE(b.sink.farewells()[0]);
+}
+
+// A peer that said GOODBYE and closed while our frames were on their way answers them with a
+// reset, and our next send fails before our io thread has read the GOODBYE (here it is held
+// in the sink delivering the frame before it). The GOODBYE is still readable: the end is
+// orderly, so the engine leaves the QPs on the link as they are (docs/semantics.md).
+TEST(TcpTransport, AGoodbyeReadOnlyAfterASendFailedStillEndsInFarewell) {
+  Endpoint a;
+  auto b = std::make_unique<Endpoint>();
+  std::shared_ptr<Link> link;
+  ASSERT_TRUE(connect_with_a_first_frame(a, *b, &link));
+  a.sink.set_gate(false);
+  auto back = b->transport->connect(a.transport->local_gid());
+  ASSERT_NE(back, nullptr);
+  ASSERT_TRUE(back->send(header_of(FrameOp::kSend, 1, 0), nullptr, 0));
+  const auto deadline = Clock::now() + 1500ms;
+  while (a.sink.arrivals() == 0 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(a.sink.arrivals(), 1u) << "a's io thread never reached the closed gate";
+  back.reset();
+  b.reset();  // GOODBYE, then close: a's io thread, held at the gate, has not read it
+  // The first frame after b's close draws a reset; a later one fails.
+  bool failed = false;
+  for (uint32_t psn = 2; psn < 200 && !failed; ++psn) {
+    failed = !link->send(header_of(FrameOp::kSend, psn, 0), nullptr, 0) || !link->up();
+    std::this_thread::sleep_for(5ms);
+  }
+  a.sink.set_gate(true);
+  ASSERT_TRUE(a.sink.wait_downs(1));
+  EXPECT_TRUE(a.sink.farewells()[0]) << "the GOODBYE behind the failed send was not read";
 }
 
 // Raw input that must close the connection it came on, and only that one.

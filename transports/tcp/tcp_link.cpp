@@ -476,8 +476,7 @@ void TcpLink::flush() {
   }
   if (d == Drained::kFailed) {
     lock.unlock();
-    spdlog::warn("tcp: sending to {} failed: {}", remote_, std::strerror(err));
-    close(true);
+    close_after_send_failed(err);
     return;
   }
   write_armed_ = false;
@@ -569,8 +568,7 @@ void TcpLink::lane_flush() {
   }
   if (d == Drained::kFailed) {
     lock.unlock();
-    spdlog::warn("tcp: sending to {} on its bulk lane failed: {}", remote_, std::strerror(err));
-    close(true);
+    close_after_send_failed(err);
     return;
   }
   lane_write_armed_ = false;
@@ -1339,13 +1337,30 @@ void TcpLink::report_failure(const ReadResult& r) {
 }
 
 void TcpLink::fail_from_any_thread(int error) {
-  ReadResult r;
-  r.failure = Failure::kSocketError;
-  r.error = error;
-  asio::post(io_, [self = shared_from_this(), r] {
-    self->report_failure(r);
-    self->close(true);
-  });
+  asio::post(io_, [self = shared_from_this(), error] { self->close_after_send_failed(error); });
+}
+
+void TcpLink::close_after_send_failed(int error) {
+  if (closed_) return;
+  for (;;) {
+    ReadResult r;
+    {
+      std::lock_guard lock(rx_mutex_);
+      if (!rx_open_) break;
+      r = read_locked(kIoReadBudget);
+    }
+    // Ended (end of file, reset) or drained for now (nothing more will come that matters).
+    if (r.failure != Failure::kNone || (r.frames == 0 && !r.stopped_early)) break;
+  }
+  if (farewell()) {
+    spdlog::info("tcp: connection with {} ended after its GOODBYE", remote_);
+  } else {
+    ReadResult r;
+    r.failure = Failure::kSocketError;
+    r.error = error;
+    report_failure(r);
+  }
+  close(true);
 }
 
 void TcpLink::close(bool report) {

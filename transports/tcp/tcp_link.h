@@ -293,6 +293,12 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   void make_room_locked(size_t frame_bytes);
   // From any thread: a send failed with `error`; the io thread closes the connection.
   void fail_from_any_thread(int error);
+  // io thread, a send having failed: reads and delivers what the connection still holds. A
+  // peer that said GOODBYE and closed while our bytes were on their way answers them with a
+  // reset, which fails our next send before we have read its GOODBYE (still readable then):
+  // that end is orderly, not a fault. Then reports the failure (unless the GOODBYE came) and
+  // closes the connection.
+  void close_after_send_failed(int error);
   void report_failure(const ReadResult& r);
   // io thread: marks the link down and closes the socket; reports it when `report`.
   void close(bool report);
