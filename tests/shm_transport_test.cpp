@@ -1972,12 +1972,8 @@ TEST_F(ShmPollLook, AFramePublishedAfterEmptyPollsIsDeliveredByTheNextPoll) {
 // looks where the last drain left each ring, not at the index handed back to the producer,
 // which lags up to an eighth of the ring behind: a record already consumed there must not
 // keep it awake. (A thread kept awake spins: the process then uses about a core.)
-TEST(ShmReceiverThread, SleepsOnceWhatArrivedIsConsumedThoughNotYetHandedBack) {
-  ShmEndpoint a;
-  ShmEndpoint b;
-  ASSERT_TRUE(a.transport && b.transport);
-  auto link = a.transport->connect(b.gid());
-  ASSERT_NE(link, nullptr);
+using ShmReceiverThread = ShmPolledPair;
+TEST_F(ShmReceiverThread, SleepsOnceWhatArrivedIsConsumedThoughNotYetHandedBack) {
   for (uint32_t psn = 1; psn <= 4; ++psn) ASSERT_TRUE(send_frame(*link, psn));
   ASSERT_TRUE(b.sink.wait_frames_from(a.gid(), 4, kDeliveryLimit));
   auto cpu_seconds = [] {
