@@ -78,20 +78,18 @@ int Cq::req_notify(bool solicited_only) {
 }
 
 bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
-  if (overflowed_.load(std::memory_order_relaxed)) {
-    if (srq != nullptr) srq->on_dropped();
-    return false;
-  }
-  if (poll_has_room(this) && ring_.empty()) {
+  const bool overflowed = overflowed_.load(std::memory_order_relaxed);
+  if (!overflowed && poll_has_room(this) && ring_.empty()) {
     // This thread is inside a poll of this CQ, and nothing older waits in the ring (an older
     // completion of the same QP would be visible here: it was pushed under the QP lock we
     // hold): the poller gets it now, in its own array.
     hand_to_poll(this, wc);
     if (srq != nullptr) srq->on_reaped();
-  } else if (ring_.try_emplace(wc, srq)) {
+  } else if (!overflowed && ring_.try_emplace(wc, srq)) {
     note_completion(this);
   } else {
-    if (!overflowed_.exchange(true)) {
+    // Lost: the first loss raises the one CQ_ERR (and says so), later ones are dropped quietly.
+    if (!overflowed && !overflowed_.exchange(true)) {
       spdlog::error("CQ {} overflowed (capacity {}): completion of wr_id {} lost",
                     static_cast<void*>(this), capacity(), wc.wr_id);
       context_.raise(AsyncEvent{IBV_EVENT_CQ_ERR, this, nullptr, nullptr, 0});
