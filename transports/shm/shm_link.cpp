@@ -54,7 +54,10 @@ ShmLink::ShmLink(LinkOwner& owner, LinkSetup setup)
   producer_ = RingProducer(segment_->control(out), segment_->data(out), segment_->sync_key(out));
   consumer_ = RingConsumer(segment_->control(in), segment_->data(in), segment_->sync_key(in));
   incoming_ = segment_->control(in);
-  next_incoming_.store(consumer_.next_head(), std::memory_order_relaxed);
+  incoming_data_ = consumer_.data();
+  incoming_capacity_ = consumer_.capacity();
+  incoming_salt_ = consumer_.salt();
+  next_incoming_.store(consumer_.next_index(), std::memory_order_relaxed);
 }
 
 ShmLink::~ShmLink() {
@@ -335,8 +338,9 @@ void ShmLink::cancel_sleep() {
 bool ShmLink::incoming_pending() const {
   // Where the last drain left the ring (the index the producer sees lags behind it).
   // Sequentially consistent: pairs with the producer's record publication (announce_sleep).
-  return record_head_published(next_incoming_.load(std::memory_order_relaxed),
-                               std::memory_order_seq_cst);
+  return record_published(incoming_data_, incoming_capacity_, incoming_salt_,
+                          next_incoming_.load(std::memory_order_relaxed),
+                          std::memory_order_seq_cst);
 }
 
 size_t ShmLink::drain(size_t budget, bool* contended) {
@@ -362,7 +366,7 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
       const uint8_t* rec = consumer_.front(&head, &available);
       if (rec == nullptr) break;
       const uint32_t size = head.size;
-      if (size < sizeof(RecordHead) || size % 8 != 0 || size > available) {
+      if (size < sizeof(RecordHead) || size % kRecordAlign != 0 || size > available) {
         why = "record of " + std::to_string(size) + " bytes where " + std::to_string(available) +
               " remain before the end of the ring";
         break;
@@ -383,7 +387,7 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
       if (frame && is_request(op) && program_poll_satisfied()) break;
     }
   }
-  next_incoming_.store(consumer_.next_head(), std::memory_order_relaxed);
+  next_incoming_.store(consumer_.next_index(), std::memory_order_relaxed);
   // Under the drain lock: release() takes it before it closes the descriptor.
   if (wake_peer) ring_peer_doorbell();
   drain_lock_.unlock();

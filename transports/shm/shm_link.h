@@ -99,12 +99,15 @@ class ShmLink : public Link {
   // Delivers up to budget incoming frames to the sink; 0 when another thread is draining
   // (*contended, when given, is then set).
   size_t drain(size_t budget, bool* contended = nullptr);
-  // drain() for a program's poll: first a look, without the drain lock, at the head word where
+  // drain() for a program's poll: first a look, without the drain lock, at the sequence word where
   // the next record will be. Most polls of a busy poller find nothing; the look costs them two
   // loads from lines that stay in this core's cache until the peer writes, where the drain
   // costs a locked instruction and about a hundred others.
   size_t drain_for_poll(size_t budget) {
-    if (!record_head_published(next_incoming_.load(std::memory_order_relaxed))) return 0;
+    if (!record_published(incoming_data_, incoming_capacity_, incoming_salt_,
+                          next_incoming_.load(std::memory_order_relaxed))) {
+      return 0;
+    }
     return drain(budget);
   }
   // Writes what the backlog holds as far as the ring allows; true if anything was written.
@@ -196,10 +199,14 @@ class ShmLink : public Link {
   uint32_t deferred_at_poll_ = 0;
   std::atomic<bool> has_deferred_{false};
 
-  // Where the next incoming record's head will be, as the last drain left the ring, for
-  // drain_for_poll's look. Stays readable after release(): the segment is then unshared (zero
-  // pages, so the look finds nothing) rather than unmapped, until the link object goes.
-  std::atomic<const uint8_t*> next_incoming_;
+  // The ring index of the next incoming record, as the last drain left the ring, for
+  // drain_for_poll's look into the incoming data area. That area stays readable after
+  // release(): the segment is then unshared (zero pages, so the look finds nothing) rather
+  // than unmapped, until the link object goes.
+  std::atomic<uint64_t> next_incoming_{0};
+  const uint8_t* incoming_data_ = nullptr;  // the incoming ring's data area, set once
+  uint64_t incoming_capacity_ = 0;
+  uint64_t incoming_salt_ = 0;
   SpinLock drain_lock_;
   RingConsumer consumer_;
   RingControl* incoming_;

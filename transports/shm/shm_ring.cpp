@@ -8,18 +8,24 @@ namespace emu::shm {
 
 namespace {
 
-// The head word of a record is read and written whole (an atomic 8-byte access), so that the
-// consumer sees either "nothing yet" (zero) or a complete head.
-std::atomic_ref<uint64_t> head_word(const uint8_t* at) {
+// A record head's two words are each read and written whole (atomic 8-byte accesses): the
+// sequence word, which publishes, and the size and kind.
+std::atomic_ref<uint64_t> seq_word(const uint8_t* at) {
   return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(at)));
 }
 
-uint64_t pack(uint32_t size, uint32_t kind) {
-  return std::bit_cast<uint64_t>(RecordHead{size, kind});
+std::atomic_ref<uint64_t> size_kind_word(const uint8_t* at) {
+  return seq_word(at + sizeof(uint64_t));
 }
 
-// The zero head word the producer leaves after each record it publishes.
-constexpr uint32_t kTerminatorBytes = sizeof(RecordHead);
+struct SizeKind {
+  uint32_t size;
+  uint32_t kind;
+};
+
+uint64_t pack(uint32_t size, uint32_t kind) {
+  return std::bit_cast<uint64_t>(SizeKind{size, kind});
+}
 
 }  // namespace
 
@@ -27,6 +33,7 @@ RingProducer::RingProducer(RingControl* control, uint8_t* data, const void* sync
     : control_(control),
       data_(data),
       capacity_(control->capacity),
+      salt_(control->seq_salt),
       sync_key_(sync_key ? sync_key : control) {
   // A new ring: both sides start at 0, on a zeroed data area (a fresh memfd, or a test's).
   tail_ = control_->head.load(std::memory_order_acquire);
@@ -35,10 +42,8 @@ RingProducer::RingProducer(RingControl* control, uint8_t* data, const void* sync
 
 bool RingProducer::fits(uint32_t size) {
   const uint64_t offset = tail_ & (capacity_ - 1);
-  // A record that would cross the end costs the padding up to the end as well, and every
-  // record the zero head word after it.
-  const uint64_t need =
-      (offset + size > capacity_ ? (capacity_ - offset) + size : size) + kTerminatorBytes;
+  // A record that would cross the end costs the padding up to the end as well.
+  const uint64_t need = offset + size > capacity_ ? (capacity_ - offset) + size : size;
   if (tail_ + need - head_cache_ <= capacity_) return true;
   // Full according to our copy: refresh it. The acquire pairs with the consumer's release,
   // so the consumer is done with the bytes before we overwrite them.
@@ -48,15 +53,17 @@ bool RingProducer::fits(uint32_t size) {
 }
 
 uint8_t* RingProducer::reserve(uint32_t size) {
-  if (size < sizeof(RecordHead) || size > max_record() || !fits(size)) return nullptr;
+  if (size < sizeof(RecordHead) || size % kRecordAlign != 0 || size > max_record() || !fits(size)) {
+    return nullptr;
+  }
   uint64_t offset = tail_ & (capacity_ - 1);
   if (offset + size > capacity_) {
-    // Offset 0 reads "nothing yet" before the padding sends the consumer there.
-    head_word(data_).store(0, std::memory_order_relaxed);
-    tsan_release(sync_key_);
-    head_word(data_ + offset)
+    // Offset 0 holds an older lap's bytes (or zero): "nothing yet" for the index it has next.
+    size_kind_word(data_ + offset)
         .store(pack(static_cast<uint32_t>(capacity_ - offset), kPaddingRecord),
-               std::memory_order_release);
+               std::memory_order_relaxed);
+    tsan_release(sync_key_);
+    seq_word(data_ + offset).store(record_seq(tail_, salt_), std::memory_order_release);
     tail_ += capacity_ - offset;
     offset = 0;
   }
@@ -66,13 +73,12 @@ uint8_t* RingProducer::reserve(uint32_t size) {
 }
 
 void RingProducer::commit(uint32_t kind) {
-  tail_ += reserved_size_;
-  // The next record's head reads "nothing yet" before this one is visible.
-  head_word(data_ + (tail_ & (capacity_ - 1))).store(0, std::memory_order_relaxed);
-  // Publishes the body (and the zero above). Sequentially consistent, so that it is ordered
-  // before take_consumer_sleeping()'s load (docs/wire.md).
+  size_kind_word(reserved_).store(pack(reserved_size_, kind), std::memory_order_relaxed);
+  // Publishes the body and the head. Sequentially consistent, so that it is ordered before
+  // take_consumer_sleeping()'s load (docs/wire.md).
   tsan_release(sync_key_);
-  head_word(reserved_).store(pack(reserved_size_, kind), std::memory_order_seq_cst);
+  seq_word(reserved_).store(record_seq(tail_, salt_), std::memory_order_seq_cst);
+  tail_ += reserved_size_;
   reserved_ = nullptr;
 }
 
@@ -100,6 +106,7 @@ RingConsumer::RingConsumer(RingControl* control, const uint8_t* data, const void
     : control_(control),
       data_(data),
       capacity_(control->capacity),
+      salt_(control->seq_salt),
       sync_key_(sync_key ? sync_key : control) {
   head_ = control_->head.load(std::memory_order_relaxed);
   released_ = head_;
@@ -110,10 +117,11 @@ const uint8_t* RingConsumer::front(RecordHead* head, uint64_t* bytes_available) 
     const uint64_t offset = head_ & (capacity_ - 1);
     const uint8_t* at = data_ + offset;
     // The acquire makes the record's body visible.
-    const uint64_t word = head_word(at).load(std::memory_order_acquire);
-    if (word == 0) return nullptr;
+    const uint64_t seq = seq_word(at).load(std::memory_order_acquire);
+    if (seq != record_seq(head_, salt_)) return nullptr;
     tsan_acquire(sync_key_);
-    *head = std::bit_cast<RecordHead>(word);
+    const auto sk = std::bit_cast<SizeKind>(size_kind_word(at).load(std::memory_order_relaxed));
+    *head = RecordHead{seq, sk.size, sk.kind};
     const uint64_t contiguous = capacity_ - offset;
     *bytes_available = contiguous;
     if (head->kind != kPaddingRecord) return at;
@@ -147,7 +155,8 @@ bool RingConsumer::release() {
 bool RingConsumer::empty() {
   // Sequentially consistent: this is the re-check after announce_sleep() (docs/wire.md).
   // A padding record counts as something to consume.
-  return head_word(data_ + (head_ & (capacity_ - 1))).load(std::memory_order_seq_cst) == 0;
+  return seq_word(data_ + (head_ & (capacity_ - 1))).load(std::memory_order_seq_cst) !=
+         record_seq(head_, salt_);
 }
 
 void RingConsumer::announce_sleep() {

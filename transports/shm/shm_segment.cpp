@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <random>
 
 #include "transports/shm/shm_wire.h"
 #include "transports/tsan_sync.h"
@@ -30,6 +31,13 @@ size_t footprint(uint64_t ring_bytes) {
 
 std::string errno_text(const char* what) {
   return std::string(what) + ": " + std::strerror(errno);
+}
+
+// A ring's sequence salt (shm_ring.h, record_seq): unpredictable to the programs whose bytes
+// travel in it.
+uint64_t random_salt() {
+  std::random_device device;
+  return (uint64_t{device()} << 32) ^ device();
 }
 
 }  // namespace
@@ -60,6 +68,7 @@ std::unique_ptr<Segment> Segment::create(uint64_t ring_bytes, int* fd, std::stri
   for (Direction d : {kDialerToAcceptor, kAcceptorToDialer}) {
     auto* c = new (s->control(d)) RingControl{};
     c->capacity = ring_bytes;
+    c->seq_salt = random_salt();
   }
   s->populate();
   *fd = memfd;

@@ -11,7 +11,7 @@
 
 namespace emu::shm {
 
-inline constexpr uint32_t kProtocolVersion = 3;
+inline constexpr uint32_t kProtocolVersion = 4;
 
 // The one byte ever sent on a link's Unix socket after the handshake: "this end closes in
 // order" (ShmLink::say_goodbye). End of file without it means the peer died.
@@ -47,6 +47,8 @@ struct ShortFrame {
   uint32_t length;
 };
 static_assert(sizeof(ShortFrame) == 24);
+// An 8-byte SEND or an ACK is one line, the line the consumer polls (shm_ring.h).
+static_assert(sizeof(RecordHead) + sizeof(ShortFrame) + 8 <= kRecordAlign);
 
 // Whether a frame with `payload_bytes` of payload travels as a ShortFrame.
 inline bool fits_short_frame(const FrameHeader& h, uint64_t payload_bytes) {
