@@ -19,10 +19,10 @@
 // one). The previous layout, 8-byte aligned records that published themselves with a nonzero
 // head word and a zero word written after each (so that an older lap never read as a record),
 // wrote that zero into the next line as often as not, and the publication waited for that line
-// too: 8 B ping-pong 0.37-0.41 -> 0.27-0.32 us. The consumer hands space back through its index
-// once an eighth of the ring is consumed (pop()), not per record nor per drain pass: the index
-// store and the look at the producer's flag that goes with it are a locked instruction and a line
-// from the peer, and a producer that runs out of room waits for more than an eighth to be
+// too: 8 B ping-pong mean 0.37-0.40 -> 0.30-0.35 us. The consumer hands space back through its
+// index once an eighth of the ring is consumed (pop()), not per record nor per drain pass: the
+// index store and the look at the producer's flag that goes with it are a locked instruction and a
+// line from the peer, and a producer that runs out of room waits for more than an eighth to be
 // unconsumed, so the consumer, reading on, always reaches the next hand-back.
 //
 // Besides the index the control block holds the two flags of the wake-up protocol
