@@ -727,17 +727,16 @@ TEST(ShmSegment, AnUnsharedSegmentReadsAsEmptyRingsInThisProcessOnly) {
   const auto d = Segment::kDialerToAcceptor;
   RingProducer producer(segment->control(d), segment->data(d), segment->sync_key(d));
   RingConsumer consumer(peer->control(d), peer->data(d), peer->sync_key(d));
-  const uint8_t* data = consumer.data();
-  const uint64_t salt = consumer.salt();
-  EXPECT_FALSE(shm::record_published(data, kTestRingBytes, salt, consumer.next_index()));
+  const shm::RingLook look = consumer.look();
+  EXPECT_FALSE(look.published(consumer.next_index()));
   ASSERT_TRUE(push(producer, 64, 4, 0x3c));
-  EXPECT_TRUE(shm::record_published(data, kTestRingBytes, salt, consumer.next_index()));
+  EXPECT_TRUE(look.published(consumer.next_index()));
 
   peer->unshare();
-  EXPECT_FALSE(shm::record_published(data, kTestRingBytes, salt, consumer.next_index()));
+  EXPECT_FALSE(look.published(consumer.next_index()));
   EXPECT_EQ(peer->control(d)->capacity, 0u);
   // The creator's mapping still holds the record: only the unsharing process let go.
-  EXPECT_TRUE(shm::record_published(segment->data(d), kTestRingBytes, salt, 0));
+  EXPECT_TRUE((shm::RingLook{segment->data(d), kTestRingBytes, look.salt}.published(0)));
   EXPECT_EQ(segment->control(d)->capacity, kTestRingBytes);
 }
 

@@ -54,9 +54,7 @@ ShmLink::ShmLink(LinkOwner& owner, LinkSetup setup)
   producer_ = RingProducer(segment_->control(out), segment_->data(out), segment_->sync_key(out));
   consumer_ = RingConsumer(segment_->control(in), segment_->data(in), segment_->sync_key(in));
   incoming_ = segment_->control(in);
-  incoming_data_ = consumer_.data();
-  incoming_capacity_ = consumer_.capacity();
-  incoming_salt_ = consumer_.salt();
+  incoming_look_ = consumer_.look();
   next_incoming_.store(consumer_.next_index(), std::memory_order_relaxed);
 }
 
@@ -338,9 +336,8 @@ void ShmLink::cancel_sleep() {
 bool ShmLink::incoming_pending() const {
   // Where the last drain left the ring (the index the producer sees lags behind it).
   // Sequentially consistent: pairs with the producer's record publication (announce_sleep).
-  return record_published(incoming_data_, incoming_capacity_, incoming_salt_,
-                          next_incoming_.load(std::memory_order_relaxed),
-                          std::memory_order_seq_cst);
+  return incoming_look_.published(next_incoming_.load(std::memory_order_relaxed),
+                                  std::memory_order_seq_cst);
 }
 
 size_t ShmLink::drain(size_t budget, bool* contended) {

@@ -104,10 +104,7 @@ class ShmLink : public Link {
   // loads from lines that stay in this core's cache until the peer writes, where the drain
   // costs a locked instruction and about a hundred others.
   size_t drain_for_poll(size_t budget) {
-    if (!record_published(incoming_data_, incoming_capacity_, incoming_salt_,
-                          next_incoming_.load(std::memory_order_relaxed))) {
-      return 0;
-    }
+    if (!incoming_look_.published(next_incoming_.load(std::memory_order_relaxed))) return 0;
     return drain(budget);
   }
   // Writes what the backlog holds as far as the ring allows; true if anything was written.
@@ -204,9 +201,7 @@ class ShmLink : public Link {
   // release(): the segment is then unshared (zero pages, so the look finds nothing) rather
   // than unmapped, until the link object goes.
   std::atomic<uint64_t> next_incoming_{0};
-  const uint8_t* incoming_data_ = nullptr;  // the incoming ring's data area, set once
-  uint64_t incoming_capacity_ = 0;
-  uint64_t incoming_salt_ = 0;
+  RingLook incoming_look_;  // set once
   SpinLock drain_lock_;
   RingConsumer consumer_;
   RingControl* incoming_;

@@ -75,15 +75,22 @@ constexpr size_t ring_footprint(size_t capacity) {
   return sizeof(RingControl) + capacity;
 }
 
-// Whether the record at ring index `index` of the data area `data` (of `capacity` bytes) is
-// published: one load, for a quick look that needs no consumer side. A hint only: the caller
-// drains under the consumer's lock to learn for sure.
-inline bool record_published(const uint8_t* data, uint64_t capacity, uint64_t salt, uint64_t index,
-                             std::memory_order order = std::memory_order_relaxed) {
-  const uint8_t* at = data + (index & (capacity - 1));
-  uint64_t& word = *reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(at));
-  return std::atomic_ref<uint64_t>(word).load(order) == record_seq(index, salt);
-}
+// What it takes to look at a ring's records from outside its consumer: its data area, its
+// size and its salt.
+struct RingLook {
+  const uint8_t* data = nullptr;
+  uint64_t capacity = 0;
+  uint64_t salt = 0;
+
+  // Whether the record at ring index `index` is published: one load, for a quick look that
+  // needs no consumer side. A hint only: the caller drains under the consumer's lock to learn
+  // for sure.
+  bool published(uint64_t index, std::memory_order order = std::memory_order_relaxed) const {
+    const uint8_t* at = data + (index & (capacity - 1));
+    uint64_t& word = *reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(at));
+    return std::atomic_ref<uint64_t>(word).load(order) == record_seq(index, salt);
+  }
+};
 
 // The producer's view of a ring. Not thread-safe: the caller holds its process's send lock.
 class RingProducer {
@@ -140,11 +147,9 @@ class RingConsumer {
   // Hands every consumed byte back to the producer now; true as pop().
   bool release();
   bool empty();
-  // Where the next record will be, for record_published().
+  // Where the next record will be, for RingLook::published().
   uint64_t next_index() const { return head_; }
-  const uint8_t* data() const { return data_; }
-  uint64_t capacity() const { return capacity_; }
-  uint64_t salt() const { return salt_; }
+  RingLook look() const { return RingLook{data_, capacity_, salt_}; }
   // The wake-up protocol (see the file comment).
   void announce_sleep();
   void cancel_sleep();
