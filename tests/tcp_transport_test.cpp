@@ -45,6 +45,7 @@
 #include "emu/qp.h"
 #include "emu/srq.h"
 #include "tests/rc_connect.h"
+#include "transports/tcp/tcp_dial.h"
 #include "transports/tcp/tcp_options.h"
 #include "transports/tcp/tcp_send_queue.h"
 #include "transports/tcp/tcp_wire.h"
@@ -993,6 +994,30 @@ std::string congestion_control_of(int fd) {
   socklen_t len = sizeof name;
   EXPECT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len), 0);
   return std::string(name, ::strnlen(name, len));
+}
+
+// A bulk lane is dialed with the bulk congestion control already in place (a socket that ran
+// bbr keeps its pacing after a switch: tcp_options.h); a connection is dialed with the
+// system's.
+TEST(TcpTransport, ABulkLaneIsDialedWithTheBulkCongestionControlAlready) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t len = sizeof sa;
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  const emu::TcpEndpoint ep{INADDR_LOOPBACK, ntohs(sa.sin_port)};
+  std::string why;
+  const int lane = emu::tcp_dial(ep, 2s, &why, emu::DialPurpose::kBulkLane);
+  ASSERT_GE(lane, 0) << why;
+  EXPECT_EQ(congestion_control_of(lane), bulk_congestion_control());
+  const int connection = emu::tcp_dial(ep, 2s, &why);
+  ASSERT_GE(connection, 0) << why;
+  EXPECT_EQ(congestion_control_of(connection), system_congestion_control());
+  for (int fd : {lane, connection, listener}) ::close(fd);
 }
 
 // Every connection, dialed or accepted, carries the dead-peer bound and TCP_NODELAY.

@@ -10,14 +10,20 @@
 #include <cerrno>
 #include <cstring>
 
+#include "transports/tcp/tcp_options.h"
+
 namespace emu {
 
-int tcp_dial(const TcpEndpoint& ep, std::chrono::milliseconds timeout, std::string* why) {
+int tcp_dial(const TcpEndpoint& ep, std::chrono::milliseconds timeout, std::string* why,
+             DialPurpose purpose) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     *why = std::strerror(errno);
     return -1;
   }
+  // Before the connect: a socket that has run bbr (Debian's default) keeps bbr's pacing after
+  // it switches (tcp_options.h).
+  if (purpose == DialPurpose::kBulkLane) use_bulk_congestion_control(fd);
   auto fail = [&](int err) {
     *why = std::strerror(err);
     ::close(fd);

@@ -583,8 +583,8 @@ void TcpLink::lane_dialed(int fd) {
     lane_state_ = kLaneFailed;  // large frames go whole on this connection
     return;
   }
-  // The connection carries bulk payloads from now on (tcp_options.h).
-  use_bulk_congestion_control(fd);
+  // The connection carries bulk payloads from now on (tcp_options.h); the lane has had the
+  // bulk congestion control since before it connected (tcp_dial).
   use_bulk_congestion_control(fd_);
   uint8_t hello[tcp_wire::kLaneHelloBytes];
   {

@@ -35,7 +35,11 @@ const TcpTimeouts& tcp_timeouts();
 // loopback, 1 MiB streaming went from 5-6.5 GB/s under bbr (Debian's default here) to 6.6-9.2
 // under cubic: bbr's pacing and small windows, made for paths across the internet, hold back a
 // sender that writes in bursts. A connection without bulk payloads keeps the system's default:
-// its 8 B ping-pong measured ~1.5 % slower under cubic.
+// its 8 B ping-pong measured ~1.5 % slower under cubic. A socket that ran bbr keeps bbr's
+// pacing after it switches (the kernel turns pacing on for bbr and never off), so the lane,
+// which carries bulk only, is given this one before it connects (tcp_dial): 1 MiB streaming
+// fell below 7 GB/s in 6 of 16 runs with the lane switched after its connect, 1 of 16 with it
+// set before (8.9 GB/s mean).
 const std::string& tcp_congestion_control();
 
 // Asks for congestion control `name` on fd; false when the kernel refuses (an algorithm not

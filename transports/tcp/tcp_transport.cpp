@@ -333,7 +333,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     asio::post(io_, [self = link.shared_from_this()] {
       const std::optional<TcpEndpoint> ep = tcp_endpoint_of(self->peer());
       std::string why = "the peer's GID names no TCP endpoint";
-      const int fd = ep ? tcp_dial(*ep, kLaneDialTimeout, &why) : -1;
+      const int fd = ep ? tcp_dial(*ep, kLaneDialTimeout, &why, DialPurpose::kBulkLane) : -1;
       if (fd < 0) spdlog::debug("tcp: no bulk lane to {}: {}", self->remote(), why);
       // As every connection (the lane's accepting end has them from accept).
       if (fd >= 0 && !apply_tcp_options(fd, tcp_timeouts(), &why)) {
