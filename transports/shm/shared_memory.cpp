@@ -1,0 +1,321 @@
+#include "transports/shm/shared_memory.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string_view>
+
+namespace emu::shm {
+
+namespace {
+
+// Object ids of the whole process, so that two registries never hand out the same one.
+std::atomic<uint32_t> next_object_id{1};
+
+// All of /proc/self/maps. It is generated as it is read, so one buffer and as few reads as
+// possible give the most consistent picture; empty on failure.
+std::string read_own_maps() {
+  std::string text;
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return text;
+  char chunk[16384];
+  for (;;) {
+    const ssize_t got = ::read(fd, chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    text.append(chunk, static_cast<size_t>(got));
+  }
+  ::close(fd);
+  return text;
+}
+
+// One line of /proc/self/maps: "begin-end perms offset major:minor inode   path".
+struct MapsLine {
+  uintptr_t begin = 0;
+  uintptr_t end = 0;
+  bool shared = false;  // the fourth perms letter: 's' shared, 'p' private
+  uint64_t offset = 0;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string_view path;
+};
+
+// Reads a number in `base` at the front of *text and the one separator after it.
+template <typename Number>
+bool take_number(std::string_view* text, int base, char separator, Number* value) {
+  const auto [rest, error] =
+      std::from_chars(text->data(), text->data() + text->size(), *value, base);
+  if (error != std::errc() || rest == text->data() + text->size() || *rest != separator) {
+    return false;
+  }
+  text->remove_prefix(static_cast<size_t>(rest - text->data()) + 1);
+  return true;
+}
+
+bool parse_maps_line(std::string_view text, MapsLine* line) {
+  unsigned dev_major = 0;
+  unsigned dev_minor = 0;
+  unsigned long long inode = 0;
+  if (!take_number(&text, 16, '-', &line->begin) || !take_number(&text, 16, ' ', &line->end)) {
+    return false;
+  }
+  if (text.size() < 5 || text[4] != ' ') return false;
+  line->shared = text[3] == 's';
+  text.remove_prefix(5);
+  if (!take_number(&text, 16, ' ', &line->offset) || !take_number(&text, 16, ':', &dev_major) ||
+      !take_number(&text, 16, ' ', &dev_minor)) {
+    return false;
+  }
+  // The inode is the last column when there is no path: no separator after it then.
+  const auto [rest, error] = std::from_chars(text.data(), text.data() + text.size(), inode, 10);
+  if (error != std::errc()) return false;
+  text.remove_prefix(static_cast<size_t>(rest - text.data()));
+  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  line->dev = makedev(dev_major, dev_minor);
+  line->ino = static_cast<ino_t>(inode);
+  line->path = text;
+  return true;
+}
+
+// Whether a descriptor opened by one of the ways of open_shared_object is the mapped object.
+//
+// Found by trying memfd, a memfd whose descriptors were closed, shm_open files (deleted or
+// not), shared anonymous memory and a plain file on ext4 through map_files, descriptors and
+// paths: the device in /proc/self/maps (the super block's, printed in hex, 00:01 for memfd and
+// shared anonymous memory, tmpfs's for /dev/shm) is st_dev of every descriptor of the object,
+// so device and inode are both compared. File systems whose stat reports another device than
+// the super block's (btrfs subvolumes, overlayfs through a descriptor or path rather than
+// map_files) fail the check: their memory is then simply not shareable.
+bool is_mapped_object(int fd, const SharedMapping& mapping) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_dev == mapping.dev &&
+         st.st_ino == mapping.ino;
+}
+
+// Opens `path` read-only and keeps it if it is the mapped object. O_NONBLOCK because what is at
+// the path may have been replaced by a FIFO since we looked (an open that would wait for a
+// writer); it is cleared again on the kept descriptor.
+int open_if_mapped_object(const char* path, const SharedMapping& mapping) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return -1;
+  if (!is_mapped_object(fd, mapping)) {
+    ::close(fd);
+    return -1;
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+// The second way of open_shared_object: a descriptor of ours on the object, re-opened.
+int reopen_own_descriptor(const SharedMapping& mapping) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  while (found < 0) {
+    const dirent* entry = ::readdir(dir);
+    if (entry == nullptr) break;
+    int number = -1;
+    const char* name = entry->d_name;
+    const auto [rest, error] = std::from_chars(name, name + std::strlen(name), number, 10);
+    if (error != std::errc() || *rest != '\0' || number == ::dirfd(dir)) continue;
+    struct stat st {};
+    if (::fstat(number, &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != mapping.dev ||
+        st.st_ino != mapping.ino) {
+      continue;
+    }
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/fd/%d", number);
+    found = open_if_mapped_object(path, mapping);
+  }
+  ::closedir(dir);
+  return found;
+}
+
+}  // namespace
+
+SharedObject::~SharedObject() {
+  if (fd >= 0) ::close(fd);
+}
+
+std::optional<SharedMapping> find_shared_mapping(const void* addr, size_t len) {
+  const auto begin = reinterpret_cast<uintptr_t>(addr);
+  const uintptr_t end = begin + len;
+  if (len == 0 || end < begin) return std::nullopt;
+
+  const std::string maps = read_own_maps();
+  SharedMapping found;
+  uintptr_t covered = begin;  // bytes below this are known to be in the object
+  size_t line_start = 0;
+  while (line_start < maps.size()) {
+    size_t line_end = maps.find('\n', line_start);
+    if (line_end == std::string::npos) line_end = maps.size();
+    MapsLine line;
+    if (!parse_maps_line(std::string_view(maps).substr(line_start, line_end - line_start), &line)) {
+      return std::nullopt;
+    }
+    line_start = line_end + 1;
+    if (line.end <= covered) continue;  // the lines come in address order
+    if (line.begin > covered || !line.shared || line.ino == 0) return std::nullopt;
+    if (covered == begin) {
+      found.dev = line.dev;
+      found.ino = line.ino;
+      found.object_offset = line.offset + (begin - line.begin);
+      found.vma_begin = line.begin;
+      found.vma_end = line.end;
+      found.path = line.path;
+    } else if (line.dev != found.dev || line.ino != found.ino ||
+               line.offset != found.object_offset + (line.begin - begin)) {
+      return std::nullopt;  // another object, or another part of this one
+    }
+    covered = line.end;
+    if (covered >= end) return found;
+  }
+  return std::nullopt;
+}
+
+bool locate_shared_mapping(const void* addr, size_t len, dev_t* dev, ino_t* ino,
+                           uint64_t* object_offset) {
+  const std::optional<SharedMapping> mapping = find_shared_mapping(addr, len);
+  if (!mapping) return false;
+  *dev = mapping->dev;
+  *ino = mapping->ino;
+  *object_offset = mapping->object_offset;
+  return true;
+}
+
+int open_shared_object(const SharedMapping& mapping) {
+  char path[80];
+  std::snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx",
+                static_cast<unsigned long>(mapping.vma_begin),
+                static_cast<unsigned long>(mapping.vma_end));
+  int fd = open_if_mapped_object(path, mapping);
+  if (fd >= 0) return fd;
+  fd = reopen_own_descriptor(mapping);
+  if (fd >= 0) return fd;
+  // A deleted object's path names nothing, or something else ("/dev/zero" for shared
+  // anonymous memory): only a path of a live file is worth trying.
+  constexpr std::string_view kDeleted = " (deleted)";
+  const std::string& shown = mapping.path;
+  if (shown.empty() || shown.front() != '/' ||
+      (shown.size() >= kDeleted.size() &&
+       shown.compare(shown.size() - kDeleted.size(), kDeleted.size(), kDeleted) == 0)) {
+    return -1;
+  }
+  return open_if_mapped_object(shown.c_str(), mapping);
+}
+
+bool shared_mapping_enabled(const char* env_value) {
+  return env_value == nullptr || std::string_view(env_value) != "0";
+}
+
+uint64_t SharedRanges::record_locked(const void* addr, size_t len, uint64_t object_offset,
+                                     const std::shared_ptr<const SharedObject>& object) {
+  if (object_offset + len > object->size) return 0;  // a peer's map would fault
+  ObjectEntry& entry = objects_[object->id];
+  if (!entry.object) entry.object = object;
+  ++entry.ranges;
+  const uint64_t token = next_token_++;
+  const auto begin = reinterpret_cast<uintptr_t>(addr);
+  const auto where = by_begin_.emplace(begin, Range{token, begin + len, object_offset, object});
+  by_token_.emplace(token, where);
+  longest_ = std::max<uintptr_t>(longest_, len);
+  return token;
+}
+
+uint64_t SharedRanges::add(const void* addr, size_t len) {
+  const std::optional<SharedMapping> mapping = find_shared_mapping(addr, len);
+  if (!mapping) return 0;
+  const std::pair<dev_t, ino_t> key(mapping->dev, mapping->ino);
+  const uint64_t needed = mapping->object_offset + len;
+  {
+    std::unique_lock lock(mutex_);
+    const auto known = current_.find(key);
+    if (known != current_.end() && known->second->size >= needed)
+      return record_locked(addr, len, mapping->object_offset, known->second);
+  }
+  // A new object, or one that grew past its size when opened: the descriptor search reads
+  // /proc, so it is done without the lock, which the send path's find() takes.
+  const int fd = open_shared_object(*mapping);
+  if (fd < 0) return 0;
+  // Released after the lock when another add wins the race below: its descriptor closes then.
+  auto opened = std::make_shared<SharedObject>();
+  opened->fd = fd;
+  opened->dev = mapping->dev;
+  opened->ino = mapping->ino;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return 0;
+  opened->size = static_cast<uint64_t>(st.st_size);
+
+  std::unique_lock lock(mutex_);
+  auto& current = current_[key];
+  if (current && current->size >= needed)  // another add won
+    return record_locked(addr, len, mapping->object_offset, current);
+  opened->id = next_object_id.fetch_add(1);
+  const uint64_t token = record_locked(addr, len, mapping->object_offset, opened);
+  if (token != 0) current = opened;
+  if (!current) current_.erase(key);
+  return token;
+}
+
+uint32_t SharedRanges::remove(uint64_t token) {
+  std::shared_ptr<const SharedObject> dropped;  // its descriptor is closed after the lock
+  std::unique_lock lock(mutex_);
+  const auto found = by_token_.find(token);
+  if (found == by_token_.end()) return 0;
+  const std::shared_ptr<const SharedObject> object = found->second->second.object;
+  by_begin_.erase(found->second);
+  by_token_.erase(found);
+  recompute_longest();
+
+  const auto entry = objects_.find(object->id);
+  if (entry == objects_.end() || --entry->second.ranges > 0) return 0;
+  dropped = std::move(entry->second.object);
+  objects_.erase(entry);
+  const auto current = current_.find({object->dev, object->ino});
+  if (current != current_.end() && current->second == dropped) current_.erase(current);
+  return dropped->id;
+}
+
+bool SharedRanges::find(const void* addr, size_t len, SharedPiece* out) const {
+  const auto begin = reinterpret_cast<uintptr_t>(addr);
+  const uintptr_t end = begin + len;
+  if (len == 0 || end < begin) return false;
+  std::shared_lock lock(mutex_);
+  // Ranges that begin at or below the piece, nearest first; one that begins further back than
+  // the longest range is long cannot reach the piece's end, nor can any before it.
+  for (auto it = by_begin_.upper_bound(begin); it != by_begin_.begin();) {
+    --it;
+    if (end - it->first > longest_) break;
+    const Range& range = it->second;
+    if (range.end >= end) {
+      out->object = range.object;
+      out->offset = range.object_offset + (begin - it->first);
+      return true;
+    }
+  }
+  return false;
+}
+
+size_t SharedRanges::size() const {
+  std::shared_lock lock(mutex_);
+  return by_begin_.size();
+}
+
+void SharedRanges::recompute_longest() {
+  longest_ = 0;
+  for (const auto& [begin, range] : by_begin_) longest_ = std::max(longest_, range.end - begin);
+}
+
+}  // namespace emu::shm
