@@ -193,6 +193,7 @@ int Context::reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out) {
   if (key == 0) return ENOMEM;
   mr->lkey = key;
   mr->rkey = key;
+  mr->transport_token = node_.transport().register_memory(addr, length);
   pd->use_count.fetch_add(1);
   {
     std::lock_guard lock(objects_mutex_);
@@ -209,6 +210,7 @@ int Context::dereg_mr(Mr* mr) {
   // A transport may still be sending a READ response straight from the region (zero copy):
   // the program may unmap it as soon as we return.
   node_.transport().quiesce();
+  if (mr->transport_token != 0) node_.transport().unregister_memory(mr->transport_token);
   mr->pd->use_count.fetch_sub(1);
   delete mr;
   std::lock_guard lock(objects_mutex_);

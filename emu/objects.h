@@ -48,6 +48,7 @@ struct Mr : ApiHandle {
   int access = 0;
   uint32_t lkey = 0;
   uint32_t rkey = 0;
+  uint64_t transport_token = 0;  // Transport::register_memory's, 0 when none
 };
 
 // The ibv_ah that programs name in UD work requests is the one embedded here (first member),

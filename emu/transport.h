@@ -209,6 +209,16 @@ class Transport {
   // have in progress (progress() skips a link another thread is reading). Called with flush_held
   // before a QP leaves the connected states. Never from a FrameSink callback.
   virtual void deliver_arrived() { progress(); }
+  // A memory region was registered: a transport whose peers can map memory (shm) records
+  // whether this range lies in an object mapped shared (memfd, shared file, shared anonymous
+  // memory), so that payloads from it are later copied by the peer through its own mapping.
+  // Returns a token for unregister_memory, 0 when nothing was recorded. A slow path.
+  virtual uint64_t register_memory(const void* addr, size_t length) {
+    (void)addr, (void)length;
+    return 0;
+  }
+  // The region is deregistered and no frame still references it (after quiesce()).
+  virtual void unregister_memory(uint64_t token) { (void)token; }
   // Returns once every delivery that another thread makes in a FencedDeliveries scope, and that
   // may have begun before the call, has ended (Node::unregister_qp, after it unpublished a QP).
   // Transports that never open such a scope have nothing to wait for.

@@ -1186,6 +1186,79 @@ class ShmVictimTest : public ::testing::Test {
 // validation stands between it and a delivered frame.
 uint8_t readable_bytes[4096];
 
+// Memory mapped shared from a memfd named `name`, as a program that wants its peers to map
+// its buffers allocates it.
+class MemfdBuffer {
+ public:
+  MemfdBuffer(const std::string& name, size_t bytes) : size_(bytes) {
+    fd_ = ::memfd_create(name.c_str(), MFD_CLOEXEC);
+    if (fd_ < 0 || ::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) return;
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (p != MAP_FAILED) data_ = static_cast<uint8_t*>(p);
+  }
+  ~MemfdBuffer() {
+    if (data_ != nullptr) ::munmap(data_, size_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  MemfdBuffer(const MemfdBuffer&) = delete;
+  MemfdBuffer& operator=(const MemfdBuffer&) = delete;
+  uint8_t* data() const { return data_; }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  uint8_t* data_ = nullptr;
+  size_t size_;
+};
+
+// Mappings of this process that are read-only and shared (what a receiver makes of an object a
+// peer hands it) of the memfd named `name`.
+size_t read_only_mappings_of_memfd(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  size_t n = 0;
+  const std::string path = "/memfd:" + name + " (deleted)";
+  while (std::getline(maps, line)) {
+    const auto perms_at = line.find(' ') + 1;
+    if (line.compare(perms_at, 4, "r--s") != 0) continue;
+    if (line.size() >= path.size() &&
+        line.compare(line.size() - path.size(), path.size(), path) == 0)
+      ++n;
+  }
+  return n;
+}
+
+bool wait_read_only_mappings_of_memfd(const std::string& name, size_t n,
+                                      std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (read_only_mappings_of_memfd(name) != n) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+// A socket message (shm_wire.h), with a descriptor when fd >= 0, as a hand-made peer sends it.
+bool send_socket_message(int socket_fd, shm::SocketMessageType type, uint32_t object, int fd) {
+  const shm::SocketMessage m{type, {}, object};
+  return shm::send_message(socket_fd, &m, sizeof m, &fd, fd >= 0 ? 1 : 0);
+}
+
+// Hands the victim a memfd of `bytes` bytes filled with `fill` as object `object`.
+void share_memfd(RawDialer& d, uint32_t object, size_t bytes, uint8_t fill,
+                 const std::string& name = "emurdma-test-hostile") {
+  MemfdBuffer shared(name, bytes);
+  ASSERT_NE(shared.data(), nullptr);
+  std::memset(shared.data(), fill, bytes);
+  ASSERT_TRUE(send_socket_message(d.socket_fd(), shm::kShareObject, object, shared.fd()));
+}
+
+std::vector<uint8_t> mapped_bytes(const std::vector<shm::MappedIov>& pieces) {
+  std::vector<uint8_t> out(pieces.size() * sizeof(shm::MappedIov));
+  std::memcpy(out.data(), pieces.data(), out.size());
+  return out;
+}
+
 std::vector<uint8_t> frame_body(uint32_t payload_bytes, uint32_t iov_count,
                                 const std::vector<uint8_t>& after = {}) {
   const FrameRecord fr{frame_header(9, payload_bytes), payload_bytes, iov_count};
@@ -1312,6 +1385,24 @@ const HostileCase kHostileCases[] = {
        const auto at = reinterpret_cast<uint64_t>(readable_bytes);
        put(d, shm::kFrameRemote, frame_body(100, 1, iov_bytes({{at, wrapping}})));
      }},
+    {"MappedWithoutPieces", [](RawDialer& d) { put(d, shm::kFrameMapped, frame_body(0, 0)); }},
+    {"MappedPieceBeyondItsObject",
+     [](RawDialer& d) {
+       share_memfd(d, 1, 4096, 0x33);
+       put(d, shm::kFrameMapped, frame_body(200, 1, mapped_bytes({{0, 200, 4000, 1, 0}})));
+     }},
+    {"MappedPieceOffsetWrappingIntoItsObject",
+     [](RawDialer& d) {
+       share_memfd(d, 1, 4096, 0x33);
+       put(d, shm::kFrameMapped,
+           frame_body(200, 1, mapped_bytes({{0, 200, ~uint64_t{0} - 100, 1, 0}})));
+     }},
+    {"MappedPiecesNotAddingUp",
+     [](RawDialer& d) {
+       share_memfd(d, 1, 4096, 0x33);
+       put(d, shm::kFrameMapped,
+           frame_body(300, 2, mapped_bytes({{0, 100, 0, 1, 0}, {0, 100, 100, 1, 0}})));
+     }},
     {"ChunkOutsideAStagedFrame", [](RawDialer& d) { put(d, shm::kChunk, chunk(8, 8)); }},
     {"ChunkBeyondItsStagedFrame",
      [](RawDialer& d) {
@@ -1377,6 +1468,35 @@ TEST_F(ShmVictimTest, HandMadePeerWellFormedRecordsAreDelivered) {
   EXPECT_EQ(from_peer[3].payload, (std::vector<uint8_t>{5, 6, 7}));
   EXPECT_EQ(from_peer[3].header.psn, 9u);
   EXPECT_EQ(victim.sink.downs_of(peer), 0u);
+}
+
+// A payload in an object the peer handed over is copied from the victim's mapping of it (the
+// record's address, 0 here, is never read); one naming an object never handed over is read from
+// the peer's memory at the record's address, as a kFrameRemote.
+TEST_F(ShmVictimTest, MappedRecordsAreReadFromTheObjectOrElseFromThePeersMemory) {
+  Gid peer;
+  auto dialer = attach_raw(&peer);
+  ASSERT_NE(dialer, nullptr);
+  share_memfd(*dialer, 7, 8192, 0x5c, "emurdma-test-forget");
+  for (uint32_t i = 0; i < 64; ++i) readable_bytes[i] = static_cast<uint8_t>(100 + i);
+  const auto at = reinterpret_cast<uint64_t>(readable_bytes);
+  put(*dialer, shm::kFrameMapped,
+      frame_body(300, 2, mapped_bytes({{0, 100, 8000, 7, 0}, {0, 200, 10, 7, 0}})));
+  put(*dialer, shm::kFrameMapped, frame_body(64, 1, mapped_bytes({{at, 64, 0, 8, 0}})));
+  dialer->ring_victim();
+  ASSERT_TRUE(victim.sink.wait_frames_from(peer, 2, kDeliveryLimit));
+  std::vector<Received> from_peer;
+  for (Received& r : victim.sink.frames()) {
+    if (r.from == peer) from_peer.push_back(r);
+  }
+  ASSERT_EQ(from_peer.size(), 2u);
+  EXPECT_EQ(from_peer[0].payload, std::vector<uint8_t>(300, 0x5c));
+  EXPECT_EQ(from_peer[1].payload, std::vector<uint8_t>(readable_bytes, readable_bytes + 64));
+  EXPECT_EQ(victim.sink.downs_of(peer), 0u);
+  // Forgotten, the object is unmapped.
+  EXPECT_EQ(read_only_mappings_of_memfd("emurdma-test-forget"), 1u);
+  ASSERT_TRUE(send_socket_message(dialer->socket_fd(), shm::kForgetObject, 7, -1));
+  EXPECT_TRUE(wait_read_only_mappings_of_memfd("emurdma-test-forget", 0, kDeliveryLimit));
 }
 
 // A link the victim takes down is ended for the peer too (docs/wire.md: the survivor learns
@@ -1627,6 +1747,72 @@ TEST(ShmFrames, EveryHeaderFieldArrivesWhicheverRecordCarriesTheFrame) {
     const bool carries = want.op != FrameOp::kAtomicRequest && want.length != 0;
     EXPECT_EQ(got[i].payload, carries ? bytes : std::vector<uint8_t>{});
   }
+}
+
+// A large payload in registered memory that the sender maps shared from a memfd is handed over
+// as the object: the receiver maps it (read-only) and copies from its mapping, even where it
+// could not read the sender's memory in place; when the region is deregistered the receiver
+// lets the mapping go, and payloads from that memory then travel another way (here: chunks).
+TEST(ShmMappedPayload, ARegisteredSharedObjectIsMappedByThePeerAndLetGoAtDeregistration) {
+  emu::ShmOptions cannot_read_in_place;
+  cannot_read_in_place.single_copy = false;
+  ShmEndpoint a, b(cannot_read_in_place);
+  ASSERT_TRUE(a.transport && b.transport);
+  const std::string name = "emurdma-test-mapped";
+  constexpr size_t kBytes = 4 << 20;
+  MemfdBuffer buffer(name, kBytes);
+  ASSERT_NE(buffer.data(), nullptr);
+  for (size_t i = 0; i < kBytes; ++i) buffer.data()[i] = static_cast<uint8_t>(i * 7 + (i >> 12));
+  const uint64_t token = a.transport->register_memory(buffer.data() + 4096, kBytes - 4096);
+  ASSERT_NE(token, 0u) << "a memfd mapped shared is not taken as shareable";
+  auto link = a.transport->connect(b.gid());
+  ASSERT_NE(link, nullptr);
+
+  // Two pieces, the first at an odd offset: each arrives from its place in the object.
+  FrameHeader h = frame_header(1, 300000 + 20000);
+  iovec iov[2] = {{buffer.data() + 4096 + 13, 300000}, {buffer.data() + (2 << 20), 20000}};
+  ASSERT_TRUE(link->send(h, iov, 2));
+  ASSERT_TRUE(b.sink.wait_frames_from(a.gid(), 1, kDeliveryLimit));
+  std::vector<uint8_t> want(buffer.data() + 4096 + 13, buffer.data() + 4096 + 13 + 300000);
+  want.insert(want.end(), buffer.data() + (2 << 20), buffer.data() + (2 << 20) + 20000);
+  EXPECT_EQ(b.sink.frames()[0].payload, want);
+  EXPECT_EQ(read_only_mappings_of_memfd(name), 1u) << "the receiver does not map the object";
+
+  // Memory outside the registered range is not the peer's to map: it travels in chunks.
+  iovec first_page{buffer.data(), 4096 * 3};
+  ASSERT_TRUE(link->send(frame_header(2, 4096 * 3), &first_page, 1));
+  ASSERT_TRUE(b.sink.wait_frames_from(a.gid(), 2, kDeliveryLimit));
+  EXPECT_EQ(b.sink.frames()[1].payload,
+            std::vector<uint8_t>(buffer.data(), buffer.data() + first_page.iov_len));
+
+  a.transport->unregister_memory(token);
+  EXPECT_TRUE(wait_read_only_mappings_of_memfd(name, 0, kDeliveryLimit))
+      << "the receiver kept its mapping of an object whose last region is gone";
+  ASSERT_TRUE(link->send(frame_header(3, 300000), iov, 1));
+  ASSERT_TRUE(b.sink.wait_frames_from(a.gid(), 3, kDeliveryLimit));
+  EXPECT_EQ(b.sink.frames()[2].payload,
+            std::vector<uint8_t>(buffer.data() + 4096 + 13, buffer.data() + 4096 + 13 + 300000));
+  EXPECT_EQ(read_only_mappings_of_memfd(name), 0u);
+  EXPECT_EQ(b.sink.downs_of(a.gid()), 0u);
+}
+
+// Memory that no peer can map (private, as malloc gives) is not recorded at registration.
+TEST(ShmMappedPayload, PrivateMemoryIsNotShareable) {
+  ShmEndpoint a;
+  ASSERT_TRUE(a.transport);
+  std::vector<uint8_t> heap(1 << 20, 1);
+  EXPECT_EQ(a.transport->register_memory(heap.data(), heap.size()), 0u);
+}
+
+// EMURDMA_SHM_MAP=0 (ShmOptions::map_shared): nothing is handed to peers.
+TEST(ShmMappedPayload, TurnedOffNothingIsRecorded) {
+  emu::ShmOptions off;
+  off.map_shared = false;
+  ShmEndpoint a(off);
+  ASSERT_TRUE(a.transport);
+  MemfdBuffer buffer("emurdma-test-off", 1 << 20);
+  ASSERT_NE(buffer.data(), nullptr);
+  EXPECT_EQ(a.transport->register_memory(buffer.data(), 1 << 20), 0u);
 }
 
 TEST(ShmDropConnections, BothSidesSeeTheLinkDownOnceAndReconnectingDelivers) {

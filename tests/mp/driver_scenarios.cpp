@@ -94,6 +94,14 @@ void run_rdma_read(const Placement& place) {
 void run_large_messages(const Placement& place) {
   run_two_party(place, "large");
 }
+void run_large_messages_in_shared_memory(const Placement& place, bool expect_mapped) {
+  std::vector<std::string> options = {"memory=shared"};
+  if (expect_mapped) options.push_back("expect_mapped=1");
+  auto s = run_peers(
+      {peer("server", "large", "server", options), peer("client", "large", "client", options)},
+      place);
+  expect_passed(*s);
+}
 void run_ud(const Placement& place) {
   run_two_party(place, "ud");
 }

@@ -27,6 +27,10 @@ void run_rdma_write(const Placement& place);
 void run_rdma_read(const Placement& place);
 void run_atomics(const Placement& place);
 void run_large_messages(const Placement& place);
+// The same with every buffer in a memfd mapped MAP_SHARED (memory=shared). expect_mapped: each
+// peer must show, in /proc/self/maps, the other's objects mapped read-only by the transport,
+// and the server must see the client's src object unmapped once its region is deregistered.
+void run_large_messages_in_shared_memory(const Placement& place, bool expect_mapped);
 void run_ud(const Placement& place);
 void run_srq_shared_by_clients(const Placement& place);
 void run_srq_rnr_then_recovery(const Placement& place);

@@ -34,6 +34,14 @@ TEST_P(MpTest, LargeWriteReadSend) {
   mp::run_large_messages(place());
 }
 
+// The same with every buffer in a memfd mapped MAP_SHARED. Over shm the transport hands each
+// object to the peer, which maps it read-only and copies out of it: both peers check their
+// /proc/self/maps, and the client's src object must be unmapped at the server once its only
+// region is deregistered. Over tcp the same buffers are ordinary memory to copy.
+TEST_P(MpTest, LargeWriteReadSendFromSharedObjects) {
+  mp::run_large_messages_in_shared_memory(place(), GetParam() == "shm");
+}
+
 TEST_P(MpTest, UdSendRecv) {
   mp::run_ud(place());
 }

@@ -1,9 +1,19 @@
 // Every operation between two processes, checked at both ends against ibv_post_send(3) and
 // ibv_poll_cq(3): data placed, completion opcodes, byte_len, imm_data, atomic results.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <fstream>
+#include <memory>
 #include <numeric>
 #include <set>
+#include <span>
+#include <sstream>
+#include <thread>
 
 #include "tests/mp/scenarios.h"
 
@@ -402,22 +412,173 @@ void atomics_client(Peer& p) {
 
 // ---------------------------------------------------------------------------------------------
 // Large messages: 8 MiB WRITE and READ, 4 MiB SEND
+//
+// With memory=shared every buffer lies in a memfd mapped MAP_SHARED, which the shm transport
+// hands to the peer to map read-only instead of reading it with process_vm_readv; with
+// expect_mapped=1 each side proves it from /proc/self/maps.
 
 namespace {
 
 constexpr size_t kLargeRegion = 8 << 20;
 constexpr uint32_t kLargeSend = 4 << 20;
+// The bus line saying the client deregistered src can overtake the transport's unmap message:
+// the server polls its maps for a bounded time.
+constexpr auto kUnmapWait = std::chrono::seconds(5);
+constexpr auto kUnmapPoll = std::chrono::milliseconds(10);
+
+// The name of a large role's memfd, as both processes see it in /proc/self/maps.
+std::string large_memfd_name(const std::string& role, const std::string& buffer) {
+  return "emurdma-mp-large-" + role + "-" + buffer;
+}
+
+// Memory in a memfd that this process maps read-write and MAP_SHARED. The descriptor stays open
+// while mapped: a transport may re-open the object through /proc/self/fd to hand it on.
+class SharedBuffer {
+ public:
+  SharedBuffer(const std::string& name, size_t size) : size_(size) {
+    fd_ = ::memfd_create(name.c_str(), MFD_CLOEXEC);
+    if (fd_ < 0) throw PeerError("memfd_create " + name + ": " + std::strerror(errno));
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+      const int err = errno;
+      ::close(fd_);
+      throw PeerError("ftruncate " + name + ": " + std::strerror(err));
+    }
+    void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (addr == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd_);
+      throw PeerError("mmap " + name + ": " + std::strerror(err));
+    }
+    data_ = static_cast<uint8_t*>(addr);
+  }
+  ~SharedBuffer() {
+    ::munmap(data_, size_);
+    ::close(fd_);
+  }
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  int fd_ = -1;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// A buffer of the large roles: a vector, or a SharedBuffer named large_memfd_name(role, buffer)
+// when `shared`.
+class LargeBuffer {
+ public:
+  LargeBuffer(bool shared, const std::string& role, const std::string& buffer, size_t size,
+              uint8_t fill) {
+    if (shared) {
+      shared_ = std::make_unique<SharedBuffer>(large_memfd_name(role, buffer), size);
+      bytes_ = {shared_->data(), shared_->size()};
+    } else {
+      private_.resize(size);
+      bytes_ = private_;
+    }
+    std::fill(bytes_.begin(), bytes_.end(), fill);
+  }
+  LargeBuffer(bool shared, const std::string& role, const std::string& buffer,
+              const std::vector<uint8_t>& contents)
+      : LargeBuffer(shared, role, buffer, contents.size(), 0) {
+    std::copy(contents.begin(), contents.end(), bytes_.begin());
+  }
+
+  uint8_t* data() const { return bytes_.data(); }
+  size_t size() const { return bytes_.size(); }
+  uint8_t operator[](size_t i) const { return bytes_[i]; }
+  bool holds(std::span<const uint8_t> expected) const {
+    return std::ranges::equal(bytes_, expected);
+  }
+
+ private:
+  std::vector<uint8_t> private_;
+  std::unique_ptr<SharedBuffer> shared_;
+  std::span<uint8_t> bytes_;
+};
+
+struct Mapping {
+  std::string perms;  // "r--s", "rw-s", ...
+  std::string path;   // "/memfd:name (deleted)" for a memfd
+};
+
+std::vector<Mapping> read_self_maps() {
+  std::vector<Mapping> out;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::istringstream fields(line);
+    std::string range, offset, device, inode;
+    Mapping m;
+    fields >> range >> m.perms >> offset >> device >> inode;
+    std::getline(fields >> std::ws, m.path);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+bool names_memfd(const Mapping& m, const std::string& memfd_name) {
+  const std::string prefix = "/memfd:" + memfd_name;
+  return m.path.starts_with(prefix) &&
+         (m.path.size() == prefix.size() || m.path[prefix.size()] == ' ');
+}
+
+// Whether this process maps the memfd read-only and shared, as the shm transport maps an object
+// a peer handed it.
+bool maps_read_only(const std::string& memfd_name) {
+  return std::ranges::any_of(read_self_maps(), [&](const Mapping& m) {
+    return m.perms == "r--s" && names_memfd(m, memfd_name);
+  });
+}
+
+// The large roles' memfd lines of /proc/self/maps, for failure messages.
+std::string large_memfd_mappings() {
+  std::string out;
+  for (const Mapping& m : read_self_maps()) {
+    if (m.path.find("/memfd:emurdma-mp-large-") == std::string::npos) continue;
+    out += (out.empty() ? "" : " | ") + m.perms + " " + m.path;
+  }
+  return out.empty() ? "(no large memfd mappings)" : out;
+}
+
+void check_maps_read_only(Peer& p, const std::string& memfd_name, const std::string& why) {
+  p.check.that(maps_read_only(memfd_name), "no r--s mapping of /memfd:" + memfd_name + " " + why +
+                                               "; /proc/self/maps has: " + large_memfd_mappings());
+}
+
+struct LargeOptions {
+  bool shared = false;
+  bool expect_mapped = false;
+};
+
+LargeOptions large_options(const Peer& p) {
+  LargeOptions o;
+  const std::string memory = p.option("memory", "private");
+  if (memory != "private" && memory != "shared") {
+    throw PeerError("memory=" + memory + ": expected private or shared");
+  }
+  o.shared = memory == "shared";
+  o.expect_mapped = p.number("expect_mapped", 0) != 0;
+  if (o.expect_mapped && !o.shared) throw PeerError("expect_mapped=1 needs memory=shared");
+  return o;
+}
 
 }  // namespace
 
 void large_server(Peer& p) {
   const std::string client = other(p, "client");
+  const LargeOptions o = large_options(p);
+  // Declared before the device: registered memory outlives its registrations.
+  LargeBuffer region(o.shared, "server", "region", kLargeRegion, 0);
+  LargeBuffer rx(o.shared, "server", "rx", kLargeSend + 64, kUntouched);
   Device dev;
   emu::Cq* cq = dev.cq(16);
   emu::Qp* qp = dev.rc_qp(cq, cq, 8);
-  std::vector<uint8_t> region(kLargeRegion, 0);
   emu::Mr* region_mr = dev.reg(region.data(), region.size(), kRemoteAll);
-  std::vector<uint8_t> rx(kLargeSend + 64, kUntouched);
   emu::Mr* rx_mr = dev.reg(rx.data(), rx.size(), IBV_ACCESS_LOCAL_WRITE);
 
   p.bus.send(client, "qp", dev.describe(qp, region_mr));
@@ -434,20 +595,46 @@ void large_server(Peer& p) {
   // The client's WRITE completed: at RC that means it is placed here.
   p.bus.receive(client, "written");
   const auto written = pattern(kLargeRegion, 33);
-  p.check.that(region == written, "8 MiB WRITE placed whole");
+  p.check.that(region.holds(written), "8 MiB WRITE placed whole");
+  if (o.expect_mapped) {
+    // The payloads came out of the client's objects, mapped here read-only.
+    check_maps_read_only(p, large_memfd_name("client", "src"), "after the client's WRITE");
+    check_maps_read_only(p, large_memfd_name("client", "msg"), "after the client's SEND");
+    // The client deregisters src (which unmaps it here) only once this look is over.
+    p.bus.send(client, "mappings_seen");
+  }
   p.bus.receive(client, "done");
-  p.check.that(region == written, "8 MiB READ left the region unchanged");
+  p.check.that(region.holds(written), "8 MiB READ left the region unchanged");
+  if (o.expect_mapped) {
+    p.bus.receive(client, "src_deregistered");
+    const std::string src = large_memfd_name("client", "src");
+    const auto deadline = std::chrono::steady_clock::now() + kUnmapWait;
+    bool mapped = maps_read_only(src);
+    while (mapped && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(kUnmapPoll);
+      mapped = maps_read_only(src);
+    }
+    p.check.that(!mapped,
+                 "the client's src object is still mapped here 5 s after its last region "
+                 "was deregistered; /proc/self/maps has: " +
+                     large_memfd_mappings());
+    // msg is still registered at the client: its object stays mapped.
+    check_maps_read_only(p, large_memfd_name("client", "msg"),
+                         "while the client's msg region is still registered");
+  }
   p.bus.barrier("end", {client});
 }
 
 void large_client(Peer& p) {
   const std::string server = other(p, "server");
+  const LargeOptions o = large_options(p);
+  // Declared before the device: registered memory outlives its registrations.
+  LargeBuffer src(o.shared, "client", "src", pattern(kLargeRegion, 33));
+  LargeBuffer msg(o.shared, "client", "msg", pattern(kLargeSend, 31));
+  LargeBuffer back(o.shared, "client", "back", kLargeRegion, 0);
   Device dev;
   emu::Cq* cq = dev.cq(16);
   emu::Qp* qp = dev.rc_qp(cq, cq, 8);
-  auto src = pattern(kLargeRegion, 33);
-  auto msg = pattern(kLargeSend, 31);
-  std::vector<uint8_t> back(kLargeRegion, 0);
   emu::Mr* src_mr = dev.reg(src.data(), src.size(), 0);
   emu::Mr* msg_mr = dev.reg(msg.data(), msg.size(), 0);
   emu::Mr* back_mr = dev.reg(back.data(), back.size(), IBV_ACCESS_LOCAL_WRITE);
@@ -470,8 +657,18 @@ void large_client(Peer& p) {
                            remote.rkey),
                  "large read");
   expect_success(p.check, reap(cq, 1, "large read")[0], 3, IBV_WC_RDMA_READ, "large read");
-  p.check.that(back == src, "8 MiB READ returns what was written");
+  p.check.that(std::memcmp(back.data(), src.data(), kLargeRegion) == 0,
+               "8 MiB READ returns what was written");
+  if (o.expect_mapped) {
+    // The READ response came out of the server's region object, mapped here read-only.
+    check_maps_read_only(p, large_memfd_name("server", "region"), "after the READ");
+  }
   p.bus.send(server, "done");
+  // src's object has no other region: its deregistration must unmap it at the server, so it
+  // waits until the server has looked for the mapping.
+  if (o.expect_mapped) p.bus.receive(server, "mappings_seen");
+  dev.dereg(src_mr);
+  if (o.expect_mapped) p.bus.send(server, "src_deregistered");
   p.bus.barrier("end", {server});
 }
 

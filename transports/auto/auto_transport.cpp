@@ -105,6 +105,14 @@ class AutoTransport : public Transport {
     return tcp_->connect(tcp_peer);
   }
 
+  // Only shared memory lets a peer map our memory.
+  uint64_t register_memory(const void* addr, size_t length) override {
+    return shm_ ? shm_->register_memory(addr, length) : 0;
+  }
+  void unregister_memory(uint64_t token) override {
+    if (shm_) shm_->unregister_memory(token);
+  }
+
   void wait_for_deliveries() override {
     loopback_->wait_for_deliveries();
     if (shm_) shm_->wait_for_deliveries();

@@ -84,7 +84,7 @@ pid_t same_user_peer(int fd, std::string* why) {
   return cred.pid;
 }
 
-bool send_message(int fd, const void* msg, size_t len, const int* fds, int nfds) {
+bool send_message(int fd, const void* msg, size_t len, const int* fds, int nfds, bool wait) {
   iovec iov{const_cast<void*>(msg), len};
   alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
   msghdr mh{};
@@ -101,7 +101,7 @@ bool send_message(int fd, const void* msg, size_t len, const int* fds, int nfds)
   }
   ssize_t n;
   do {
-    n = ::sendmsg(fd, &mh, MSG_NOSIGNAL);
+    n = ::sendmsg(fd, &mh, MSG_NOSIGNAL | (wait ? 0 : MSG_DONTWAIT));
   } while (n < 0 && errno == EINTR);
   return n == static_cast<ssize_t>(len);
 }

@@ -42,8 +42,9 @@ int dial(const std::string& name, std::string* why);
 // The peer's pid when it runs as our user; -1 and *why otherwise.
 pid_t same_user_peer(int fd, std::string* why);
 
-// One message with up to 2 descriptors. send_message does not take ownership of fds.
-bool send_message(int fd, const void* msg, size_t len, const int* fds, int nfds);
+// One message with up to 2 descriptors. send_message does not take ownership of fds. Without
+// `wait`, a socket whose buffer is full refuses the message at once (false).
+bool send_message(int fd, const void* msg, size_t len, const int* fds, int nfds, bool wait = true);
 // Waits up to timeout for one message of exactly len bytes and exactly nfds descriptors
 // (which the caller then owns). Closes any descriptor it does not hand over.
 bool receive_message(int fd, void* msg, size_t len, int* fds, int nfds,

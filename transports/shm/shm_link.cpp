@@ -1,7 +1,10 @@
 #include "transports/shm/shm_link.h"
 
 #include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +12,7 @@
 #include <mutex>
 
 #include "emu/poll_demand.h"
+#include "transports/shm/shm_handshake.h"
 #include "transports/shm/shm_payload.h"
 
 namespace emu::shm {
@@ -76,6 +80,9 @@ void ShmLink::release() {
   backlog_size_.store(0, std::memory_order_release);
   std::vector<uint8_t>().swap(staged_);
   staging_ = false;
+  for (const auto& [id, object] : peer_objects_)
+    ::munmap(const_cast<uint8_t*>(object.base), object.size);
+  peer_objects_.clear();
   released_.store(true, std::memory_order_release);
 }
 
@@ -98,25 +105,103 @@ void ShmLink::ring_peer_doorbell() {
 void ShmLink::say_goodbye() {
   if (!up()) return;
   flush_deferred(0, true);  // the peer's last sends complete
-  const char byte = kGoodbyeByte;
+  std::lock_guard lock(send_lock_);
   // Best effort: a peer already gone needs no goodbye.
-  [[maybe_unused]] const ssize_t n = ::send(socket_fd_, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (up()) send_socket_message(kGoodbye, 0, -1);
+}
+
+bool ShmLink::send_socket_message(SocketMessageType type, uint32_t object, int fd) {
+  const SocketMessage m{type, {}, object};
+  // A SOCK_SEQPACKET socket: the message goes whole or not at all. Never waits: a socket whose
+  // buffer the peer does not empty refuses it, and the caller goes without (payloads then
+  // travel another way).
+  return send_message(socket_fd_, &m, sizeof m, &fd, fd >= 0 ? 1 : 0, /*wait=*/false);
 }
 
 bool ShmLink::socket_ended(short revents) {
+  std::lock_guard lock(drain_lock_);
+  return !read_socket_locked(revents);
+}
+
+bool ShmLink::read_socket_locked(short revents) {
+  if (socket_fd_ < 0) return false;
   for (;;) {
-    char byte;
-    const ssize_t n = ::recv(socket_fd_, &byte, 1, MSG_DONTWAIT);
-    if (n == 1) {
-      if (byte == kGoodbyeByte) farewell_.store(true, std::memory_order_release);
-      continue;  // nothing else is ever sent; an unknown byte changes nothing
+    SocketMessage m{};
+    iovec iov{&m, sizeof m};
+    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = ::recvmsg(socket_fd_, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return (revents & (POLLHUP | POLLERR | POLLNVAL)) == 0;
+    if (n <= 0) return false;
+    // At most one descriptor is ever sent with a message; any more are closed.
+    int fd = -1;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t k = 0; k < count; ++k) {
+        int received;
+        std::memcpy(&received, CMSG_DATA(c) + k * sizeof(int), sizeof received);
+        if (fd < 0) {
+          fd = received;
+        } else {
+          ::close(received);
+        }
+      }
     }
-    if (n == 0) return true;
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK)
-      return (revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
-    return true;
+    // A message of another size (cut short, or longer and truncated) is not one of ours.
+    if (n == static_cast<ssize_t>(sizeof m) && (msg.msg_flags & MSG_TRUNC) == 0) {
+      take_socket_message(m, fd);
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
   }
+}
+
+void ShmLink::take_socket_message(const SocketMessage& m, int fd) {
+  switch (m.type) {
+    case kGoodbye:
+      farewell_.store(true, std::memory_order_release);
+      break;
+    case kShareObject: {
+      if (fd < 0 || peer_objects_.count(m.object) != 0) break;  // ids are never reused
+      struct stat st {};
+      if (::fstat(fd, &st) != 0 || st.st_size <= 0) break;
+      void* base = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+      if (base == MAP_FAILED) {
+        // The frames that name it are read with process_vm_readv instead, when we may.
+        spdlog::warn("shm: cannot map an object the peer shares ({} bytes): {}", st.st_size,
+                     std::strerror(errno));
+        break;
+      }
+      peer_objects_[m.object] =
+          PeerObject{static_cast<const uint8_t*>(base), static_cast<uint64_t>(st.st_size)};
+      break;
+    }
+    case kForgetObject: {
+      auto it = peer_objects_.find(m.object);
+      if (it == peer_objects_.end()) break;
+      ::munmap(const_cast<uint8_t*>(it->second.base), it->second.size);
+      peer_objects_.erase(it);
+      break;
+    }
+    default:
+      break;  // a later version's message: nothing this end must act on
+  }
+  if (fd >= 0) ::close(fd);  // a mapping keeps its object
+}
+
+void ShmLink::forget_object(uint32_t object) {
+  std::lock_guard lock(send_lock_);
+  auto it = std::find(objects_shared_.begin(), objects_shared_.end(), object);
+  if (it == objects_shared_.end()) return;
+  objects_shared_.erase(it);
+  if (up()) send_socket_message(kForgetObject, object, -1);
 }
 
 bool ShmLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
@@ -198,9 +283,12 @@ ShmLink::Emit ShmLink::emit(const FrameHeader& h, const iovec* iov, size_t iovcn
     // in the ring or in the backlog by then, never read later from the sender's memory.
     // Nor one held in the backlog's own copy (quiesce): that copy goes with the entry.
     const bool datagram = (h.flags & kFrameDatagram) != 0;
-    if (!datagram && !progress->own_copy && iovcnt <= kMaxRemoteIov &&
-        producer_.consumer_single_copy()) {
-      return write_remote(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
+    if (!datagram && !progress->own_copy && iovcnt <= kMaxRemoteIov) {
+      const Mapped mapped = write_mapped(h, iov, iovcnt, total);
+      if (mapped != Mapped::kFallback)
+        return mapped == Mapped::kWritten ? Emit::kDone : Emit::kBlocked;
+      if (producer_.consumer_single_copy())
+        return write_remote(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
     }
     if (!write_frame_record(kFrameStaged, h, total)) return Emit::kBlocked;
     progress->started = true;
@@ -250,6 +338,37 @@ bool ShmLink::write_remote(const FrameHeader& h, const iovec* iov, size_t iovcnt
     std::memcpy(out + i * sizeof r, &r, sizeof r);
   }
   producer_.commit(kFrameRemote);
+  return true;
+}
+
+ShmLink::Mapped ShmLink::write_mapped(const FrameHeader& h, const iovec* iov, size_t iovcnt,
+                                      uint64_t total) {
+  MappedIov pieces[kMaxRemoteIov];
+  for (size_t i = 0; i < iovcnt; ++i) {
+    SharedPiece shared;
+    if (!owner_.find_shared(iov[i].iov_base, iov[i].iov_len, &shared) ||
+        !share_object_locked(*shared.object)) {
+      return Mapped::kFallback;
+    }
+    pieces[i] = MappedIov{reinterpret_cast<uint64_t>(iov[i].iov_base), iov[i].iov_len,
+                          shared.offset, shared.object->id, 0};
+  }
+  uint8_t* p = producer_.reserve(
+      record_size(sizeof(RecordHead) + sizeof(FrameRecord) + iovcnt * sizeof(MappedIov)));
+  if (p == nullptr) return Mapped::kBlocked;
+  const FrameRecord fr{h, static_cast<uint32_t>(total), static_cast<uint32_t>(iovcnt)};
+  std::memcpy(p, &fr, sizeof fr);
+  std::memcpy(p + sizeof fr, pieces, iovcnt * sizeof(MappedIov));
+  producer_.commit(kFrameMapped);
+  return Mapped::kWritten;
+}
+
+bool ShmLink::share_object_locked(const SharedObject& object) {
+  if (std::find(objects_shared_.begin(), objects_shared_.end(), object.id) != objects_shared_.end())
+    return true;
+  // Sent before any record names it: the peer finds it on the socket when it reads the record.
+  if (!send_socket_message(kShareObject, object.id, object.fd)) return false;
+  objects_shared_.push_back(object.id);
   return true;
 }
 
@@ -396,7 +515,8 @@ bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, s
   FrameSink* sink = owner_.sink();
   if (kind == kChunk) return deliver_staged_chunk(body, body_bytes, why);
   if (kind == kFrameShort) return deliver_short(body, body_bytes, why);
-  if (kind != kFrameInline && kind != kFrameRemote && kind != kFrameStaged) {
+  if (kind != kFrameInline && kind != kFrameRemote && kind != kFrameStaged &&
+      kind != kFrameMapped) {
     *why = "unknown record kind " + std::to_string(kind);
     return false;
   }
@@ -418,6 +538,8 @@ bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, s
     if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
     return true;
   }
+
+  if (kind == kFrameMapped) return deliver_mapped(fr, rest, rest_bytes, why);
 
   if (kind == kFrameRemote) {
     if (fr.iov_count == 0 || fr.iov_count > kMaxRemoteIov ||
@@ -459,6 +581,71 @@ bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, s
   staged_filled_ = 0;
   staging_ = true;
   if (fr.payload_bytes == 0) return deliver_staged_chunk(nullptr, 0, why);
+  return true;
+}
+
+bool ShmLink::deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_t rest_bytes,
+                             std::string* why) {
+  if (fr.iov_count == 0 || fr.iov_count > kMaxRemoteIov ||
+      uint64_t{fr.iov_count} * sizeof(MappedIov) > rest_bytes) {
+    *why = "mapped payload with " + std::to_string(fr.iov_count) + " pieces";
+    return false;
+  }
+  MappedIov mapped[kMaxRemoteIov];
+  std::memcpy(mapped, rest, fr.iov_count * sizeof(MappedIov));
+  RemoteIov pieces[kMaxRemoteIov];  // local addresses in our mappings, or the sender's
+  uint64_t sum = 0;
+  bool all_mapped = true;
+  bool socket_read = false;
+  for (uint32_t i = 0; i < fr.iov_count; ++i) {
+    const MappedIov& m = mapped[i];
+    if (m.len > kMaxPayload - sum) {  // against what is left of the limit: no wraparound
+      *why = "mapped payload pieces do not add up to its length";
+      return false;
+    }
+    sum += m.len;
+    auto it = peer_objects_.find(m.object);
+    if (it == peer_objects_.end() && !socket_read) {
+      // The sender hands an object over the socket before the first record that names it.
+      read_socket_locked(0);
+      socket_read = true;
+      it = peer_objects_.find(m.object);
+    }
+    if (it == peer_objects_.end()) {
+      all_mapped = false;
+      pieces[i] = RemoteIov{m.addr, m.len};
+      continue;
+    }
+    if (m.offset > it->second.size || m.len > it->second.size - m.offset) {
+      *why = "mapped payload piece of " + std::to_string(m.len) + " bytes at " +
+             std::to_string(m.offset) + " outside its object of " + std::to_string(it->second.size);
+      return false;
+    }
+    pieces[i] = RemoteIov{reinterpret_cast<uint64_t>(it->second.base + m.offset), m.len};
+  }
+  if (sum != fr.payload_bytes) {
+    *why = "mapped payload pieces do not add up to its length";
+    return false;
+  }
+  FrameSink* sink = owner_.sink();
+  if (all_mapped) {
+    MappedPayload payload(pieces, fr.iov_count);
+    if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
+    return true;
+  }
+  // An object we could not map, or one forgotten while a frame naming it was in the ring (its
+  // region deregistered with the request outstanding): the sender's memory, as kFrameRemote.
+  if (incoming_->consumer_single_copy.load(std::memory_order_relaxed) == 0) {
+    *why = "a payload in an object of the peer that this end does not map";
+    return false;
+  }
+  for (uint32_t i = 0; i < fr.iov_count; ++i) pieces[i] = RemoteIov{mapped[i].addr, mapped[i].len};
+  RemotePayload payload(peer_pid_, pieces, fr.iov_count);
+  if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
+  if (payload.failed()) {
+    *why = "the peer's memory could not be read (process gone?)";
+    return false;
+  }
   return true;
 }
 

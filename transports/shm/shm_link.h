@@ -3,11 +3,12 @@
 // doorbell.
 //
 // Sending (Link::send) takes the link's send lock, a spin lock: the ring write is a few
-// stores. Payloads up to kInlineMax are copied into the ring; larger ones go by address
-// (the receiver pulls them with process_vm_readv) when the receiver could read our memory at
-// attach, else in chunks. When the ring is full a request is refused (the engine retries it
-// from progress) while an answer, which must never be refused, waits in a backlog that the
-// transport flushes as the peer frees space.
+// stores. Payloads up to kInlineMax are copied into the ring; larger ones go by reference to
+// an object we map shared (memfd, shared file: the receiver maps it once, handed over the
+// socket, and copies with memcpy), else by address (the receiver pulls them with
+// process_vm_readv) when the receiver could read our memory at attach, else in chunks. When the
+// ring is full a request is refused (the engine retries it from progress) while an answer, which
+// must never be refused, waits in a backlog that the transport flushes as the peer frees space.
 //
 // ACKs that a program thread's poll produced are deferred: a busy program's next move is
 // usually a post to the same peer, and its reply can follow without the ACK's ring write in
@@ -33,10 +34,12 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "emu/spin_lock.h"
 #include "emu/transport.h"
+#include "transports/shm/shared_memory.h"
 #include "transports/shm/shm_ring.h"
 #include "transports/shm/shm_segment.h"
 #include "transports/shm/shm_wire.h"
@@ -59,6 +62,8 @@ class LinkOwner {
   virtual uint32_t program_polls() const = 0;
   // A link defers ACKs now: the transport must see that they go (flush_deferred).
   virtual void on_deferred_ack() = 0;
+  // Whether [addr, addr+len) lies in registered memory of an object mapped shared (SharedRanges).
+  virtual bool find_shared(const void* addr, size_t len, SharedPiece* out) const = 0;
 };
 
 struct LinkSetup {
@@ -88,13 +93,15 @@ class ShmLink : public Link {
   void flush_deferred(uint32_t polls_now, bool always);
   bool has_deferred() const { return has_deferred_.load(std::memory_order_relaxed); }
 
-  // Sends the goodbye byte on the link's socket: this end closes in order (its transport
-  // ends), so the peer's QPs see silence rather than a fault. The only message ever sent on
-  // the socket after the handshake.
+  // Sends a goodbye on the link's socket: this end closes in order (its transport ends), so
+  // the peer's QPs see silence rather than a fault.
   void say_goodbye();
-  // Receiver thread: the socket is readable. Consumes a goodbye byte if one came (farewell()
-  // turns true) and returns whether the socket has ended (end of file or error).
+  // Receiver thread: the socket is readable. Takes the messages that came (a goodbye turns
+  // farewell() true, shared objects are mapped or unmapped) and returns whether the socket
+  // has ended (end of file, error, or a malformed message).
   bool socket_ended(short revents);
+  // The object's last registration ended: if the peer was handed it, tell it to unmap it.
+  void forget_object(uint32_t object);
 
   // Delivers up to budget incoming frames to the sink; 0 when another thread is draining
   // (*contended, when given, is then set).
@@ -165,6 +172,15 @@ class ShmLink : public Link {
             Progress* progress);
   bool write_inline(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
   bool write_remote(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
+  // Blocked when the ring is full; Fallback when a piece is not in a shared object, or the
+  // object could not be handed to the peer.
+  enum class Mapped { kWritten, kBlocked, kFallback };
+  Mapped write_mapped(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
+  bool share_object_locked(const SharedObject& object);
+  bool send_socket_message(SocketMessageType type, uint32_t object, int fd);
+  // Under drain_lock_: reads the messages waiting on the socket; false when it ended.
+  bool read_socket_locked(short revents);
+  void take_socket_message(const SocketMessage& m, int fd);
   bool write_frame_record(uint32_t kind, const FrameHeader& h, uint64_t total);
   bool flush_locked();
   void hold(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
@@ -173,6 +189,8 @@ class ShmLink : public Link {
 
   bool deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why);
   bool deliver_short(const uint8_t* body, uint32_t body_bytes, std::string* why);
+  bool deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_t rest_bytes,
+                      std::string* why);
   bool deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std::string* why);
 
   LinkOwner& owner_;
@@ -182,7 +200,7 @@ class ShmLink : public Link {
   pid_t peer_pid_;
   Gid peer_;
   std::atomic<bool> up_{true};
-  std::atomic<bool> farewell_{false};  // the peer's goodbye byte arrived
+  std::atomic<bool> farewell_{false};  // the peer's goodbye arrived
   std::atomic<bool> retired_{false};
   std::atomic<bool> released_{false};
 
@@ -195,6 +213,7 @@ class ShmLink : public Link {
   size_t deferred_count_ = 0;
   uint32_t deferred_at_poll_ = 0;
   std::atomic<bool> has_deferred_{false};
+  std::vector<uint32_t> objects_shared_;  // handed to the peer (under send_lock_)
 
   // The ring index of the next incoming record, as the last drain left the ring, for
   // drain_for_poll's look into the incoming data area. That area stays readable after
@@ -210,6 +229,12 @@ class ShmLink : public Link {
   FrameHeader staged_header_{};
   std::vector<uint8_t> staged_;
   uint64_t staged_filled_ = 0;
+  // The peer's objects we map, by its id (under drain_lock_).
+  struct PeerObject {
+    const uint8_t* base = nullptr;
+    uint64_t size = 0;
+  };
+  std::unordered_map<uint32_t, PeerObject> peer_objects_;
 };
 
 }  // namespace emu::shm

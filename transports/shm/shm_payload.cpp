@@ -1,13 +1,14 @@
 #include "transports/shm/shm_payload.h"
 
+#include <algorithm>
+
 namespace emu::shm {
 
-RemotePayload::RemotePayload(pid_t pid, const RemoteIov* iov, uint32_t n)
-    : pid_(pid), iov_(iov), n_(n) {
+PieceCursor::PieceCursor(const RemoteIov* iov, uint32_t n) : iov_(iov), n_(n) {
   for (uint32_t k = 0; k < n; ++k) left_ += iov[k].len;
 }
 
-void RemotePayload::advance(size_t len) {
+void PieceCursor::advance(size_t len) {
   len = len < left_ ? len : left_;
   left_ -= len;
   while (len > 0) {
@@ -23,6 +24,18 @@ void RemotePayload::advance(size_t len) {
   while (i_ < n_ && iov_[i_].len == off_) {
     ++i_;
     off_ = 0;
+  }
+}
+
+void MappedPayload::read(void* dst, size_t len) {
+  len = len < left_ ? len : left_;
+  auto* out = static_cast<uint8_t*>(dst);
+  while (len > 0) {
+    const uint64_t piece = std::min<uint64_t>(iov_[i_].len - off_, len);
+    std::memcpy(out, reinterpret_cast<const uint8_t*>(iov_[i_].addr) + off_, piece);
+    out += piece;
+    len -= piece;
+    advance(piece);
   }
 }
 

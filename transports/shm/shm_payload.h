@@ -1,6 +1,7 @@
-// The three ways a payload reaches the engine from a ring (PayloadSource, emu/transport.h):
-// bytes inside the ring, bytes still in the sender's memory (read with process_vm_readv,
-// straight into the destination), and bytes reassembled from chunks.
+// The ways a payload reaches the engine from a ring (PayloadSource, emu/transport.h): bytes
+// inside the ring, bytes in the sender's objects that we map (copied with memcpy), bytes
+// still in the sender's memory (read with process_vm_readv, straight into the destination),
+// and bytes reassembled from chunks.
 #pragma once
 
 #include <sys/types.h>
@@ -37,26 +38,43 @@ class BytesPayload : public PayloadSource {
   size_t left_;
 };
 
-// Payload in the address space of process pid, described by iov. If the process has gone
-// (or unmapped the memory) a read fills the rest with zeros and failed() turns true: the
-// receiver then drops the link, so that nothing built on those bytes is acknowledged.
-class RemotePayload : public PayloadSource {
+// A payload made of pieces, consumed in order: where the next byte is.
+class PieceCursor {
  public:
-  RemotePayload(pid_t pid, const RemoteIov* iov, uint32_t n);
-  size_t size() const override { return left_; }
-  void read(void* dst, size_t len) override;
-  void skip(size_t len) override { advance(len); }
-  bool failed() const { return failed_; }
-
- private:
+  PieceCursor(const RemoteIov* iov, uint32_t n);
+  size_t left() const { return left_; }
   void advance(size_t len);
 
-  pid_t pid_;
+ protected:
   const RemoteIov* iov_;
   uint32_t n_;
   uint32_t i_ = 0;
   uint64_t off_ = 0;  // within iov_[i_]
   size_t left_ = 0;
+};
+
+// Payload in pieces of our own memory (the sender's objects, mapped here), validated.
+class MappedPayload : public PayloadSource, private PieceCursor {
+ public:
+  MappedPayload(const RemoteIov* iov, uint32_t n) : PieceCursor(iov, n) {}
+  size_t size() const override { return left(); }
+  void read(void* dst, size_t len) override;
+  void skip(size_t len) override { advance(len); }
+};
+
+// Payload in the address space of process pid, described by iov. If the process has gone
+// (or unmapped the memory) a read fills the rest with zeros and failed() turns true: the
+// receiver then drops the link, so that nothing built on those bytes is acknowledged.
+class RemotePayload : public PayloadSource, private PieceCursor {
+ public:
+  RemotePayload(pid_t pid, const RemoteIov* iov, uint32_t n) : PieceCursor(iov, n), pid_(pid) {}
+  size_t size() const override { return left(); }
+  void read(void* dst, size_t len) override;
+  void skip(size_t len) override { advance(len); }
+  bool failed() const { return failed_; }
+
+ private:
+  pid_t pid_;
   bool failed_ = false;
 };
 

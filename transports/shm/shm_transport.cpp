@@ -133,6 +133,25 @@ class ShmTransport : public Transport, public LinkOwner {
   uint32_t program_polls() const override { return program_polls_.load(std::memory_order_relaxed); }
   // Release: a flush_deferred that takes the flag down sees the link's has_deferred().
   void on_deferred_ack() override { deferred_.store(true, std::memory_order_release); }
+  bool find_shared(const void* addr, size_t len, SharedPiece* out) const override {
+    return shared_ranges_.find(addr, len, out);
+  }
+
+  uint64_t register_memory(const void* addr, size_t length) override {
+    return options_.map_shared ? shared_ranges_.add(addr, length) : 0;
+  }
+
+  void unregister_memory(uint64_t token) override {
+    const uint32_t object = shared_ranges_.remove(token);
+    if (object == 0) return;
+    // Its last region is gone: peers that map it let it go (its pages may be freed).
+    std::vector<std::shared_ptr<ShmLink>> links;
+    {
+      std::lock_guard lock(links_mutex_);
+      links = owned_;
+    }
+    for (const auto& link : links) link->forget_object(object);
+  }
 
   // Writes the links' deferred ACKs (all, or those older than poll `polls`).
   void flush_deferred(uint32_t polls, bool always) {
@@ -504,8 +523,7 @@ class ShmTransport : public Transport, public LinkOwner {
       }
       for (size_t i = 2; i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
-        // Only a goodbye byte is ever sent on the socket after the handshake; otherwise
-        // readable means it ended.
+        // The socket carries a goodbye and shared objects; otherwise readable means it ended.
         if (fd_links[i - 2]->socket_ended(fds[i].revents)) {
           // Deliver everything the peer wrote before it went (its last ACKs among them), then
           // report the end. A program thread may be draining this link with a smaller budget:
@@ -538,6 +556,8 @@ class ShmTransport : public Transport, public LinkOwner {
   std::atomic<size_t> active_count_{0};
   std::atomic<uint64_t> links_version_{0};
 
+  SharedRanges shared_ranges_;  // registered memory that peers may map
+
   std::mutex sink_mutex_;  // link-down reports
   std::atomic<FrameSink*> sink_{nullptr};
 
@@ -557,6 +577,7 @@ ShmOptions shm_options_from_environment() {
   ShmOptions o;
   const char* single = std::getenv("EMURDMA_SHM_SINGLE_COPY");
   if (single != nullptr && std::string(single) == "0") o.single_copy = false;
+  o.map_shared = shm::shared_mapping_enabled(std::getenv("EMURDMA_SHM_MAP"));
   return o;
 }
 

@@ -22,13 +22,15 @@ struct ShmOptions {
   uint32_t ipv4 = 0;        // a TCP listener to name in the GID (host order), or 0
   bool single_copy = true;  // read large payloads in place with process_vm_readv when the
                             // kernel allows; false forces the chunked path
+  bool map_shared = true;   // let peers map registered memory that lies in an object mapped
+                            // shared (memfd, shared file) and copy from it with memcpy
 };
 
 // nullptr, with an error logged, when the Unix socket cannot be opened.
 std::unique_ptr<Transport> make_shm_transport(const ShmOptions& options = {});
 
 // The options the environment asks for: EMURDMA_SHM_SINGLE_COPY=0 disables reading peers'
-// memory in place.
+// memory in place, EMURDMA_SHM_MAP=0 handing our shared objects to peers.
 ShmOptions shm_options_from_environment();
 
 // Closes every link of a shm transport as a dying peer would; each reports on_link_down

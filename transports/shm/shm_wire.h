@@ -11,11 +11,22 @@
 
 namespace emu::shm {
 
-inline constexpr uint32_t kProtocolVersion = 4;
+inline constexpr uint32_t kProtocolVersion = 5;
 
-// The one byte ever sent on a link's Unix socket after the handshake: "this end closes in
-// order" (ShmLink::say_goodbye). End of file without it means the peer died.
-inline constexpr char kGoodbyeByte = 'G';
+// After the handshake a link's Unix socket carries SocketMessages, each sent whole by one
+// sendmsg. End of file without a goodbye means the peer died.
+enum SocketMessageType : uint8_t {
+  kGoodbye = 'G',       // this end closes in order (ShmLink::say_goodbye)
+  kShareObject = 'O',   // with SCM_RIGHTS: a read-only descriptor of object `object`
+  kForgetObject = 'F',  // object `object` will not be named again: unmap it
+};
+
+struct SocketMessage {
+  uint8_t type;
+  uint8_t reserved[3];
+  uint32_t object;
+};
+static_assert(sizeof(SocketMessage) == 8);
 
 enum RecordKind : uint32_t {
   kFrameInline = 1,  // FrameRecord, then payload_bytes of payload
@@ -23,6 +34,7 @@ enum RecordKind : uint32_t {
   kFrameStaged = 3,  // FrameRecord; payload_bytes follow in kChunk records
   kChunk = 4,        // bytes of the staged frame in progress
   kFrameShort = 5,   // ShortFrame, then `length` bytes of payload
+  kFrameMapped = 6,  // FrameRecord, then iov_count MappedIov: the payload in objects we map
 };
 
 struct FrameRecord {
@@ -62,6 +74,19 @@ struct RemoteIov {
   uint64_t addr;
   uint64_t len;
 };
+
+// A piece of payload in an object (memfd, shared file) the sender maps shared and has handed
+// to the receiver (kShareObject): the receiver copies it from its own mapping of the object,
+// with memcpy. The address is the piece in the sender's memory, read with process_vm_readv
+// instead when the receiver has no mapping of that object (any more).
+struct MappedIov {
+  uint64_t addr;
+  uint64_t len;
+  uint64_t offset;  // within the object
+  uint32_t object;
+  uint32_t reserved;
+};
+static_assert(sizeof(MappedIov) == 32);
 
 // Payloads up to this size travel inside the ring (copied in, then out): cheaper than a
 // system call. Larger ones travel by address when the receiver can read the sender's memory,
