@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -84,6 +85,11 @@ double seconds_since(Clock::time_point t0) {
 // on their own thread, which a pure busy-poller starves on a machine with few cores).
 bool yield_when_idle = false;
 
+// --memory shared: registered buffers are mapped shared from a memfd, memory a peer process can
+// map (the shm transport then copies payloads from its own mapping of the sender's buffer,
+// like ucx_perftest's put into memory it allocated shared); private (default) is ordinary heap.
+bool shared_buffers = false;
+
 struct Options {
   std::string test;
   uint32_t size = 8;
@@ -109,6 +115,7 @@ options:
   --seconds S   lat: at most (2); bw: streaming time (2); srq: per phase (0.5)
   --qps N       srq: QPs sharing the SRQ (1000)      --rounds N   srq: rounds of both (3)
   --yield 0|1   sched_yield while the CQ is empty (0: pure busy polling)
+  --memory M    registered buffers: private (heap, default) or shared (memfd mapped shared)
   --watchdog S  both processes give up after S seconds (60)
 Both processes use the transport EMURDMA_TRANSPORT names (shm or tcp).
 )",
@@ -159,6 +166,9 @@ Options parse(int argc, char** argv) {
       o.watchdog_seconds = static_cast<unsigned>(std::strtoul(value, nullptr, 0));
     } else if (arg == "--yield") {
       yield_when_idle = std::atoi(value) != 0;
+    } else if (arg == "--memory" &&
+               (std::string(value) == "shared" || std::string(value) == "private")) {
+      shared_buffers = std::string(value) == "shared";
     } else if (arg == "--server-fd") {
       o.server_fd = std::atoi(value);
     } else {
@@ -227,6 +237,37 @@ class Oob {
   int fd_;
 };
 
+// A registered buffer: heap memory, or memory mapped shared from a memfd (--memory shared).
+class Buffer {
+ public:
+  Buffer(size_t bytes, uint8_t fill) : size_(bytes) {
+    if (!shared_buffers) {
+      heap_.assign(bytes, fill);
+      data_ = heap_.data();
+      return;
+    }
+    const int fd = ::memfd_create("transport_bench", MFD_CLOEXEC);
+    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) die("memfd_create failed");
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);  // the mapping keeps the object
+    if (p == MAP_FAILED) die("mmap of the memfd failed");
+    data_ = static_cast<uint8_t*>(p);
+    std::memset(data_, fill, bytes);
+  }
+  ~Buffer() {
+    if (heap_.empty()) ::munmap(data_, size_);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  std::vector<uint8_t> heap_;
+  uint8_t* data_ = nullptr;
+  size_t size_;
+};
+
 // What one side tells the other about its QPs and its buffer.
 struct PeerInfo {
   ibv_gid gid{};
@@ -238,11 +279,11 @@ struct PeerInfo {
 // directions and one registered buffer.
 class Endpoint {
  public:
-  Endpoint(uint32_t cqe, size_t buffer_bytes) : ctx_(emu::Node::process_default()) {
+  Endpoint(uint32_t cqe, size_t buffer_bytes)
+      : ctx_(emu::Node::process_default()), buffer_(buffer_bytes, 0x5a) {
     check(ctx_.alloc_pd(&pd_), "alloc_pd");
     check(ctx_.create_cq(static_cast<int>(cqe), nullptr, nullptr, 0, &cq_), "create_cq");
-    // Touch every page now so that first-use page faults are not measured.
-    buffer_.assign(buffer_bytes, 0x5a);
+    // The buffer's pages were all touched (filled): first-use page faults are not measured.
     check(ctx_.reg_mr(pd_, buffer_.data(), buffer_.size(),
                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &mr_),
           "reg_mr");
@@ -378,7 +419,7 @@ class Endpoint {
   Mr* mr_ = nullptr;
   Srq* srq_ = nullptr;
   ibv_gid gid_{};
-  std::vector<uint8_t> buffer_;
+  Buffer buffer_;
   std::vector<Qp*> qps_;
 };
 
