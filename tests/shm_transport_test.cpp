@@ -25,6 +25,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -41,6 +42,7 @@
 #include "emu/poll_demand.h"
 #include "emu/transport.h"
 #include "transports/auto/auto_transport.h"
+#include "transports/shm/guarded_copy.h"
 #include "transports/shm/shm_gid.h"
 #include "transports/shm/shm_handshake.h"
 #include "transports/shm/shm_link.h"
@@ -1253,6 +1255,23 @@ void share_memfd(RawDialer& d, uint32_t object, size_t bytes, uint8_t fill,
   ASSERT_TRUE(send_socket_message(d.socket_fd(), shm::kShareObject, object, shared.fd()));
 }
 
+// As share_memfd, but the object stays with the caller, who may then shrink it (ftruncate its
+// fd()) under the victim's mapping. Null on failure.
+std::unique_ptr<MemfdBuffer> share_kept_memfd(RawDialer& d, uint32_t object, size_t bytes,
+                                              uint8_t fill, const std::string& name) {
+  auto shared = std::make_unique<MemfdBuffer>(name, bytes);
+  if (shared->data() == nullptr) {
+    ADD_FAILURE() << "memfd of " << bytes << " bytes";
+    return nullptr;
+  }
+  std::memset(shared->data(), fill, bytes);
+  if (!send_socket_message(d.socket_fd(), shm::kShareObject, object, shared->fd())) {
+    ADD_FAILURE() << "share message not sent";
+    return nullptr;
+  }
+  return shared;
+}
+
 std::vector<uint8_t> mapped_bytes(const std::vector<shm::MappedIov>& pieces) {
   std::vector<uint8_t> out(pieces.size() * sizeof(shm::MappedIov));
   std::memcpy(out.data(), pieces.data(), out.size());
@@ -1497,6 +1516,50 @@ TEST_F(ShmVictimTest, MappedRecordsAreReadFromTheObjectOrElseFromThePeersMemory)
   EXPECT_EQ(read_only_mappings_of_memfd("emurdma-test-forget"), 1u);
   ASSERT_TRUE(send_socket_message(dialer->socket_fd(), shm::kForgetObject, 7, -1));
   EXPECT_TRUE(wait_read_only_mappings_of_memfd("emurdma-test-forget", 0, kDeliveryLimit));
+}
+
+// A peer that shrinks (ftruncate) an object the victim maps, then names bytes past its new end:
+// the victim's copy from its mapping meets SIGBUS, which must not kill it (RDMA hardware would
+// fail the transfer, not the host). As for an unreadable remote payload, the frame is delivered
+// zero-filled and the link goes down, once; the friendly link is untouched.
+TEST_F(ShmVictimTest, AnObjectShrunkUnderAMappedPayloadTakesTheLinkDownNotTheProcess) {
+  Gid peer;
+  auto dialer = attach_raw(&peer);
+  ASSERT_NE(dialer, nullptr);
+  const std::string name = "emurdma-test-shrunk";
+  constexpr uint32_t kObject = 3;
+  constexpr uint32_t kPayload = 16 << 10;
+  auto shared = share_kept_memfd(*dialer, kObject, 64 << 10, 0x6d, name);
+  ASSERT_NE(shared, nullptr);
+  const auto record = frame_body(kPayload, 1, mapped_bytes({{0, kPayload, 32 << 10, kObject, 0}}));
+  // Read once while whole: the victim has mapped the object before it shrinks.
+  put(*dialer, shm::kFrameMapped, record);
+  dialer->ring_victim();
+  ASSERT_TRUE(victim.sink.wait_frames_from(peer, 1, kDeliveryLimit));
+  ASSERT_EQ(read_only_mappings_of_memfd(name), 1u);
+
+  ASSERT_EQ(::ftruncate(shared->fd(), 0), 0);
+  put(*dialer, shm::kFrameMapped, record);
+  dialer->ring_victim();
+  ASSERT_TRUE(victim.sink.wait_downs_of(peer, 1, kDeliveryLimit)) << "no on_link_down";
+  std::vector<Received> from_peer;
+  for (Received& r : victim.sink.frames()) {
+    if (r.from == peer) from_peer.push_back(r);
+  }
+  ASSERT_EQ(from_peer.size(), 2u);
+  EXPECT_EQ(from_peer[0].payload, std::vector<uint8_t>(kPayload, 0x6d));
+  EXPECT_EQ(from_peer[1].payload, std::vector<uint8_t>(kPayload, 0));
+
+  // Everything that could report the link a second time.
+  dialer->close_socket();
+  dialer->ring_victim();
+  victim.transport->progress();
+  EXPECT_FALSE(victim.sink.wait_downs_of(peer, 2, 100ms)) << "reported down twice";
+  const size_t friendly_frames = victim.sink.frames_from(friendly.gid());
+  ASSERT_TRUE(send_frame(*friendly_link, 2));
+  EXPECT_TRUE(victim.sink.wait_frames_from(friendly.gid(), friendly_frames + 1, kDeliveryLimit));
+  EXPECT_EQ(victim.sink.downs_of(friendly.gid()), 0u);
+  EXPECT_TRUE(friendly_link->up());
 }
 
 // A link the victim takes down is ended for the peer too (docs/wire.md: the survivor learns
@@ -1813,6 +1876,164 @@ TEST(ShmMappedPayload, TurnedOffNothingIsRecorded) {
   MemfdBuffer buffer("emurdma-test-off", 1 << 20);
   ASSERT_NE(buffer.data(), nullptr);
   EXPECT_EQ(a.transport->register_memory(buffer.data(), 1 << 20), 0u);
+}
+
+// Pieces past the end of a shrunk object: the bytes before them arrive, the rest of the read is
+// zeros, and nothing more is read (the link is going down).
+TEST(ShmMappedPayload, APieceOfAShrunkObjectFailsTheReadWithZeros) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  MemfdBuffer object("emurdma-test-shrunk-payload", 2 * page);
+  ASSERT_NE(object.data(), nullptr);
+  std::memset(object.data(), 0x2a, 2 * page);
+  ASSERT_EQ(::ftruncate(object.fd(), static_cast<off_t>(page)), 0);
+  const auto base = reinterpret_cast<uint64_t>(object.data());
+  const RemoteIov pieces[] = {{base + 100, 50}, {base + page, 64}, {base, 30}};
+  shm::MappedPayload payload(pieces, 3);
+  std::vector<uint8_t> out(100, 0xee);
+  payload.read(out.data(), 70);
+  EXPECT_TRUE(payload.failed());
+  EXPECT_EQ(payload.size(), 144u - 70u);
+  std::vector<uint8_t> want(100, 0xee);  // what was not asked for is left alone
+  std::fill_n(want.begin(), 50, 0x2a);
+  std::fill_n(want.begin() + 50, 20, 0);
+  EXPECT_EQ(out, want);
+  payload.read(out.data(), 74);  // the third piece is readable, but not read
+  EXPECT_EQ(std::vector<uint8_t>(out.begin(), out.begin() + 74), std::vector<uint8_t>(74, 0));
+  EXPECT_EQ(payload.size(), 0u);
+}
+
+// =============================================================================================
+// guarded_copy
+
+TEST(GuardedCopy, CopiesLikeMemcpy) {
+  std::vector<uint8_t> source(70000);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<uint8_t>(i * 31 + (i >> 9));
+  for (const size_t len : {size_t{0}, size_t{1}, size_t{7}, size_t{4095}, size_t{65536 + 3}}) {
+    for (const size_t offset : {size_t{0}, size_t{1}, size_t{61}}) {
+      std::vector<uint8_t> dst(len + 2, 0xee);
+      ASSERT_TRUE(shm::guarded_copy(dst.data() + 1, source.data() + offset, len));
+      std::vector<uint8_t> want(len + 2, 0xee);
+      std::copy_n(source.begin() + static_cast<std::ptrdiff_t>(offset), len, want.begin() + 1);
+      EXPECT_EQ(dst, want) << len << " bytes from offset " << offset;
+    }
+  }
+}
+
+// The page past the end of a memfd shrunk under its mapping raises SIGBUS when read.
+TEST(GuardedCopy, ReturnsFalseWhereTheSourceIsPastItsObjectsEnd) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  MemfdBuffer object("emurdma-test-guarded", 2 * page);
+  ASSERT_NE(object.data(), nullptr);
+  for (size_t i = 0; i < 2 * page; ++i) object.data()[i] = static_cast<uint8_t>(i * 13);
+  const std::vector<uint8_t> first_page(object.data(), object.data() + page);
+  void* mapped = ::mmap(nullptr, 2 * page, PROT_READ, MAP_SHARED, object.fd(), 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  const auto* source = static_cast<const uint8_t*>(mapped);
+  ASSERT_EQ(::ftruncate(object.fd(), static_cast<off_t>(page)), 0);
+  std::vector<uint8_t> dst(page);
+  // More than once, and from another thread too: a fault the copy survived leaves SIGBUS
+  // unblocked and the handler in place (a blocked SIGBUS fault kills at once).
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_FALSE(shm::guarded_copy(dst.data(), source + page, 64));
+    EXPECT_FALSE(shm::guarded_copy(dst.data(), source + page - 16, 32)) << "across the end";
+    EXPECT_TRUE(shm::guarded_copy(dst.data(), source, page));
+    EXPECT_EQ(dst, first_page);
+  }
+  bool other_thread_failed = false;
+  std::thread([&] {
+    other_thread_failed = !shm::guarded_copy(dst.data(), source + page, 64);
+  }).join();
+  EXPECT_TRUE(other_thread_failed);
+  EXPECT_TRUE(shm::guarded_copy(dst.data(), source, page));
+  ::munmap(mapped, 2 * page);
+}
+
+struct ChildEnd {
+  int status = 0;            // as waitpid gives it
+  std::string error_output;  // what the child wrote to stderr
+};
+
+// Runs `body` in a child process, its stderr kept in a memfd, and waits for it (bounded: an
+// overstaying child is killed).
+ChildEnd end_of_child(const std::function<void()>& body) {
+  ChildEnd end;
+  const int captured = ::memfd_create("emurdma-test-child-stderr", MFD_CLOEXEC);
+  if (captured < 0) {
+    ADD_FAILURE() << "memfd_create: " << std::strerror(errno);
+    return end;
+  }
+  const pid_t child = ::fork();
+  if (child < 0) {
+    ADD_FAILURE() << "fork: " << std::strerror(errno);
+    ::close(captured);
+    return end;
+  }
+  if (child == 0) {
+    ::dup2(captured, STDERR_FILENO);
+    body();
+    ::_exit(0);
+  }
+  const auto deadline = Clock::now() + kChildLimit;
+  while (::waitpid(child, &end.status, WNOHANG) == 0) {
+    if (Clock::now() > deadline) {
+      ADD_FAILURE() << "the child overstayed";
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &end.status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  char buffer[4096];
+  ssize_t n;
+  off_t at = 0;
+  while ((n = ::pread(captured, buffer, sizeof buffer, at)) > 0) {
+    end.error_output.append(buffer, static_cast<size_t>(n));
+    at += n;
+  }
+  ::close(captured);
+  return end;
+}
+
+// A child with the handler installed (one guarded copy), then the SIGBUS of `raise_sigbus`,
+// which is no guarded copy's: it must end as it would have without the handler. Exit codes
+// from 2 up: the child survived it, or could not set it up.
+void expect_the_sigbus_ends_the_process(void (*raise_sigbus)(const uint8_t* lost_page)) {
+  const ChildEnd end = end_of_child([raise_sigbus] {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const int fd = ::memfd_create("emurdma-test-lost-page", MFD_CLOEXEC);
+    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(2 * page)) != 0) ::_exit(2);
+    void* mapped = ::mmap(nullptr, 2 * page, PROT_READ, MAP_SHARED, fd, 0);
+    if (mapped == MAP_FAILED) ::_exit(3);
+    const auto* bytes = static_cast<const uint8_t*>(mapped);
+    uint8_t copied[64];
+    if (!shm::guarded_copy(copied, bytes + page, sizeof copied)) ::_exit(4);
+    if (::ftruncate(fd, static_cast<off_t>(page)) != 0) ::_exit(5);
+    raise_sigbus(bytes + page);
+    ::_exit(6);  // survived
+  });
+  // Without a sanitizer SIGBUS kills; ASan (and the others) handle it unless told otherwise
+  // (handle_sigbus=1): our handler, installed after, passed the signal on to theirs, which
+  // reports it and exits with its exit code (1).
+  const bool killed_by_sigbus = WIFSIGNALED(end.status) && WTERMSIG(end.status) == SIGBUS;
+  const bool reported_by_a_sanitizer =
+      end.error_output.find("Sanitizer: BUS") != std::string::npos && WIFEXITED(end.status) &&
+      WEXITSTATUS(end.status) == 1;
+  EXPECT_TRUE(killed_by_sigbus || reported_by_a_sanitizer)
+      << (WIFEXITED(end.status) ? "exit code " + std::to_string(WEXITSTATUS(end.status))
+                                : "signal " + std::to_string(WTERMSIG(end.status)))
+      << "\n"
+      << end.error_output;
+}
+
+TEST(GuardedCopy, ASigbusOutsideAGuardedCopyStillKillsTheProcess) {
+  expect_the_sigbus_ends_the_process([](const uint8_t* lost_page) {
+    const volatile uint8_t* touched = lost_page;
+    if (*touched == 0) ::_exit(7);
+  });
+}
+
+TEST(GuardedCopy, ASigbusSentByKillStillKillsTheProcess) {
+  expect_the_sigbus_ends_the_process([](const uint8_t*) { ::kill(::getpid(), SIGBUS); });
 }
 
 TEST(ShmDropConnections, BothSidesSeeTheLinkDownOnceAndReconnectingDelivers) {

@@ -631,6 +631,10 @@ bool ShmLink::deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_
   if (all_mapped) {
     MappedPayload payload(pieces, fr.iov_count);
     if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
+    if (payload.failed()) {
+      *why = "the peer's object shrank under a payload read from it (SIGBUS)";
+      return false;
+    }
     return true;
   }
   // An object we could not map, or one forgotten while a frame naming it was in the ring (its

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "transports/shm/guarded_copy.h"
+
 namespace emu::shm {
 
 PieceCursor::PieceCursor(const RemoteIov* iov, uint32_t n) : iov_(iov), n_(n) {
@@ -32,7 +34,14 @@ void MappedPayload::read(void* dst, size_t len) {
   auto* out = static_cast<uint8_t*>(dst);
   while (len > 0) {
     const uint64_t piece = std::min<uint64_t>(iov_[i_].len - off_, len);
-    std::memcpy(out, reinterpret_cast<const uint8_t*>(iov_[i_].addr) + off_, piece);
+    // Once a piece failed nothing more is read: the link is going down.
+    if (failed_ ||
+        !guarded_copy(out, reinterpret_cast<const uint8_t*>(iov_[i_].addr) + off_, piece)) {
+      failed_ = true;
+      std::memset(out, 0, len);
+      advance(len);
+      return;
+    }
     out += piece;
     len -= piece;
     advance(piece);

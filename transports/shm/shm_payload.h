@@ -1,5 +1,5 @@
 // The ways a payload reaches the engine from a ring (PayloadSource, emu/transport.h): bytes
-// inside the ring, bytes in the sender's objects that we map (copied with memcpy), bytes
+// inside the ring, bytes in the sender's objects that we map (copied with guarded_copy), bytes
 // still in the sender's memory (read with process_vm_readv, straight into the destination),
 // and bytes reassembled from chunks.
 #pragma once
@@ -53,13 +53,19 @@ class PieceCursor {
   size_t left_ = 0;
 };
 
-// Payload in pieces of our own memory (the sender's objects, mapped here), validated.
+// Payload in pieces of our own memory (the sender's objects, mapped here), validated. If the
+// sender shrank an object under a piece (reading it raises SIGBUS), a read fills the rest with
+// zeros and failed() turns true, as for RemotePayload: the receiver then drops the link.
 class MappedPayload : public PayloadSource, private PieceCursor {
  public:
   MappedPayload(const RemoteIov* iov, uint32_t n) : PieceCursor(iov, n) {}
   size_t size() const override { return left(); }
   void read(void* dst, size_t len) override;
   void skip(size_t len) override { advance(len); }
+  bool failed() const { return failed_; }
+
+ private:
+  bool failed_ = false;
 };
 
 // Payload in the address space of process pid, described by iov. If the process has gone
