@@ -37,6 +37,12 @@ Node::Node(std::unique_ptr<Transport> transport)
 }
 
 Node::~Node() {
+  // A program that ends without destroying its QPs still acknowledges what they executed (a
+  // responder may owe the ACK of its last unsignaled-request: Qp::acknowledge_locked).
+  for (uint32_t slot = 0; slot < kMaxQp; ++slot) {
+    if (Qp* qp = qps_[slot].load(std::memory_order_acquire)) qp->flush_owed_ack();
+  }
+  transport_->flush_held();
   {
     std::lock_guard lock(timer_mutex_);
     stopping_.store(true);
@@ -96,10 +102,11 @@ uint32_t Node::register_qp(Qp* qp) {
 
 void Node::unregister_qp(uint32_t qpn) {
   uint32_t slot = qpn & (kMaxQp - 1);
-  qps_[slot].store(nullptr, std::memory_order_seq_cst);
+  Qp* qp = qps_[slot].exchange(nullptr, std::memory_order_seq_cst);
   // Wait for the threads that may have found the QP before it was unpublished.
   while (readers_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   transport_->wait_for_deliveries();
+  if (qp != nullptr) qp->flush_owed_ack();
   // Answers it owed go out now; frames it sent may still point into its send queue (inline
   // data).
   transport_->flush_held();

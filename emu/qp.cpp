@@ -334,6 +334,7 @@ void Qp::to_sq_error_locked() {
 
 void Qp::to_error_locked() {
   if (state() == IBV_QPS_ERR) return;
+  send_owed_ack_locked();  // what was executed before the error is acknowledged, as it was
   state_.store(IBV_QPS_ERR, std::memory_order_release);
   attr_.qp_state = IBV_QPS_ERR;
   ++timer_token_;
@@ -359,6 +360,7 @@ void Qp::reset_locked() {
   sq_drained_pending_ = false;
   ++timer_token_;
   disarm_ack_timer_locked();
+  send_owed_ack_locked();
   link_.reset();
   same_peer_link_id_ = 0;
   next_psn_ = 0;
@@ -436,6 +438,11 @@ void Qp::on_frame(Link& from, const FrameHeader& h, PayloadSource& payload) {
 void Qp::on_timer(uint64_t token) {
   {
     std::lock_guard lock(lock_);
+    if (token == kOwedAckTimerTag) {
+      owed_ack_timer_pending_ = false;
+      send_owed_ack_locked();
+      return;
+    }
     if (token & kAckTimerTag) {
       on_ack_timer_locked(token);
       return;

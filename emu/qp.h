@@ -68,6 +68,8 @@ class Qp : public ApiHandle {
   void on_link_down(const Link& link);
   void on_timer(uint64_t token);
   void resume_send();
+  // Sends the ACK the responder owes, if any (the QP is destroyed, or the node goes).
+  void flush_owed_ack();
 
   // Moves the QP to the error state from outside (e.g. transport failure), raising event.
   void fatal(ibv_event_type event);
@@ -85,6 +87,7 @@ class Qp : public ApiHandle {
     if (++sq_next_ > sq_sent_high_) sq_sent_high_ = sq_next_;
   }
   bool transmit_one_locked(SendWqe& wqe);
+  bool wants_ack_locked(const SendWqe& wqe) const;
   bool gather_locked(const SendWqe& wqe, iovec* iov, size_t* iovcnt, ibv_wc_status* status);
   // responder.cpp
   Link& answer_path_locked(Link& arrived_on);
@@ -105,6 +108,10 @@ class Qp : public ApiHandle {
   bool scatter_locked(const RecvWqe& wqe, uint32_t offset, PayloadSource& payload, size_t len,
                       ibv_wc_status* status);
   void responder_error_locked(ibv_event_type event);
+  // A SEND or WRITE executed: acknowledged now if its requester asked (kFrameAckReq), else
+  // owed (sent by the next answer to a later request, the owed-ACK timer, or a state change).
+  void acknowledge_locked(Link& to, const FrameHeader& h);
+  void send_owed_ack_locked();
   // completer.cpp
   void complete_locked(Link& from, const FrameHeader& h, PayloadSource& payload);
   void retire_head_locked(ibv_wc_status status, uint32_t byte_len);
@@ -189,6 +196,12 @@ class Qp : public ApiHandle {
   };
   AtomicResult atomic_results_[kMaxQpRdAtomic];
   uint32_t atomic_results_next_ = 0;
+  // The ACK owed for the last SEND or WRITE executed without one (acknowledge_locked); the
+  // owed-ACK timer's token is the tag alone (one pending at a time, owes_ack_ says if needed).
+  static constexpr uint64_t kOwedAckTimerTag = uint64_t{1} << 62;
+  bool owes_ack_ = false;
+  bool owed_ack_timer_pending_ = false;
+  uint32_t owed_ack_psn_ = 0;
 };
 
 }  // namespace emu

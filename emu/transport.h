@@ -47,6 +47,7 @@ enum FrameFlags : uint8_t {
   kFrameSolicited = 1 << 1,  // solicited event requested
   kFrameDatagram = 1 << 2,   // UC/UD: never answered; the transport copies its payload
   kFrameFetchAdd = 1 << 3,   // atomic request: fetch-and-add (else compare-and-swap)
+  kFrameAckReq = 1 << 4,     // RC request: acknowledge it now (others may wait, Qp::wants_ack)
 };
 
 // Requests start an exchange; answers (ACK, NAK, READ and atomic responses) end one and are

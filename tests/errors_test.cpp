@@ -614,6 +614,17 @@ class AckTimeout : public ErrorTest {
     return n;
   }
 
+  // One 8-byte unsignaled SEND from p.a, received by p.b (its receive completion reaped).
+  void unsignaled_send_received(const Pair& p) {
+    static char src[8] = "unasked";
+    static char dst[8];
+    Mr* ms = reg(src, sizeof(src));
+    Mr* md = reg(dst, sizeof(dst));
+    ASSERT_EQ(post_recv(p.b, 10, dst, sizeof(dst), md), 0);
+    ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 8, ms, 0, 0, 0), 0);
+    EXPECT_TRUE(CompletionIs(poll_one(p.rcq), {.wr_id = 10, .status = IBV_WC_SUCCESS}));
+  }
+
   // Bounded wait (not a timing assertion) for a condition that the timer makes true.
   template <typename Pred>
   bool eventually(Pred pred, milliseconds limit = milliseconds(10000)) {
@@ -804,6 +815,102 @@ TEST_F(AckTimeout, DuplicateAtomicReturnsTheSavedResultAndExecutesOnce) {
   EXPECT_EQ(target[1], 9u);
   EXPECT_EQ(state_of(p.b), IBV_QPS_RTS);
   wire->set_filter(nullptr);
+}
+
+// --- ACKs asked for (kFrameAckReq, IBA's AckReq) and owed ---------------------------------
+
+// The requests a's QP sent, in order, and the ACKs b's QP sent.
+std::vector<emu::FrameHeader> frames_from(FilterWire& wire, uint32_t qpn, bool requests) {
+  std::vector<emu::FrameHeader> out;
+  for (const emu::FrameHeader& h : wire.sent()) {
+    if (h.src_qpn == qpn && (requests ? emu::is_request(h.op) : h.op == emu::FrameOp::kAck))
+      out.push_back(h);
+  }
+  return out;
+}
+
+// An ACK acknowledges every earlier SEND and WRITE (IBA 9.7.5.1.1): unsignaled requests, whose
+// completions the program never sees, ask for no ACK of their own; the signaled one after them
+// does, and its ACK retires them all.
+TEST_F(AckTimeout, UnsignaledRequestsAskForNoAckAndTheNextSignaledOneAcknowledgesThemAll) {
+  Pair p = make_pair();  // ACK timeout 67 ms
+  char src[8] = "quiet";
+  char dst[4][8] = {};
+  Mr* ms = reg(src, sizeof(src));
+  Mr* md = reg(dst, sizeof(dst));
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(post_recv(p.b, 10 + i, dst[i], 8, md), 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(post_send(p.a, 1 + i, IBV_WR_SEND, src, 8, ms, 0, 0, 0), 0);
+  ASSERT_EQ(post_send(p.a, 4, IBV_WR_SEND, src, 8, ms), 0);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 4, .status = IBV_WC_SUCCESS}));
+  EXPECT_EQ(poll_n(p.rcq, 4).size(), 4u);
+  const auto requests = frames_from(*wire, p.a->qpn(), true);
+  ASSERT_EQ(requests.size(), 4u);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(requests[i].flags & emu::kFrameAckReq, 0) << "request " << i;
+  EXPECT_NE(requests[3].flags & emu::kFrameAckReq, 0);
+  const auto acks = frames_from(*wire, p.b->qpn(), false);
+  ASSERT_FALSE(acks.empty());
+  EXPECT_LT(acks.size(), 4u) << "an ACK per request";
+  EXPECT_EQ(acks.back().psn, requests[3].psn);
+  EXPECT_TRUE(drain(cq, milliseconds(1)).empty()) << "unsignaled requests completed visibly";
+}
+
+// A responder acknowledges a request that did not ask for it soon anyway, well within the
+// requester's ACK timeout: the requester neither retransmits nor, with retry_cnt 0, fails,
+// though nothing follows the request.
+TEST_F(AckTimeout, AnUnsignaledRequestWithNothingAfterItIsStillAcknowledgedInTime) {
+  ConnectOptions c;
+  c.timeout = 14;  // 67 ms, the shortest with which requests leave the ACK to the responder
+  c.retry_cnt = 0;
+  Pair p = make_pair(c, c);
+  unsignaled_send_received(p);
+  const auto requests = frames_from(*wire, p.a->qpn(), true);
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].flags & emu::kFrameAckReq, 0);
+  ASSERT_TRUE(eventually([&] { return !frames_from(*wire, p.b->qpn(), false).empty(); }))
+      << "the owed ACK never went";
+  EXPECT_EQ(frames_from(*wire, p.b->qpn(), false).front().psn, requests[0].psn);
+  // Several ACK timeouts later: no retransmission, no RETRY_EXC_ERR.
+  EXPECT_TRUE(drain(cq, milliseconds(300)).empty());
+  EXPECT_EQ(transmissions(requests[0].psn), 1u);
+  EXPECT_EQ(state_of(p.a), IBV_QPS_RTS);
+}
+
+// With an ACK timeout shorter than that, every request asks for its ACK.
+TEST_F(AckTimeout, WithAShortAckTimeoutEveryRequestAsksForItsAck) {
+  ConnectOptions c;
+  c.timeout = 13;
+  Pair p = make_pair(c, c);
+  unsignaled_send_received(p);
+  const auto requests = frames_from(*wire, p.a->qpn(), true);
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_NE(requests[0].flags & emu::kFrameAckReq, 0);
+}
+
+// A send queue drained into SQD after unsignaled requests: drained once they are acknowledged,
+// which the responder does without being asked.
+TEST_F(AckTimeout, SqdAfterUnsignaledRequestsRaisesSqDrained) {
+  Pair p = make_pair();
+  unsignaled_send_received(p);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_SQD;
+  attr.en_sqd_async_notify = 1;
+  ASSERT_EQ(p.a->modify(attr, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY), 0);
+  EXPECT_TRUE(wait_event(IBV_EVENT_SQ_DRAINED, p.a, milliseconds(2000)));
+}
+
+// A responder QP destroyed right after executing a request that asked for no ACK sends the ACK
+// it owes first: the requester does not time out.
+TEST_F(AckTimeout, AResponderDestroyedSendsTheAckItOwes) {
+  ConnectOptions c;
+  c.retry_cnt = 0;
+  Pair p = make_pair(c, c);
+  unsignaled_send_received(p);
+  const uint32_t b_qpn = p.b->qpn();
+  ASSERT_EQ(ctx->destroy_qp(p.b), 0);
+  qps.erase(std::find(qps.begin(), qps.end(), p.b));
+  const auto acks = frames_from(*wire, b_qpn, false);
+  ASSERT_EQ(acks.size(), 1u) << "the owed ACK did not go before the QP did";
 }
 
 // The timer is disarmed out of RTS: a QP moved to ERR while it retransmits reports the flush

@@ -495,7 +495,7 @@ TEST(TcpTransport, MalformedInputClosesOnlyThatConnection) {
       {"bad version",
        [&] {
          auto v = valid_header(FrameOp::kAck, 0);
-         v[4] = 2;
+         v[4] = emu::tcp_wire::kVersion + 1;
          return v;
        },
        true},

@@ -35,7 +35,7 @@ constexpr size_t kHelloOffReserved = 5;  // 3 bytes, zero
 constexpr size_t kHelloOffGid = 8;
 static_assert(kHelloOffGid + 16 == kHelloBytes);
 
-constexpr uint8_t kKnownFlags = kFrameImm | kFrameSolicited | kFrameDatagram | kFrameFetchAdd;
+constexpr uint8_t kKnownFlags = kFrameImm | kFrameSolicited | kFrameDatagram | kFrameFetchAdd | kFrameAckReq;
 
 void put32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));

@@ -14,7 +14,7 @@ inline constexpr uint32_t kHelloMagic = 0x48554d45;    // "EMUH" on the wire
 inline constexpr uint32_t kFrameMagic = 0x46554d45;    // "EMUF" on the wire
 inline constexpr uint32_t kGoodbyeMagic = 0x42554d45;  // "EMUB" on the wire
 inline constexpr uint32_t kLaneMagic = 0x4c554d45;     // "EMUL" on the wire
-inline constexpr uint8_t kVersion = 1;
+inline constexpr uint8_t kVersion = 2;                 // 2: kFrameAckReq
 
 inline constexpr size_t kHelloBytes = 24;
 inline constexpr size_t kFrameHeaderBytes = 72;
