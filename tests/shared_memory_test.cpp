@@ -59,6 +59,23 @@ int make_memfd(size_t size) {
   return fd;
 }
 
+// A memfd's descriptor, closed at the end (-1 when creation failed).
+struct MemfdDescriptor {
+  int fd;
+  ~MemfdDescriptor() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// A memfd of object_bytes, mapped shared and read-write: mapped_bytes of it (all by default)
+// from offset. The descriptor is a base, so that it exists before the mapping is made.
+struct MemfdMapping : MemfdDescriptor, Mapping {
+  explicit MemfdMapping(size_t object_bytes, size_t mapped_bytes = 0, off_t offset = 0)
+      : MemfdDescriptor{make_memfd(object_bytes)},
+        Mapping(mapped_bytes != 0 ? mapped_bytes : object_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                fd, offset) {}
+};
+
 // Whether this process may open /proc/self/map_files entries (root, or CAP_SYS_ADMIN /
 // CAP_CHECKPOINT_RESTORE): the only way to an object that no descriptor or path leads to.
 bool map_files_openable() {
@@ -92,9 +109,7 @@ void expect_object_shows(const SharedPiece& piece, const uint8_t* expected, size
 }
 
 TEST(SharedMemory, AMemfdMappingIsShareableAndItsOffsetIsKnown) {
-  const int fd = make_memfd(4 * kMiB);
-  ASSERT_GE(fd, 0);
-  Mapping memory(4 * kMiB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  MemfdMapping memory(4 * kMiB);
   ASSERT_TRUE(memory.ok());
 
   SharedRanges ranges;
@@ -117,16 +132,14 @@ TEST(SharedMemory, AMemfdMappingIsShareableAndItsOffsetIsKnown) {
   expect_object_shows(piece, memory.bytes() + kMiB + delta, piece_len);
 
   // The descriptor handed out is not the program's.
-  EXPECT_NE(piece.object->fd, fd);
-  ::close(fd);
+  EXPECT_NE(piece.object->fd, memory.fd);
 }
 
 TEST(SharedMemory, AMemfdWhoseDescriptorIsClosedIsShareableWhereMapFilesOpens) {
-  const int fd = make_memfd(2 * kMiB);
-  ASSERT_GE(fd, 0);
-  Mapping memory(2 * kMiB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  MemfdMapping memory(2 * kMiB);
   ASSERT_TRUE(memory.ok());
-  ::close(fd);  // only the mapping leads to the memfd now
+  ::close(memory.fd);  // only the mapping leads to the memfd now
+  memory.fd = -1;
   write_pattern(memory.bytes(), memory.len, 11);
 
   SharedRanges ranges;
@@ -218,9 +231,7 @@ TEST(SharedMemory, SharedAnonymousMemoryIsShareableWhereMapFilesOpens) {
 
 TEST(SharedMemory, ARangePartlyOutsideASharedMappingIsNotShareable) {
   const size_t page = page_size();
-  const int fd = make_memfd(2 * page);
-  ASSERT_GE(fd, 0);
-  Mapping memory(2 * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  MemfdMapping memory(2 * page);
   ASSERT_TRUE(memory.ok());
   // The second page becomes private anonymous memory.
   ASSERT_EQ(::munmap(memory.bytes() + page, page), 0);
@@ -232,7 +243,6 @@ TEST(SharedMemory, ARangePartlyOutsideASharedMappingIsNotShareable) {
   EXPECT_EQ(ranges.add(memory.bytes() + page / 2, page), 0u);
   EXPECT_EQ(ranges.add(memory.bytes(), 2 * page), 0u);
   EXPECT_NE(ranges.add(memory.bytes(), page), 0u);  // the first page alone still is
-  ::close(fd);
 }
 
 TEST(SharedMemory, ARangeOverAHoleOrTwoObjectsIsNotShareable) {
@@ -293,9 +303,7 @@ TEST(SharedMemory, ARangeAcrossAnMprotectSplitIsShareableWithItsOffset) {
 }
 
 TEST(SharedMemory, RegistrationsOfOneObjectShareItsSharedObject) {
-  const int fd = make_memfd(4 * kMiB);
-  ASSERT_GE(fd, 0);
-  Mapping memory(4 * kMiB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  MemfdMapping memory(4 * kMiB);
   ASSERT_TRUE(memory.ok());
 
   SharedRanges ranges;
@@ -328,13 +336,10 @@ TEST(SharedMemory, RegistrationsOfOneObjectShareItsSharedObject) {
   ASSERT_TRUE(ranges.find(memory.bytes() + 2 * kMiB, 8192, &renewed));
   EXPECT_NE(renewed.object->id, id);
   EXPECT_NE(renewed.object, in_second.object);
-  ::close(fd);
 }
 
 TEST(SharedMemory, FindRefusesAPiecePastItsRangeEnd) {
-  const int fd = make_memfd(4 * kMiB);
-  ASSERT_GE(fd, 0);
-  Mapping memory(4 * kMiB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  MemfdMapping memory(4 * kMiB);
   ASSERT_TRUE(memory.ok());
 
   SharedRanges ranges;
@@ -345,13 +350,10 @@ TEST(SharedMemory, FindRefusesAPiecePastItsRangeEnd) {
   EXPECT_FALSE(ranges.find(memory.bytes() + kMiB - 1, 8192, &piece));  // starts before it
   EXPECT_FALSE(ranges.find(memory.bytes() + 2 * kMiB, 8192, &piece));  // just after it
   EXPECT_FALSE(ranges.find(memory.bytes() + kMiB, 0, &piece));
-  ::close(fd);
 }
 
 TEST(SharedMemory, OverlappingRegistrationsAreEachFound) {
-  const int fd = make_memfd(4 * kMiB);
-  ASSERT_GE(fd, 0);
-  Mapping memory(4 * kMiB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  MemfdMapping memory(4 * kMiB);
   ASSERT_TRUE(memory.ok());
 
   SharedRanges ranges;
@@ -376,7 +378,6 @@ TEST(SharedMemory, OverlappingRegistrationsAreEachFound) {
   EXPECT_TRUE(ranges.find(memory.bytes() + kMiB + 4096, 8192, &piece));
   EXPECT_EQ(ranges.remove(inner), piece.object->id);
   EXPECT_FALSE(ranges.find(memory.bytes() + kMiB + 4096, 8192, &piece));
-  ::close(fd);
 }
 
 // Memory mapped past the object's end is refused (touching it would fault, here and in a
@@ -385,15 +386,13 @@ TEST(SharedMemory, OverlappingRegistrationsAreEachFound) {
 // given back when its own last region goes.
 TEST(SharedMemory, MemoryPastTheObjectsEndIsShareableOnlyOnceTheObjectGrows) {
   const size_t page = page_size();
-  const int fd = make_memfd(2 * page);
-  ASSERT_GE(fd, 0);
-  Mapping memory(4 * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  MemfdMapping memory(2 * page, 4 * page);
   ASSERT_TRUE(memory.ok());
   SharedRanges ranges;
   EXPECT_EQ(ranges.add(memory.bytes() + page, 2 * page), 0u);
   const uint64_t old_region = ranges.add(memory.bytes(), 2 * page);
   ASSERT_NE(old_region, 0u);
-  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(4 * page)), 0);
+  ASSERT_EQ(::ftruncate(memory.fd, static_cast<off_t>(4 * page)), 0);
   const uint64_t new_region = ranges.add(memory.bytes() + 2 * page, 2 * page);
   ASSERT_NE(new_region, 0u) << "a region past the object's old end was refused after it grew";
   SharedPiece old_piece, new_piece;
@@ -406,7 +405,6 @@ TEST(SharedMemory, MemoryPastTheObjectsEndIsShareableOnlyOnceTheObjectGrows) {
   old_piece = new_piece = SharedPiece{};
   EXPECT_EQ(ranges.remove(old_region), old_id);
   EXPECT_EQ(ranges.remove(new_region), new_id);
-  ::close(fd);
 }
 
 // What a process without map_files privileges can share: a memfd it still has a descriptor
