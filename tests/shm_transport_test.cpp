@@ -41,6 +41,7 @@
 
 #include "emu/poll_demand.h"
 #include "emu/transport.h"
+#include "tests/memfd_buffer.h"
 #include "transports/auto/auto_transport.h"
 #include "transports/shm/guarded_copy.h"
 #include "transports/shm/shm_gid.h"
@@ -68,6 +69,7 @@ using emu::shm::RingConsumer;
 using emu::shm::RingControl;
 using emu::shm::RingProducer;
 using emu::shm::Segment;
+using emu_test::MemfdBuffer;
 namespace shm = emu::shm;
 
 // Every wait in this file is bounded by one of these: a test fails, it never hangs.
@@ -1187,31 +1189,6 @@ class ShmVictimTest : public ::testing::Test {
 // Payload a hostile record may point at: real memory of this process, so only the
 // validation stands between it and a delivered frame.
 uint8_t readable_bytes[4096];
-
-// Memory mapped shared from a memfd named `name`, as a program that wants its peers to map
-// its buffers allocates it.
-class MemfdBuffer {
- public:
-  MemfdBuffer(const std::string& name, size_t bytes) : size_(bytes) {
-    fd_ = ::memfd_create(name.c_str(), MFD_CLOEXEC);
-    if (fd_ < 0 || ::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) return;
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-    if (p != MAP_FAILED) data_ = static_cast<uint8_t*>(p);
-  }
-  ~MemfdBuffer() {
-    if (data_ != nullptr) ::munmap(data_, size_);
-    if (fd_ >= 0) ::close(fd_);
-  }
-  MemfdBuffer(const MemfdBuffer&) = delete;
-  MemfdBuffer& operator=(const MemfdBuffer&) = delete;
-  uint8_t* data() const { return data_; }
-  int fd() const { return fd_; }
-
- private:
-  int fd_ = -1;
-  uint8_t* data_ = nullptr;
-  size_t size_;
-};
 
 // Mappings of this process that are read-only and shared (what a receiver makes of an object a
 // peer hands it) of the memfd named `name`.

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/memfd_buffer.h"
 #include "tests/mp/scenarios.h"
 
 namespace mp {
@@ -431,50 +432,15 @@ std::string large_memfd_name(const std::string& role, const std::string& buffer)
   return "emurdma-mp-large-" + role + "-" + buffer;
 }
 
-// Memory in a memfd that this process maps read-write and MAP_SHARED. The descriptor stays open
-// while mapped: a transport may re-open the object through /proc/self/fd to hand it on.
-class SharedBuffer {
- public:
-  SharedBuffer(const std::string& name, size_t size) : size_(size) {
-    fd_ = ::memfd_create(name.c_str(), MFD_CLOEXEC);
-    if (fd_ < 0) throw PeerError("memfd_create " + name + ": " + std::strerror(errno));
-    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
-      const int err = errno;
-      ::close(fd_);
-      throw PeerError("ftruncate " + name + ": " + std::strerror(err));
-    }
-    void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-    if (addr == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd_);
-      throw PeerError("mmap " + name + ": " + std::strerror(err));
-    }
-    data_ = static_cast<uint8_t*>(addr);
-  }
-  ~SharedBuffer() {
-    ::munmap(data_, size_);
-    ::close(fd_);
-  }
-  SharedBuffer(const SharedBuffer&) = delete;
-  SharedBuffer& operator=(const SharedBuffer&) = delete;
-
-  uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  int fd_ = -1;
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
-
-// A buffer of the large roles: a vector, or a SharedBuffer named large_memfd_name(role, buffer)
+// A buffer of the large roles: a vector, or a MemfdBuffer named large_memfd_name(role, buffer)
 // when `shared`.
 class LargeBuffer {
  public:
   LargeBuffer(bool shared, const std::string& role, const std::string& buffer, size_t size,
               uint8_t fill) {
     if (shared) {
-      shared_ = std::make_unique<SharedBuffer>(large_memfd_name(role, buffer), size);
+      shared_ = std::make_unique<emu_test::MemfdBuffer>(large_memfd_name(role, buffer), size);
+      if (shared_->data() == nullptr) throw PeerError(shared_->error());
       bytes_ = {shared_->data(), shared_->size()};
     } else {
       private_.resize(size);
@@ -497,7 +463,7 @@ class LargeBuffer {
 
  private:
   std::vector<uint8_t> private_;
-  std::unique_ptr<SharedBuffer> shared_;
+  std::unique_ptr<emu_test::MemfdBuffer> shared_;
   std::span<uint8_t> bytes_;
 };
 
