@@ -19,8 +19,10 @@
 #           transport_bench (RC SEND/RECV ping-pong, RDMA WRITE streaming, SRQ rate) beside
 #           libfabric fi_pingpong (providers shm and tcp), UCX ucx_perftest (shared memory,
 #           and UCX_TLS=tcp: tag_lat, tag_bw, ucp_put_bw) and qperf (kernel TCP), all run in
-#           this invocation (about a minute when the machine is idle). Units: latency in us, one way = half a
-#           ping-pong round trip, mean over the run (each tool's average); bandwidth in GB/s
+#           this invocation, in turn, three rounds (EMURDMA_BENCH_ROUNDS), each line giving
+#           every tool's median round (about three minutes when the machine is idle). Units:
+#           latency in us, one way = half a ping-pong round trip, mean over the run (each
+#           tool's average); bandwidth in GB/s
 #           = 10^9 bytes/s, 1 MiB messages streamed with many outstanding (shm_bw_1MiB_shared:
 #           from registered memory mapped shared, which the peer maps). Each peer's label
 #           names its test; a tool that fails prints <label>=failed, ours prints ours=n/a when
@@ -152,6 +154,12 @@ bench_engine() {
 
 # Every tool gets this long, server and client alike; a hung tool costs one figure, not the run.
 readonly kToolTimeout=60
+# How many times each comparison runs every tool, in turn (EMURDMA_BENCH_ROUNDS, default 3).
+bench_rounds="${EMURDMA_BENCH_ROUNDS:-3}"
+if [[ ! $bench_rounds =~ ^[1-9][0-9]*$ ]]; then
+  echo "bench: EMURDMA_BENCH_ROUNDS must be a positive count, not '$bench_rounds'" >&2
+  exit 2
+fi
 transports_tmp=""
 transport_bench_ok=0
 server_pid=""
@@ -293,8 +301,12 @@ ours() {
   ((transport_bench_ok)) || return 0
   fresh_tcp_metrics
   echo "bench: transport_bench $* over $transport" >&2
-  EMURDMA_TRANSPORT="$transport" timeout "$kToolTimeout" "$bin" "$@" \
-    --watchdog "$kToolTimeout" | grep '^result ' || true
+  local results
+  results="$(EMURDMA_TRANSPORT="$transport" timeout "$kToolTimeout" "$bin" "$@" \
+    --watchdog "$kToolTimeout" | grep '^result ')" || true
+  # Every result, on stderr too: the medians and percentiles beside the bench line's mean.
+  printf '%s\n' "$results" >&2
+  printf '%s\n' "$results"
 }
 
 # result_of <result lines> <name>: the value, or n/a.
@@ -314,20 +326,123 @@ bench_transports_cleanup() {
 # way, half a round trip); bandwidth tests print BW average, MiB/s in perftest, here GB/s.
 perftest_figure() {
   local transport=$1 program=$2 size=$3 iters=$4 port
-  ((with_perftest)) || return 0
   port="$(next_port)"
   # No "--" after the wrapper's options: peer_run splits server from client at the first one.
   local run=(scripts/emurdma run --transport "$transport" "$program" -x 0 -F -s "$size"
     -n "$iters" -p "$port")
-  printf 'perftest=%s' "$(peer_run "$port" "${run[@]}" -- "${run[@]}" 127.0.0.1 |
+  peer_run "$port" "${run[@]}" -- "${run[@]}" 127.0.0.1 |
     awk -v size="$size" -v lat="${program: -3}" '
       $1 == size && $2 ~ /^[0-9]+$/ && NF >= 5 {
         if (lat == "lat") printf "%.3f\n", $6
         else printf "%.3f\n", $4 * 1048576 / 1e9
-      }' | figure_or_failed "$program -s $size over $transport")"
+      }' | figure_or_failed "$program -s $size over $transport"
 }
 
+# ours_figure <result name> <transport> <transport_bench arguments>: that one result of ours,
+# or n/a.
+ours_figure() {
+  local name=$1
+  shift
+  result_of "$(ours "$@")" "$name"
+}
+
+# median_of <figure>...: the median of the numeric figures (the mean of the middle two for an
+# even count), or the first figure when none is numeric (failed, n/a).
+median_of() {
+  printf '%s\n' "$@" | awk '
+    NR == 1 { first = $1 }
+    $1 ~ /^[0-9]+([.][0-9]+)?$/ { v[n++] = $1 + 0 }
+    END {
+      if (n == 0) { print first; exit }
+      for (i = 1; i < n; ++i)
+        for (j = i; j > 0 && v[j - 1] > v[j]; --j) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+      m = (n % 2) ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2
+      printf "%.3f\n", m
+    }'
+}
+
+# compare <metric> <unit> <lower|higher> <figure function> <label>...: runs the figure function
+# for each label in turn, ours first, and that $bench_rounds times over, then prints the bench
+# line with each label's median. Rounds alternate the tools, so that a change in the machine's
+# state (two vCPUs that the hypervisor moves, another tenant) does not land on one tool's
+# whole measurement; each round's figures go to stderr.
+compare() {
+  local metric=$1 unit=$2 direction=$3 figure=$4
+  shift 4
+  local -A figures=()
+  local round label
+  for ((round = 1; round <= bench_rounds; ++round)); do
+    for label in "$@"; do
+      figures[$label]+=" $("$figure" "$label")"
+    done
+  done
+  local line="bench $metric $unit $direction"
+  for label in "$@"; do
+    echo "bench: $metric $label, round by round:${figures[$label]}" >&2
+    # shellcheck disable=SC2086  # the figures are words without spaces
+    line+=" $label=$(median_of ${figures[$label]})"
+  done
+  echo "$line"
+}
+
+# Shared memory for UCX: its shared-memory transports only (plus self).
+readonly kUcxShm="posix,sysv,cma,self"
+
+# The figure functions: one figure of the named tool for that metric.
+shm_lat_8B() {
+  case $1 in
+    ours) ours_figure lat_8B_us shm lat --size 8 --iters 200000 ;;
+    fi_shm_pingpong) fi_pingpong_us shm rdm 8 100000 ;;
+    ucx_tag_lat) ucx_perftest_figure "$kUcxShm" tag_lat 8 200000 latency ;;
+    perftest) perftest_figure shm ib_send_lat 8 100000 ;;
+  esac
+}
+shm_lat_64B() {
+  case $1 in
+    ours) ours_figure lat_64B_us shm lat --size 64 --iters 200000 ;;
+    fi_shm_pingpong) fi_pingpong_us shm rdm 64 100000 ;;
+    ucx_tag_lat) ucx_perftest_figure "$kUcxShm" tag_lat 64 200000 latency ;;
+  esac
+}
+shm_bw_1MiB() {
+  case $1 in
+    ours) ours_figure bw_1048576B_GBps shm bw --size 1048576 --window 32 --seconds 2 ;;
+    ucx_tag_bw) ucx_perftest_figure "$kUcxShm" tag_bw 1048576 5000 bandwidth ;;
+    perftest) perftest_figure shm ib_write_bw 1048576 5000 ;;
+  esac
+}
+# Registered memory mapped shared (a memfd): the peer maps it and copies with memcpy. UCX's
+# put writes into memory it allocated itself in shared memory: the like-for-like peer.
+shm_bw_1MiB_shared() {
+  case $1 in
+    ours)
+      ours_figure bw_1048576B_GBps shm bw --size 1048576 --window 32 --seconds 2 --memory shared
+      ;;
+    ucx_put_bw) ucx_perftest_figure "$kUcxShm" ucp_put_bw 1048576 20000 bandwidth ;;
+  esac
+}
+tcp_lat_8B() {
+  case $1 in
+    ours) ours_figure lat_8B_us tcp lat --size 8 --iters 100000 ;;
+    fi_tcp_pingpong) fi_pingpong_us tcp msg 8 20000 ;;
+    ucx_tag_lat) ucx_perftest_figure tcp tag_lat 8 20000 latency ;;
+    qperf_tcp_lat) qperf_figure tcp_lat 8 ;;
+    perftest) perftest_figure tcp ib_send_lat 8 20000 ;;
+  esac
+}
+tcp_bw_1MiB() {
+  case $1 in
+    ours) ours_figure bw_1048576B_GBps tcp bw --size 1048576 --window 32 --seconds 2 ;;
+    ucx_tag_bw) ucx_perftest_figure tcp tag_bw 1048576 3000 bandwidth ;;
+    ucx_put_bw) ucx_perftest_figure tcp ucp_put_bw 1048576 3000 bandwidth ;;
+    qperf_tcp_bw) qperf_figure tcp_bw 1M ;;
+    perftest) perftest_figure tcp ib_write_bw 1048576 3000 ;;
+  esac
+}
+
+# bench_transports <1|0>: with perftest over emu0 among the peers, or without.
 bench_transports() {
+  local with_perftest=$1
   # The peers need no build: a failed build (or a missing binary) only makes ours n/a.
   transport_bench_ok=1
   if ! (build); then
@@ -353,55 +468,20 @@ bench_transports() {
   done
   ((${#missing[@]} == 0)) || echo "bench: not installed: ${missing[*]} (their figures: failed)" >&2
 
-  # Shared memory for UCX: its shared-memory transports only (plus self).
-  local ucx_shm="posix,sysv,cma,self"
-  # Each metric runs ours and then its peers back to back, so that the machine's state (other
-  # work on two shared cores) changes as little as possible within one comparison.
-  local ours_lines
-
-  ours_lines="$(ours shm lat --size 8 --iters 200000)"
-  echo "bench: ours over shm, 8 B: median one-way $(result_of "$ours_lines" lat_8B_median_us) us" >&2
-  echo "bench shm_lat_8B_us us lower ours=$(result_of "$ours_lines" lat_8B_us)" \
-    "fi_shm_pingpong=$(fi_pingpong_us shm rdm 8 100000)" \
-    "ucx_tag_lat=$(ucx_perftest_figure "$ucx_shm" tag_lat 8 200000 latency)" \
-    "$(perftest_figure shm ib_send_lat 8 100000)"
-
-  ours_lines="$(ours shm lat --size 64 --iters 200000)"
-  echo "bench: ours over shm, 64 B: median one-way $(result_of "$ours_lines" lat_64B_median_us)" \
-    "us" >&2
-  echo "bench shm_lat_64B_us us lower ours=$(result_of "$ours_lines" lat_64B_us)" \
-    "fi_shm_pingpong=$(fi_pingpong_us shm rdm 64 100000)" \
-    "ucx_tag_lat=$(ucx_perftest_figure "$ucx_shm" tag_lat 64 200000 latency)"
-
-  ours_lines="$(ours shm bw --size 1048576 --window 32 --seconds 2)"
-  echo "bench shm_bw_1MiB_GBps GB/s higher ours=$(result_of "$ours_lines" bw_1048576B_GBps)" \
-    "ucx_tag_bw=$(ucx_perftest_figure "$ucx_shm" tag_bw 1048576 5000 bandwidth)" \
-    "$(perftest_figure shm ib_write_bw 1048576 5000)"
-  # Registered memory mapped shared (a memfd): the peer maps it and copies with memcpy. UCX's
-  # put writes into memory it allocated itself in shared memory: the like-for-like peer.
-  ours_lines="$(ours shm bw --size 1048576 --window 32 --seconds 2 --memory shared)"
-  echo "bench shm_bw_1MiB_shared_GBps GB/s higher" \
-    "ours=$(result_of "$ours_lines" bw_1048576B_GBps)" \
-    "ucx_put_bw=$(ucx_perftest_figure "$ucx_shm" ucp_put_bw 1048576 20000 bandwidth)"
-
-  ours_lines="$(ours tcp lat --size 8 --iters 100000)"
-  echo "bench: ours over tcp, 8 B: median one-way $(result_of "$ours_lines" lat_8B_median_us) us" >&2
-  echo "bench tcp_lat_8B_us us lower ours=$(result_of "$ours_lines" lat_8B_us)" \
-    "fi_tcp_pingpong=$(fi_pingpong_us tcp msg 8 20000)" \
-    "ucx_tag_lat=$(ucx_perftest_figure tcp tag_lat 8 20000 latency)" \
-    "qperf_tcp_lat=$(qperf_figure tcp_lat 8)" \
-    "$(perftest_figure tcp ib_send_lat 8 20000)"
-
-  ours_lines="$(ours tcp bw --size 1048576 --window 32 --seconds 2)"
-  echo "bench tcp_bw_1MiB_GBps GB/s higher ours=$(result_of "$ours_lines" bw_1048576B_GBps)" \
-    "ucx_tag_bw=$(ucx_perftest_figure tcp tag_bw 1048576 3000 bandwidth)" \
-    "ucx_put_bw=$(ucx_perftest_figure tcp ucp_put_bw 1048576 3000 bandwidth)" \
-    "qperf_tcp_bw=$(qperf_figure tcp_bw 1M)" \
-    "$(perftest_figure tcp ib_write_bw 1048576 3000)"
+  local perftest=()
+  if ((with_perftest)); then perftest=(perftest); fi
+  compare shm_lat_8B_us us lower shm_lat_8B ours fi_shm_pingpong ucx_tag_lat "${perftest[@]}"
+  compare shm_lat_64B_us us lower shm_lat_64B ours fi_shm_pingpong ucx_tag_lat
+  compare shm_bw_1MiB_GBps GB/s higher shm_bw_1MiB ours ucx_tag_bw "${perftest[@]}"
+  compare shm_bw_1MiB_shared_GBps GB/s higher shm_bw_1MiB_shared ours ucx_put_bw
+  compare tcp_lat_8B_us us lower tcp_lat_8B ours fi_tcp_pingpong ucx_tag_lat qperf_tcp_lat \
+    "${perftest[@]}"
+  compare tcp_bw_1MiB_GBps GB/s higher tcp_bw_1MiB ours ucx_tag_bw ucx_put_bw qperf_tcp_bw \
+    "${perftest[@]}"
 
   # The SRQ rate is the engine's, measured between two processes: over shm, or over tcp when
   # shm is not available here (a note line says so).
-  local srq_transport=shm
+  local srq_transport=shm ours_lines
   ours_lines="$(ours shm srq --qps 1000)"
   if [[ $(result_of "$ours_lines" srq_rate_1000qp_vs_1qp) == n/a ]] && ((transport_bench_ok)); then
     srq_transport=tcp
@@ -420,8 +500,8 @@ bench_transports() {
 case "${1:-}" in
   rings) bench_rings ;;
   engine) bench_engine ;;
-  transports) with_perftest=0 bench_transports ;;
-  verbs) with_perftest=1 bench_transports ;;
+  transports) bench_transports 0 ;;
+  verbs) bench_transports 1 ;;
   *)
     usage
     exit 2
