@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,7 +16,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace emu::shm {
@@ -431,11 +434,11 @@ std::string check_ways_without_map_files() {
   }
 
   const std::string name = "/emurdma_shared_memory_test_c" + std::to_string(::getpid());
-  const int shm_fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (shm_fd < 0) return "shm_open failed";
-  const bool sized = ::ftruncate(shm_fd, kMiB) == 0;
-  Mapping shm_memory(kMiB, PROT_READ | PROT_WRITE, MAP_SHARED, shm_fd, 0);
-  ::close(shm_fd);  // only the name leads to it now
+  const int other_fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (other_fd < 0) return "shm_open failed";
+  const bool sized = ::ftruncate(other_fd, kMiB) == 0;
+  Mapping shm_memory(kMiB, PROT_READ | PROT_WRITE, MAP_SHARED, other_fd, 0);
+  ::close(other_fd);  // only the name leads to it now
   const uint64_t token = sized && shm_memory.ok() ? ranges.add(shm_memory.bytes(), kMiB) : 0;
   ::shm_unlink(name.c_str());
   if (token == 0) return "shm_open file with a name not shared";
@@ -469,6 +472,86 @@ TEST(SharedMemory, WithoutMapFilesDescriptorsAndNamesStillLeadToTheObject) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "see the child's message above";
+}
+
+// Both ways of reading the mappings (the kernel's PROCMAP_QUERY, the text of /proc/self/maps)
+// must give the same answer, field by field, for every kind of range the rules tell apart.
+void expect_query_and_text_agree(const void* addr, size_t len, const char* what) {
+  SCOPED_TRACE(what);
+  const std::optional<SharedMapping> text = find_shared_mapping(addr, len, MapsSource::kText);
+  const std::optional<SharedMapping> query = find_shared_mapping(addr, len, MapsSource::kQuery);
+  const std::optional<SharedMapping> any = find_shared_mapping(addr, len);
+  ASSERT_EQ(query.has_value(), text.has_value());
+  ASSERT_EQ(any.has_value(), text.has_value());
+  if (!text) return;
+  for (const SharedMapping* other : {&*query, &*any}) {
+    EXPECT_EQ(other->dev, text->dev);
+    EXPECT_EQ(other->ino, text->ino);
+    EXPECT_EQ(other->object_offset, text->object_offset);
+    EXPECT_EQ(other->vma_begin, text->vma_begin);
+    EXPECT_EQ(other->vma_end, text->vma_end);
+    EXPECT_EQ(other->path, text->path);
+  }
+}
+
+// Linux's version as (major, minor), from uname.
+std::pair<int, int> kernel_version() {
+  utsname name{};
+  int major = 0;
+  int minor = 0;
+  if (::uname(&name) != 0 || std::sscanf(name.release, "%d.%d", &major, &minor) != 2) return {0, 0};
+  return {major, minor};
+}
+
+TEST(SharedMemory, TheKernelsAnswerAndTheTextOfMapsAgreeOnEveryKindOfRange) {
+  const size_t page = page_size();
+  MemfdMapping memfd(8 * page, 6 * page, static_cast<off_t>(page));  // from object offset 1 page
+  ASSERT_TRUE(memfd.ok());
+  const int other_fd = make_memfd(4 * page);
+  ASSERT_GE(other_fd, 0);
+  Mapping privately(4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE, other_fd, 0);
+  Mapping shared_anonymous(4 * page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  Mapping private_anonymous(4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_TRUE(privately.ok() && shared_anonymous.ok() && private_anonymous.ok());
+  std::vector<uint8_t> heap(kMiB, 3);
+  int on_stack[256] = {};
+
+  if (!maps_query_supported()) {
+    // Only a kernel before 6.11 may lack the query; the text must then answer alone.
+    const auto [major, minor] = kernel_version();
+    EXPECT_TRUE(major < 6 || (major == 6 && minor < 11))
+        << "Linux " << major << "." << minor << " has PROCMAP_QUERY, yet it did not answer";
+    EXPECT_FALSE(find_shared_mapping(memfd.base, page, MapsSource::kQuery).has_value());
+    ASSERT_TRUE(find_shared_mapping(memfd.base, page).has_value());
+    EXPECT_EQ(find_shared_mapping(memfd.base, page)->object_offset, page);
+    ::close(other_fd);
+    return;
+  }
+
+  expect_query_and_text_agree(memfd.base, memfd.len, "a whole memfd mapping");
+  expect_query_and_text_agree(memfd.bytes() + page + 100, 2 * page, "inside a memfd mapping");
+  expect_query_and_text_agree(memfd.bytes() + 5 * page, 2 * page, "past its end");
+  ASSERT_EQ(::mprotect(memfd.bytes() + 2 * page, page, PROT_READ), 0);  // three VMAs now
+  expect_query_and_text_agree(memfd.base, memfd.len, "across an mprotect split");
+  expect_query_and_text_agree(privately.base, page, "a memfd mapped privately");
+  expect_query_and_text_agree(shared_anonymous.bytes() + page, 2 * page, "shared anonymous");
+  expect_query_and_text_agree(private_anonymous.base, page, "private anonymous");
+  expect_query_and_text_agree(heap.data(), heap.size(), "the heap");
+  expect_query_and_text_agree(on_stack, sizeof on_stack, "the stack");
+  expect_query_and_text_agree(memfd.base, 0, "no bytes");
+  // A hole: the memfd's last page unmapped, then a range over it, and one starting in it.
+  ASSERT_EQ(::munmap(memfd.bytes() + 5 * page, page), 0);
+  memfd.len = 5 * page;
+  expect_query_and_text_agree(memfd.bytes() + 4 * page, 2 * page, "into a hole");
+  expect_query_and_text_agree(memfd.bytes() + 5 * page, page, "in a hole");
+  // Another object right after: offsets continue the addresses, the object does not.
+  void* other = ::mmap(memfd.bytes() + 5 * page, page, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_FIXED, other_fd, static_cast<off_t>(page));
+  ASSERT_EQ(other, memfd.bytes() + 5 * page);
+  expect_query_and_text_agree(memfd.bytes() + 4 * page, 2 * page, "across two objects");
+  expect_query_and_text_agree(other, page, "the other object alone");
+  ::munmap(other, page);
+  ::close(other_fd);
 }
 
 TEST(SharedMemory, SharedMappingIsOnUnlessTheVariableIsZero) {

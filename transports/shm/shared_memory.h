@@ -1,9 +1,9 @@
 // Registered memory that a peer process can map instead of reading it with process_vm_readv:
 // memory that this process maps MAP_SHARED from one object (a memfd, a tmpfs or /dev/shm file
 // from shm_open, a hugetlbfs file, a plain file, shared anonymous memory). At registration the
-// range is looked up in /proc/self/maps and a read-only descriptor of its object is opened,
-// which the transport can hand to a peer; at send time SharedRanges::find tells whether a
-// payload lies in such a range and where in its object.
+// range is looked up in this process's mappings (/proc/self/maps) and a read-only descriptor
+// of its object is opened, which the transport can hand to a peer; at send time
+// SharedRanges::find tells whether a payload lies in such a range and where in its object.
 //
 // EMURDMA_SHM_MAP=0 turns this off (shared_mapping_enabled; the transport then never calls
 // SharedRanges::add).
@@ -57,12 +57,22 @@ struct SharedMapping {
   std::string path;
 };
 
+// How find_shared_mapping reads this process's mappings: kQuery asks the kernel for each
+// mapping by address (PROCMAP_QUERY, Linux 6.11: a few microseconds); kText reads and parses
+// all of /proc/self/maps (tens of microseconds, more in a process with many mappings); kAny
+// queries where the kernel can, else reads the text.
+enum class MapsSource { kAny, kQuery, kText };
+
+// Whether this kernel answers PROCMAP_QUERY.
+bool maps_query_supported();
+
 // Finds the mapping(s) of /proc/self/maps covering [addr, addr+len): every byte must be covered
 // by mappings flagged shared ('s' in the perms column) of the same (device, inode) whose file
 // offsets are contiguous with their addresses (adjacent VMAs of one object, e.g. split by
 // mprotect, are merged). nullopt otherwise (private, anonymous-private, partly unmapped,
-// several objects, len == 0).
-std::optional<SharedMapping> find_shared_mapping(const void* addr, size_t len);
+// several objects, len == 0; with kQuery, also when the kernel cannot be asked).
+std::optional<SharedMapping> find_shared_mapping(const void* addr, size_t len,
+                                                 MapsSource source = MapsSource::kAny);
 
 // The same, for callers that want the object's identity only. On success *dev, *ino and
 // *object_offset (file offset of addr) are set.
