@@ -12,6 +12,7 @@
 #include "emu/limits.h"
 #include "emu/mw.h"
 #include "emu/node.h"
+#include "emu/process_maps.h"
 #include "emu/qp.h"
 #include "emu/srq.h"
 
@@ -72,30 +73,22 @@ ibv_device_attr make_device_attr() {
 
 // Registration pins memory in the kernel (ib_umem_get), which fails with EFAULT unless every
 // page is mapped readable, and writable when the region grants any write access. The
-// mappings and their permissions are read from /proc/self/maps (a slow path, as in the kernel).
+// mappings and their permissions are this process's (a slow path, as in the kernel).
 bool range_is_accessible(const void* addr, size_t length, bool need_write) {
   if (length == 0) return true;
-  uint64_t want = reinterpret_cast<uint64_t>(addr);
-  const uint64_t end = want + length;
-  std::FILE* maps = std::fopen("/proc/self/maps", "re");
-  if (maps == nullptr) return true;  // cannot tell: let the access itself decide
-  char line[512];
+  uintptr_t want = reinterpret_cast<uintptr_t>(addr);
+  const uintptr_t end = want + length;
   bool ok = false;
-  while (std::fgets(line, sizeof(line), maps) != nullptr) {
-    unsigned long lo = 0, hi = 0;
-    char perms[8] = {};
-    if (std::sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3) continue;
-    if (hi <= want) continue;
-    if (lo > want) break;  // a hole before the rest of the range
-    if (perms[0] != 'r' || (need_write && perms[1] != 'w')) break;
-    want = hi;
-    if (want >= end) {
-      ok = true;
-      break;
+  const bool read = visit_mappings(want, MapsSource::kAny, [&](const ProcessMapping& mapping) {
+    // A hole before the rest of the range, or a mapping without the access: refused.
+    if (mapping.begin > want || !mapping.readable || (need_write && !mapping.writable)) {
+      return false;
     }
-  }
-  std::fclose(maps);
-  return ok;
+    want = mapping.end;
+    ok = want >= end;
+    return !ok;
+  });
+  return ok || !read;  // mappings that cannot be read: let the access itself decide
 }
 
 }  // namespace

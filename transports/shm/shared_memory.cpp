@@ -2,16 +2,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
-#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,71 +21,6 @@ namespace {
 
 // Object ids of the whole process, so that two registries never hand out the same one.
 std::atomic<uint32_t> next_object_id{1};
-
-// All of /proc/self/maps. It is generated as it is read, so one buffer and as few reads as
-// possible give the most consistent picture; empty on failure.
-std::string read_own_maps() {
-  std::string text;
-  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return text;
-  char chunk[16384];
-  for (;;) {
-    const ssize_t got = ::read(fd, chunk, sizeof chunk);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    text.append(chunk, static_cast<size_t>(got));
-  }
-  ::close(fd);
-  return text;
-}
-
-// One line of /proc/self/maps: "begin-end perms offset major:minor inode   path".
-struct MapsLine {
-  uintptr_t begin = 0;
-  uintptr_t end = 0;
-  bool shared = false;  // the fourth perms letter: 's' shared, 'p' private
-  uint64_t offset = 0;
-  dev_t dev = 0;
-  ino_t ino = 0;
-  std::string_view path;
-};
-
-// Reads a number in `base` at the front of *text and the one separator after it.
-template <typename Number>
-bool take_number(std::string_view* text, int base, char separator, Number* value) {
-  const auto [rest, error] =
-      std::from_chars(text->data(), text->data() + text->size(), *value, base);
-  if (error != std::errc() || rest == text->data() + text->size() || *rest != separator) {
-    return false;
-  }
-  text->remove_prefix(static_cast<size_t>(rest - text->data()) + 1);
-  return true;
-}
-
-bool parse_maps_line(std::string_view text, MapsLine* line) {
-  unsigned dev_major = 0;
-  unsigned dev_minor = 0;
-  unsigned long long inode = 0;
-  if (!take_number(&text, 16, '-', &line->begin) || !take_number(&text, 16, ' ', &line->end)) {
-    return false;
-  }
-  if (text.size() < 5 || text[4] != ' ') return false;
-  line->shared = text[3] == 's';
-  text.remove_prefix(5);
-  if (!take_number(&text, 16, ' ', &line->offset) || !take_number(&text, 16, ':', &dev_major) ||
-      !take_number(&text, 16, ' ', &dev_minor)) {
-    return false;
-  }
-  // The inode is the last column when there is no path: no separator after it then.
-  const auto [rest, error] = std::from_chars(text.data(), text.data() + text.size(), inode, 10);
-  if (error != std::errc()) return false;
-  text.remove_prefix(static_cast<size_t>(rest - text.data()));
-  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
-  line->dev = makedev(dev_major, dev_minor);
-  line->ino = static_cast<ino_t>(inode);
-  line->path = text;
-  return true;
-}
 
 // Whether a descriptor opened by one of the ways of open_shared_object is the mapped object.
 //
@@ -145,42 +77,29 @@ int reopen_own_descriptor(const SharedMapping& mapping) {
   return found;
 }
 
-}  // namespace
-
-SharedObject::~SharedObject() {
-  if (fd >= 0) ::close(fd);
-}
-
-namespace {
-
 // Folds the mappings (VMAs) that cover [begin, end), taken in address order, into one
-// SharedMapping, or refuses them: the rules of find_shared_mapping, shared by its two ways of
-// reading the mappings.
+// SharedMapping, or refuses them: the rules of find_shared_mapping.
 class MappingWalk {
  public:
   enum class Step { kMore, kFound, kRefused };
 
   MappingWalk(uintptr_t begin, uintptr_t end) : begin_(begin), end_(end), covered_(begin) {}
 
-  // The first address not yet known to be in the object: the next mapping must hold it.
-  uintptr_t next_address() const { return covered_; }
-
-  // The next mapping; one that ends at or below next_address() is skipped (kMore).
-  Step take(const MapsLine& line) {
-    if (line.end <= covered_) return Step::kMore;
-    if (line.begin > covered_ || !line.shared || line.ino == 0) return Step::kRefused;
+  // The next mapping in address order, one that ends above every mapping taken so far.
+  Step take(const ProcessMapping& mapping) {
+    if (mapping.begin > covered_ || !mapping.shared || mapping.ino == 0) return Step::kRefused;
     if (covered_ == begin_) {
-      found_.dev = line.dev;
-      found_.ino = line.ino;
-      found_.object_offset = line.offset + (begin_ - line.begin);
-      found_.vma_begin = line.begin;
-      found_.vma_end = line.end;
-      found_.path = line.path;
-    } else if (line.dev != found_.dev || line.ino != found_.ino ||
-               line.offset != found_.object_offset + (line.begin - begin_)) {
+      found_.dev = mapping.dev;
+      found_.ino = mapping.ino;
+      found_.object_offset = mapping.offset + (begin_ - mapping.begin);
+      found_.vma_begin = mapping.begin;
+      found_.vma_end = mapping.end;
+      found_.path = mapping.path;
+    } else if (mapping.dev != found_.dev || mapping.ino != found_.ino ||
+               mapping.offset != found_.object_offset + (mapping.begin - begin_)) {
       return Step::kRefused;  // another object, or another part of this one
     }
-    covered_ = line.end;
+    covered_ = mapping.end;
     return covered_ >= end_ ? Step::kFound : Step::kMore;
   }
 
@@ -193,130 +112,24 @@ class MappingWalk {
   SharedMapping found_;
 };
 
-std::optional<SharedMapping> find_in_maps_text(uintptr_t begin, uintptr_t end) {
-  const std::string maps = read_own_maps();
-  MappingWalk walk(begin, end);
-  size_t line_start = 0;
-  while (line_start < maps.size()) {
-    size_t line_end = maps.find('\n', line_start);
-    if (line_end == std::string::npos) line_end = maps.size();
-    MapsLine line;
-    if (!parse_maps_line(std::string_view(maps).substr(line_start, line_end - line_start), &line)) {
-      return std::nullopt;
-    }
-    line_start = line_end + 1;
-    switch (walk.take(line)) {  // the lines come in address order
-      case MappingWalk::Step::kMore:
-        break;
-      case MappingWalk::Step::kFound:
-        return std::move(walk.found());
-      case MappingWalk::Step::kRefused:
-        return std::nullopt;
-    }
-  }
-  return std::nullopt;
-}
-
-// The kernel's PROCMAP_QUERY ioctl on /proc/<pid>/maps (Linux 6.11, uapi <linux/fs.h>): one
-// mapping by address, without generating the whole text. Declared here, with the kernel's
-// layout, because the headers of the machine that builds us may predate it.
-struct ProcmapQuery {
-  uint64_t size;         // in: sizeof(ProcmapQuery)
-  uint64_t query_flags;  // in: 0 = the mapping covering query_addr, else ENOENT
-  uint64_t query_addr;   // in
-  uint64_t vma_start;
-  uint64_t vma_end;
-  uint64_t vma_flags;  // kProcmapVmaShared, ...
-  uint64_t vma_page_size;
-  uint64_t vma_offset;  // file offset of vma_start
-  uint64_t inode;
-  uint32_t dev_major;
-  uint32_t dev_minor;
-  uint32_t vma_name_size;  // in: room at vma_name_addr; out: the name's length with its NUL
-  uint32_t build_id_size;
-  uint64_t vma_name_addr;
-  uint64_t build_id_addr;
-};
-static_assert(sizeof(ProcmapQuery) == 104, "the kernel's struct procmap_query");
-constexpr unsigned long kProcmapQuery = _IOWR('f', 17, ProcmapQuery);
-constexpr uint64_t kProcmapVmaShared = 0x08;
-
-// Whether this kernel answers PROCMAP_QUERY: learnt at the first query, then kept.
-enum class QuerySupport : int { kUnknown, kYes, kNo };
-std::atomic<QuerySupport> query_support{QuerySupport::kUnknown};
-
-// The mappings by PROCMAP_QUERY. *unanswered is set when the kernel did not answer (it has no
-// such query, or a name would not fit), and the caller then reads the text instead.
-std::optional<SharedMapping> find_by_query(uintptr_t begin, uintptr_t end, bool* unanswered) {
-  *unanswered = false;
-  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *unanswered = true;
-    return std::nullopt;
-  }
-  MappingWalk walk(begin, end);
-  std::optional<SharedMapping> result;
-  char name[PATH_MAX + 64];
-  for (;;) {
-    ProcmapQuery query{};
-    query.size = sizeof query;
-    query.query_addr = walk.next_address();
-    query.vma_name_addr = reinterpret_cast<uintptr_t>(name);
-    query.vma_name_size = sizeof name;
-    if (::ioctl(fd, kProcmapQuery, &query) != 0) {
-      if (errno == ENOENT) {  // nothing mapped there: an answer
-        query_support.store(QuerySupport::kYes, std::memory_order_relaxed);
-      } else {
-        // ENOTTY (or EINVAL) before Linux 6.11: never asked again. Anything else (a name too
-        // long): this time only.
-        if (errno == ENOTTY || errno == EINVAL)
-          query_support.store(QuerySupport::kNo, std::memory_order_relaxed);
-        *unanswered = true;
-      }
-      break;
-    }
-    query_support.store(QuerySupport::kYes, std::memory_order_relaxed);
-    MapsLine line;
-    line.begin = query.vma_start;
-    line.end = query.vma_end;
-    line.shared = (query.vma_flags & kProcmapVmaShared) != 0;
-    line.offset = query.vma_offset;
-    line.dev = makedev(query.dev_major, query.dev_minor);
-    line.ino = static_cast<ino_t>(query.inode);
-    line.path = std::string_view(name, query.vma_name_size > 0 ? query.vma_name_size - 1 : 0);
-    const MappingWalk::Step step = walk.take(line);
-    if (step == MappingWalk::Step::kMore) continue;
-    if (step == MappingWalk::Step::kFound) result = std::move(walk.found());
-    break;
-  }
-  ::close(fd);
-  return result;
-}
-
 }  // namespace
 
-bool maps_query_supported() {
-  if (query_support.load(std::memory_order_relaxed) == QuerySupport::kUnknown) {
-    // The query of an address that is surely mapped: this function's own code.
-    const auto here = reinterpret_cast<uintptr_t>(&maps_query_supported);
-    bool unanswered = false;
-    (void)find_by_query(here, here + 1, &unanswered);
-  }
-  return query_support.load(std::memory_order_relaxed) == QuerySupport::kYes;
+SharedObject::~SharedObject() {
+  if (fd >= 0) ::close(fd);
 }
 
 std::optional<SharedMapping> find_shared_mapping(const void* addr, size_t len, MapsSource source) {
   const auto begin = reinterpret_cast<uintptr_t>(addr);
   const uintptr_t end = begin + len;
   if (len == 0 || end < begin) return std::nullopt;
-  if (source == MapsSource::kText) return find_in_maps_text(begin, end);
-  if (source == MapsSource::kAny &&
-      query_support.load(std::memory_order_relaxed) == QuerySupport::kNo)
-    return find_in_maps_text(begin, end);
-  bool unanswered = false;
-  std::optional<SharedMapping> found = find_by_query(begin, end, &unanswered);
-  if (!unanswered || source == MapsSource::kQuery) return found;
-  return find_in_maps_text(begin, end);
+  MappingWalk walk(begin, end);
+  MappingWalk::Step step = MappingWalk::Step::kMore;
+  visit_mappings(begin, source, [&](const ProcessMapping& mapping) {
+    step = walk.take(mapping);
+    return step == MappingWalk::Step::kMore;
+  });
+  if (step != MappingWalk::Step::kFound) return std::nullopt;
+  return std::move(walk.found());
 }
 
 bool locate_shared_mapping(const void* addr, size_t len, dev_t* dev, ino_t* ino,

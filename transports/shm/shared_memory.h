@@ -21,6 +21,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "emu/process_maps.h"
+
 namespace emu::shm {
 
 // An object (memfd, file, shared anonymous memory) that this process maps MAP_SHARED, opened
@@ -57,20 +59,11 @@ struct SharedMapping {
   std::string path;
 };
 
-// How find_shared_mapping reads this process's mappings: kQuery asks the kernel for each
-// mapping by address (PROCMAP_QUERY, Linux 6.11: a few microseconds); kText reads and parses
-// all of /proc/self/maps (tens of microseconds, more in a process with many mappings); kAny
-// queries where the kernel can, else reads the text.
-enum class MapsSource { kAny, kQuery, kText };
-
-// Whether this kernel answers PROCMAP_QUERY.
-bool maps_query_supported();
-
 // Finds the mapping(s) of /proc/self/maps covering [addr, addr+len): every byte must be covered
 // by mappings flagged shared ('s' in the perms column) of the same (device, inode) whose file
 // offsets are contiguous with their addresses (adjacent VMAs of one object, e.g. split by
 // mprotect, are merged). nullopt otherwise (private, anonymous-private, partly unmapped,
-// several objects, len == 0; with kQuery, also when the kernel cannot be asked).
+// several objects, len == 0; with MapsSource::kQuery, also when the kernel cannot be asked).
 std::optional<SharedMapping> find_shared_mapping(const void* addr, size_t len,
                                                  MapsSource source = MapsSource::kAny);
 
