@@ -147,6 +147,24 @@ TEST(Rings, SpscFullRejectsPush) {
   expect_full_rejects_push(r, 8);
 }
 
+// Above 32 slots of int the producer keeps its copy of the consumer's index until it is
+// within 32 slots of full, then looks on every push: full must still mean exactly full.
+TEST(Rings, SpscFullIsExactWhereTheProducerLooksAheadOfFull) {
+  SpscRing<int> r(128);
+  expect_full_rejects_push(r, 128);
+  for (int i = 0; i < 128; ++i) ASSERT_TRUE(r.try_push(i));
+  int v = 0;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(r.try_pop(v));
+  for (int i = 128; i < 133; ++i) EXPECT_TRUE(r.try_push(i)) << i;  // the five freed slots
+  EXPECT_FALSE(r.try_push(133));
+  EXPECT_EQ(r.size(), 128u);
+  for (int i = 5; i < 133; ++i) {
+    ASSERT_TRUE(r.try_pop(v));
+    EXPECT_EQ(v, i);
+  }
+  EXPECT_TRUE(r.empty());
+}
+
 TEST(Rings, SpscCapacityOne) {
   SpscRing<int> r(1);
   EXPECT_TRUE(r.try_push(1));
