@@ -65,8 +65,8 @@ class SpscRing {
     if (tail - head_cache_ + kRefreshSlack > capacity()) {
       // Within one unit of full according to our copy: refresh it, on every push from here
       // on, not only once the copy says full. A producer that looked only when full ran the
-      // ring to full and then wrote into the lines the consumer was reading (ring_bench,
-      // 1024 x uint64_t: 131-136 -> 164-173 Mops, boost 111-125); a ring far from full (a
+      // ring to full and then wrote into the lines the consumer was reading (bench.sh rings,
+      // 1024 x uint64_t: 111-129 -> 173-181 Mops, boost 107-135); a ring far from full (a
       // ping-pong) still reads nothing of the consumer's (round trip unchanged). The acquire
       // pairs with the consumer's release in pop(), so the consumer is done with the slot
       // before we overwrite it.
