@@ -590,6 +590,16 @@ TEST_F(RetryExceeded, PeerInErrorEndsInRetryExceeded) {
 
 using FilterWire = emu_test::TestWire;
 
+// The requests a's QP sent, in order, and the ACKs b's QP sent.
+std::vector<emu::FrameHeader> frames_from(FilterWire& wire, uint32_t qpn, bool requests) {
+  std::vector<emu::FrameHeader> out;
+  for (const emu::FrameHeader& h : wire.sent()) {
+    if (h.src_qpn == qpn && (requests ? emu::is_request(h.op) : h.op == emu::FrameOp::kAck))
+      out.push_back(h);
+  }
+  return out;
+}
+
 // The local ACK timer of IBA 9.7.6.1.3 against a peer that is silent: a context on a node of
 // its own whose wire (FilterWire) drops or holds frames.
 class AckTimeout : public ErrorTest {
@@ -623,6 +633,20 @@ class AckTimeout : public ErrorTest {
     ASSERT_EQ(post_recv(p.b, 10, dst, sizeof(dst), md), 0);
     ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 8, ms, 0, 0, 0), 0);
     EXPECT_TRUE(CompletionIs(poll_one(p.rcq), {.wr_id = 10, .status = IBV_WC_SUCCESS}));
+  }
+
+  // A pair whose QPs have this ACK timeout and retry count, after one unsignaled SEND from
+  // p->a (unsignaled_send_received); *request is that SEND as it went on the wire.
+  void lone_unsignaled_request(Pair* p, uint8_t timeout, uint8_t retry_cnt,
+                               emu::FrameHeader* request) {
+    ConnectOptions c;
+    c.timeout = timeout;
+    c.retry_cnt = retry_cnt;
+    *p = make_pair(c, c);
+    unsignaled_send_received(*p);
+    const auto requests = frames_from(*wire, p->a->qpn(), true);
+    ASSERT_EQ(requests.size(), 1u);
+    *request = requests[0];
   }
 
   // Bounded wait (not a timing assertion) for a condition that the timer makes true.
@@ -819,16 +843,6 @@ TEST_F(AckTimeout, DuplicateAtomicReturnsTheSavedResultAndExecutesOnce) {
 
 // --- ACKs asked for (kFrameAckReq, IBA's AckReq) and owed ---------------------------------
 
-// The requests a's QP sent, in order, and the ACKs b's QP sent.
-std::vector<emu::FrameHeader> frames_from(FilterWire& wire, uint32_t qpn, bool requests) {
-  std::vector<emu::FrameHeader> out;
-  for (const emu::FrameHeader& h : wire.sent()) {
-    if (h.src_qpn == qpn && (requests ? emu::is_request(h.op) : h.op == emu::FrameOp::kAck))
-      out.push_back(h);
-  }
-  return out;
-}
-
 // An ACK acknowledges every earlier SEND and WRITE (IBA 9.7.5.1.1): unsignaled requests, whose
 // completions the program never sees, ask for no ACK of their own; the signaled one after them
 // does, and its ACK retires them all.
@@ -859,32 +873,26 @@ TEST_F(AckTimeout, UnsignaledRequestsAskForNoAckAndTheNextSignaledOneAcknowledge
 // requester's ACK timeout: the requester neither retransmits nor, with retry_cnt 0, fails,
 // though nothing follows the request.
 TEST_F(AckTimeout, AnUnsignaledRequestWithNothingAfterItIsStillAcknowledgedInTime) {
-  ConnectOptions c;
-  c.timeout = 14;  // 67 ms, the shortest with which requests leave the ACK to the responder
-  c.retry_cnt = 0;
-  Pair p = make_pair(c, c);
-  unsignaled_send_received(p);
-  const auto requests = frames_from(*wire, p.a->qpn(), true);
-  ASSERT_EQ(requests.size(), 1u);
-  EXPECT_EQ(requests[0].flags & emu::kFrameAckReq, 0);
+  Pair p{};
+  emu::FrameHeader request{};
+  // 67 ms, the shortest ACK timeout with which requests leave the ACK to the responder.
+  ASSERT_NO_FATAL_FAILURE(lone_unsignaled_request(&p, 14, 0, &request));
+  EXPECT_EQ(request.flags & emu::kFrameAckReq, 0);
   ASSERT_TRUE(eventually([&] { return !frames_from(*wire, p.b->qpn(), false).empty(); }))
       << "the owed ACK never went";
-  EXPECT_EQ(frames_from(*wire, p.b->qpn(), false).front().psn, requests[0].psn);
+  EXPECT_EQ(frames_from(*wire, p.b->qpn(), false).front().psn, request.psn);
   // Several ACK timeouts later: no retransmission, no RETRY_EXC_ERR.
   EXPECT_TRUE(drain(cq, milliseconds(300)).empty());
-  EXPECT_EQ(transmissions(requests[0].psn), 1u);
+  EXPECT_EQ(transmissions(request.psn), 1u);
   EXPECT_EQ(state_of(p.a), IBV_QPS_RTS);
 }
 
 // With an ACK timeout shorter than that, every request asks for its ACK.
 TEST_F(AckTimeout, WithAShortAckTimeoutEveryRequestAsksForItsAck) {
-  ConnectOptions c;
-  c.timeout = 13;
-  Pair p = make_pair(c, c);
-  unsignaled_send_received(p);
-  const auto requests = frames_from(*wire, p.a->qpn(), true);
-  ASSERT_EQ(requests.size(), 1u);
-  EXPECT_NE(requests[0].flags & emu::kFrameAckReq, 0);
+  Pair p{};
+  emu::FrameHeader request{};
+  ASSERT_NO_FATAL_FAILURE(lone_unsignaled_request(&p, 13, 7, &request));
+  EXPECT_NE(request.flags & emu::kFrameAckReq, 0);
 }
 
 // A send queue drained into SQD after unsignaled requests: drained once they are acknowledged,
