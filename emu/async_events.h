@@ -7,7 +7,7 @@
 #include <deque>
 #include <mutex>
 
-#include "emu/event_fd.h"
+#include "base/event_fd.h"
 
 namespace emu {
 
@@ -46,7 +46,7 @@ class AsyncEventQueue {
   mutable std::mutex mutex_;  // async events are rare; never taken on a hot path
   std::deque<AsyncEvent> events_;
   size_t stale_tokens_ = 0;  // eventfd counts left by forgotten events
-  EventFd fd_{true};
+  base::EventFd fd_{true};
 };
 
 }  // namespace emu

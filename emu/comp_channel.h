@@ -5,7 +5,7 @@
 #include <deque>
 #include <mutex>
 
-#include "emu/event_fd.h"
+#include "base/event_fd.h"
 #include "emu/objects.h"
 
 namespace emu {
@@ -32,7 +32,7 @@ class CompChannel : public ApiHandle {
   std::mutex mutex_;  // notifications are already a system call; this is no hot path
   std::deque<Cq*> events_;
   size_t stale_tokens_ = 0;  // eventfd counts left by forgotten notifications
-  EventFd fd_{true};
+  base::EventFd fd_{true};
 };
 
 }  // namespace emu

@@ -7,12 +7,12 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/process_maps.h"
 #include "emu/comp_channel.h"
 #include "emu/cq.h"
 #include "emu/limits.h"
 #include "emu/mw.h"
 #include "emu/node.h"
-#include "emu/process_maps.h"
 #include "emu/qp.h"
 #include "emu/srq.h"
 
@@ -79,15 +79,16 @@ bool range_is_accessible(const void* addr, size_t length, bool need_write) {
   uintptr_t want = reinterpret_cast<uintptr_t>(addr);
   const uintptr_t end = want + length;
   bool ok = false;
-  const bool read = visit_mappings(want, MapsSource::kAny, [&](const ProcessMapping& mapping) {
-    // A hole before the rest of the range, or a mapping without the access: refused.
-    if (mapping.begin > want || !mapping.readable || (need_write && !mapping.writable)) {
-      return false;
-    }
-    want = mapping.end;
-    ok = want >= end;
-    return !ok;
-  });
+  const bool read =
+      base::visit_mappings(want, base::MapsSource::kAny, [&](const base::ProcessMapping& mapping) {
+        // A hole before the rest of the range, or a mapping without the access: refused.
+        if (mapping.begin > want || !mapping.readable || (need_write && !mapping.writable)) {
+          return false;
+        }
+        want = mapping.end;
+        ok = want >= end;
+        return !ok;
+      });
   return ok || !read;  // mappings that cannot be read: let the access itself decide
 }
 

@@ -8,9 +8,9 @@
 #include <atomic>
 #include <memory>
 
-#include "emu/mpsc_ring.h"
+#include "base/mpsc_ring.h"
 #include "emu/objects.h"
-#include "emu/spin_lock.h"
+#include "base/spin_lock.h"
 
 namespace emu {
 
@@ -55,8 +55,8 @@ class Cq : public ApiHandle {
   Context& context_;
   CompChannel* channel_;
   void* cq_context_;
-  MpscRing<CompletionEntry> ring_;
-  SpinLock poll_lock_;
+  base::MpscRing<CompletionEntry> ring_;
+  base::SpinLock poll_lock_;
   // 0 = not armed, 1 = next completion, 2 = next solicited or error completion.
   std::atomic<int> armed_{0};
   std::atomic<bool> overflowed_{false};

@@ -2,14 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cstdlib>
-#include <string>
-
+#include "base/log.h"
 #include "emu/limits.h"
-#include "emu/log.h"
+#include "emu/poll_demand.h"
 #include "emu/qp.h"
-#include "transports/auto/auto_transport.h"
-#include "transports/loopback/loopback_transport.h"
 
 namespace emu {
 
@@ -26,7 +22,7 @@ Node::Node(std::unique_ptr<Transport> transport)
       mrs_(kMaxMr),
       qps_(new std::atomic<Qp*>[kMaxQp]),
       qp_generation_(kMaxQp, 0) {
-  init_logging();
+  base::init_logging();
   for (uint32_t i = 0; i < kMaxQp; ++i) qps_[i].store(nullptr, std::memory_order_relaxed);
   free_qp_slots_.reserve(kMaxQp);
   // QPN 0 and 1 are the special QPs of IB: slots 0 and 1 are never handed out.
@@ -50,40 +46,6 @@ Node::~Node() {
   timer_cv_.notify_all();
   progress_thread_.join();
   transport_->set_sink(nullptr);
-}
-
-namespace {
-
-std::unique_ptr<Transport> transport_from_environment() {
-  init_logging();
-  const char* env = std::getenv("EMURDMA_TRANSPORT");
-  const std::string want = env && *env ? env : "auto";
-  if (want == "loopback") return make_loopback_transport();
-  TransportChoice choice = TransportChoice::kAuto;
-  if (want == "shm") {
-    choice = TransportChoice::kShm;
-  } else if (want == "tcp") {
-    choice = TransportChoice::kTcp;
-  } else if (want != "auto") {
-    spdlog::error("EMURDMA_TRANSPORT={} is not a transport (auto, shm, tcp, loopback); using auto",
-                  want);
-  }
-  // The address TCP peers dial: EMURDMA_TCP_ADDR="a.b.c.d[:port]", else this host's address.
-  const char* addr = std::getenv("EMURDMA_TCP_ADDR");
-  auto t = make_auto_transport(addr ? addr : "", choice);
-  if (t) return t;
-  spdlog::error(
-      "EMURDMA_TRANSPORT={}: the transport could not be opened; using loopback "
-      "(this process can reach only itself)",
-      want);
-  return make_loopback_transport();
-}
-
-}  // namespace
-
-Node& Node::process_default() {
-  static Node node(transport_from_environment());
-  return node;
 }
 
 uint32_t Node::register_qp(Qp* qp) {
@@ -149,6 +111,10 @@ void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payloa
   r.dst_qpn = header.src_qpn;
   r.psn = header.psn;
   from.send(r, nullptr, 0);
+}
+
+bool Node::poll_satisfied() const {
+  return program_poll_satisfied();
 }
 
 bool Node::direct_target(Link& from, const FrameHeader& header, DirectTarget* target) {

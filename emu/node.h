@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/spin_lock.h"
 #include "emu/mr_table.h"
-#include "emu/spin_lock.h"
 #include "emu/transport.h"
 
 namespace emu {
@@ -33,10 +33,6 @@ class Node : public FrameSink {
   ~Node() override;
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
-
-  // The process's node, created on first use with the transport EMURDMA_TRANSPORT selects:
-  // auto (the default: shared memory on this host, TCP beyond), shm, tcp or loopback.
-  static Node& process_default();
 
   Transport& transport() { return *transport_; }
   Gid gid() const { return gid_; }
@@ -75,6 +71,7 @@ class Node : public FrameSink {
   bool direct_target(Link& from, const FrameHeader& header, DirectTarget* target) override;
   bool hold_region(uint32_t region_key) override { return mrs_.hold(region_key); }
   void release_region(uint32_t region_key) override { mrs_.release_hold(region_key); }
+  bool poll_satisfied() const override;
 
  private:
   struct Timer {
@@ -108,7 +105,7 @@ class Node : public FrameSink {
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
   std::atomic<int64_t> next_deadline_ns_{INT64_MAX};
 
-  SpinLock deferred_lock_;
+  base::SpinLock deferred_lock_;
   std::vector<uint32_t> deferred_;
   std::atomic<bool> has_deferred_{false};
 

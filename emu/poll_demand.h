@@ -1,9 +1,9 @@
 // What a program's CQ poll still wants, per thread. Cq::poll, before it drives progress, opens
 // a PollDemandScope for the completions it asks for; each completion pushed to that CQ on the
 // same thread counts against it (note_completion). A transport delivering frames inside that
-// poll asks program_poll_satisfied(), and may stop reading once it is true: the program gets
-// its completion without waiting for the frames behind it, which its next poll, or the
-// transport's own thread, reads.
+// poll asks program_poll_satisfied() (through FrameSink::poll_satisfied), and may stop reading once
+// it is true: the program gets its completion without waiting for the frames behind it, which its
+// next poll, or the transport's own thread, reads.
 //
 // A scope may also carry the poller's array: a completion this thread produces for the polled
 // CQ while the CQ holds nothing older can then be written straight into it (hand_to_poll),

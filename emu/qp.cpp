@@ -96,7 +96,7 @@ Qp::Qp(Context& context, Pd* pd, const QpInitAttr& init)
   cap_.max_send_sge = std::max<uint32_t>(init.cap.max_send_sge, 1);
   cap_.max_inline_data = kMaxInline;
   if (srq_ == nullptr) {
-    rq_ = std::make_unique<MpscRing<RecvWqe>>(std::max<uint32_t>(init.cap.max_recv_wr, 2));
+    rq_ = std::make_unique<base::MpscRing<RecvWqe>>(std::max<uint32_t>(init.cap.max_recv_wr, 2));
     cap_.max_recv_wr = init.cap.max_recv_wr == 0 ? 0 : static_cast<uint32_t>(rq_->capacity());
     cap_.max_recv_sge = std::max<uint32_t>(init.cap.max_recv_sge, 1);
   }

@@ -19,9 +19,9 @@
 #include <memory>
 
 #include "emu/limits.h"
-#include "emu/mpsc_ring.h"
+#include "base/mpsc_ring.h"
 #include "emu/objects.h"
-#include "emu/spin_lock.h"
+#include "base/spin_lock.h"
 #include "emu/transport.h"
 #include "emu/wqe.h"
 
@@ -148,7 +148,7 @@ class Qp : public ApiHandle {
   ibv_qp_cap cap_{};
   uint32_t qpn_ = 0;
 
-  SpinLock lock_;
+  base::SpinLock lock_;
   std::atomic<ibv_qp_state> state_{IBV_QPS_RESET};
   ibv_qp_attr attr_{};              // the attributes as last modified, for query
   std::shared_ptr<Link> link_;      // RC/UC: the peer node, set at RTR
@@ -182,7 +182,7 @@ class Qp : public ApiHandle {
   uint64_t sqd_limit_ = 0;           // WQEs before it had been transmitted when SQD began
 
   // Receive queue: posted lock-free by any thread, taken by the responder under lock_.
-  std::unique_ptr<MpscRing<RecvWqe>> rq_;
+  std::unique_ptr<base::MpscRing<RecvWqe>> rq_;
 
   // Responder state.
   uint32_t expected_psn_ = 0;

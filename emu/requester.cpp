@@ -10,6 +10,9 @@
 
 namespace emu {
 
+// Inline data is sent from the send queue slot: within what transports copy (transport.h).
+static_assert(kMaxInline <= kFrameInlineBytes);
+
 bool Qp::gather_locked(const SendWqe& w, iovec* iov, size_t* iovcnt, ibv_wc_status* status) {
   if (w.is_inline) {
     iov[0] = iovec{const_cast<uint8_t*>(w.inline_data), w.length};

@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "emu/objects.h"
-#include "emu/spin_lock.h"
+#include "base/spin_lock.h"
 #include "emu/wqe.h"
 
 namespace emu {
@@ -56,7 +56,7 @@ class Srq : public ApiHandle {
   uint32_t max_sge_;
   void* srq_context_;
 
-  SpinLock lock_;
+  base::SpinLock lock_;
   std::unique_ptr<RecvWqe[]> slots_;  // circular, capacity_ slots
   uint32_t capacity_;
   uint32_t head_ = 0;  // oldest available buffer

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -49,6 +50,11 @@ enum FrameFlags : uint8_t {
   kFrameFetchAdd = 1 << 3,   // atomic request: fetch-and-add (else compare-and-swap)
   kFrameAckReq = 1 << 4,     // RC request: acknowledge it now (others may wait, Qp::wants_ack)
 };
+
+// The most payload bytes a frame carries out of the sender's send queue itself (inline data,
+// the engine's kMaxInline): memory freed when the QP is destroyed. A transport that copies
+// every payload this small when it takes the frame (shm) need not wait for them in quiesce().
+inline constexpr uint32_t kFrameInlineBytes = 256;
 
 // Requests start an exchange; answers (ACK, NAK, READ and atomic responses) end one and are
 // never refused by Link::send.
@@ -91,6 +97,31 @@ class PayloadSource {
   virtual void skip(size_t len) = 0;
 };
 
+// A payload that sits whole in local memory: a ring record, a receive buffer, a GRH or an
+// atomic's original value the engine makes, or the target itself when a transport received it
+// in place, in which case reading it into the very address it sits at copies nothing.
+class LocalPayload final : public PayloadSource {
+ public:
+  LocalPayload(const void* data, size_t len) : p_(static_cast<const uint8_t*>(data)), left_(len) {}
+  size_t size() const override { return left_; }
+  void read(void* dst, size_t len) override {
+    len = len < left_ ? len : left_;
+    // dst may be null when len is 0 (an empty vector's data()).
+    if (len != 0 && dst != p_) std::memcpy(dst, p_, len);
+    p_ += len;
+    left_ -= len;
+  }
+  void skip(size_t len) override {
+    len = len < left_ ? len : left_;
+    p_ += len;
+    left_ -= len;
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t left_;
+};
+
 class Link;
 
 // Registered memory a large incoming payload may be received into in place (zero copy): where
@@ -121,6 +152,11 @@ class FrameSink {
     return false;
   }
   virtual void release_region(uint32_t region_key) { (void)region_key; }
+  // Whether the program whose CQ poll is delivering frames on this thread already has the
+  // completions it asked for. A transport delivering inside that poll may then stop before
+  // its next request: the program gets its completion without waiting for the frames behind
+  // it, which its next poll, or the transport's own thread, reads.
+  virtual bool poll_satisfied() const { return false; }
   // The link ended. Frames already received from it have been delivered first. When the peer
   // said goodbye before closing it (link.farewell(): its program ended in order), the QPs using
   // it see silence, as on hardware (their own timers decide); otherwise (the peer died, the

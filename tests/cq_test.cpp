@@ -7,6 +7,7 @@
 
 #include "emu/poll_demand.h"
 #include "tests/engine_fixture.h"
+#include "process/process_node.h"
 
 namespace emu_test {
 namespace {
@@ -87,7 +88,7 @@ TEST_F(CompletionQueue, OverrunRaisesExactlyOneCqErrEvent) {
   // The writes' completions are lost (overrun), so nothing orders the target's bytes before
   // this thread's read; quiesce does (it delivers what the transport still holds, after any
   // delivery in progress on another thread).
-  emu::Node::process_default().transport().quiesce();
+  process::node().transport().quiesce();
   EXPECT_EQ(target[n - 1], src) << "the last write never executed";
   drain(cq);
   EXPECT_EQ(ctx->async_events().pending(), 0u);

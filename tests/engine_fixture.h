@@ -29,6 +29,7 @@
 #include "emu/srq.h"
 #include "tests/rc_connect.h"
 #include "tests/test_util.h"
+#include "process/process_node.h"
 
 namespace emu_test {
 
@@ -135,7 +136,7 @@ inline ::testing::AssertionResult CompletionsAre(const std::vector<ibv_wc>& got,
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ctx = std::make_unique<Context>(emu::Node::process_default());
+    ctx = std::make_unique<Context>(process::node());
     ASSERT_EQ(ctx->alloc_pd(&pd), 0);
     ASSERT_EQ(ctx->create_cq(256, nullptr, nullptr, 0, &cq), 0);
   }

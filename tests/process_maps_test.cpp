@@ -1,7 +1,7 @@
 // This process's mappings (emu/process_maps.h): the kernel's PROCMAP_QUERY and the text of
 // /proc/self/maps must show the same mappings, field by field, and a visit starts and stops
 // where its contract says.
-#include "emu/process_maps.h"
+#include "base/process_maps.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -40,11 +40,11 @@ std::ostream& operator<<(std::ostream& out, const Seen& s) {
 }
 
 // The mappings from `from` up to (not including) those that begin at or past `until`.
-std::vector<Seen> mappings_between(uintptr_t from, uintptr_t until, MapsSource source,
+std::vector<Seen> mappings_between(uintptr_t from, uintptr_t until, base::MapsSource source,
                                    bool* read = nullptr) {
   std::vector<Seen> seen;
   seen.reserve(64);
-  const bool ok = visit_mappings(from, source, [&](const ProcessMapping& m) {
+  const bool ok = base::visit_mappings(from, source, [&](const base::ProcessMapping& m) {
     if (m.begin >= until) return false;
     seen.push_back(Seen{m.begin, m.end, m.readable, m.writable, m.shared, m.offset, m.dev, m.ino,
                         std::string(m.path)});
@@ -113,7 +113,7 @@ TEST(ProcessMaps, TheKernelsAnswerAndTheTextShowTheSameMappings) {
   const uintptr_t from = window.address(0);
   const uintptr_t until = window.address(CarvedWindow::kPages);
   bool read = false;
-  const std::vector<Seen> text = mappings_between(from, until, MapsSource::kText, &read);
+  const std::vector<Seen> text = mappings_between(from, until, base::MapsSource::kText, &read);
   ASSERT_TRUE(read);
   // What the text shows is what was carved (the kernel may merge neighbours alike, never
   // these): memfd rw, memfd r, hole, private rw, private r, shared anonymous, memfd private,
@@ -133,28 +133,28 @@ TEST(ProcessMaps, TheKernelsAnswerAndTheTextShowTheSameMappings) {
   EXPECT_TRUE(!text[7].readable && !text[7].writable);
   EXPECT_EQ(text[7].end, until);
 
-  if (!maps_query_supported()) {
+  if (!base::maps_query_supported()) {
     // Only a kernel before 6.11 may lack the query; the text must then answer alone.
     const auto [major, minor] = kernel_version();
     EXPECT_TRUE(major < 6 || (major == 6 && minor < 11))
         << "Linux " << major << "." << minor << " has PROCMAP_QUERY, yet it did not answer";
-    EXPECT_TRUE(mappings_between(from, until, MapsSource::kQuery, &read).empty());
+    EXPECT_TRUE(mappings_between(from, until, base::MapsSource::kQuery, &read).empty());
     EXPECT_FALSE(read);
-    EXPECT_EQ(mappings_between(from, until, MapsSource::kAny), text);
+    EXPECT_EQ(mappings_between(from, until, base::MapsSource::kAny), text);
     return;
   }
-  const std::vector<Seen> query = mappings_between(from, until, MapsSource::kQuery, &read);
+  const std::vector<Seen> query = mappings_between(from, until, base::MapsSource::kQuery, &read);
   ASSERT_TRUE(read);
   EXPECT_EQ(query, text);
-  EXPECT_EQ(mappings_between(from, until, MapsSource::kAny), text);
+  EXPECT_EQ(mappings_between(from, until, base::MapsSource::kAny), text);
 }
 
 TEST(ProcessMaps, AVisitStartsAtTheMappingCoveringTheAddressOrElseTheNextOneAbove) {
   CarvedWindow window;
   ASSERT_TRUE(window.ok()) << std::strerror(errno);
   const uintptr_t until = window.address(CarvedWindow::kPages);
-  for (MapsSource source : {MapsSource::kText, MapsSource::kQuery, MapsSource::kAny}) {
-    if (source == MapsSource::kQuery && !maps_query_supported()) continue;
+  for (base::MapsSource source : {base::MapsSource::kText, base::MapsSource::kQuery, base::MapsSource::kAny}) {
+    if (source == base::MapsSource::kQuery && !base::maps_query_supported()) continue;
     SCOPED_TRACE(static_cast<int>(source));
     // Inside the second page of the first mapping: that mapping.
     std::vector<Seen> seen = mappings_between(window.address(1) + 100, until, source);
@@ -166,7 +166,7 @@ TEST(ProcessMaps, AVisitStartsAtTheMappingCoveringTheAddressOrElseTheNextOneAbov
     EXPECT_EQ(seen.front().begin, window.address(4));
     // A visitor that stops at once sees one mapping.
     int visits = 0;
-    EXPECT_TRUE(visit_mappings(window.address(0), source, [&](const ProcessMapping&) {
+    EXPECT_TRUE(base::visit_mappings(window.address(0), source, [&](const base::ProcessMapping&) {
       ++visits;
       return false;
     }));

@@ -12,11 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include "emu/mpsc_ring.h"
-#include "emu/spsc_ring.h"
+#include "base/mpsc_ring.h"
+#include "tests/bench/spsc_ring.h"
 
 namespace emu {
 namespace {
+using bench::SpscRing;
 
 // Counts live instances, to check that the rings construct and destroy each element once.
 struct Counted {
@@ -254,33 +255,33 @@ TEST(Rings, SpscDestroysEveryElementOnce) {
 }
 
 // ---------------------------------------------------------------------------------------
-// MpscRing, single thread
+// base::MpscRing, single thread
 
 TEST(Rings, MpscCapacityRoundsToPowerOfTwo) {
   // Two at least: the slot sequence numbers need two slots to tell "full" from "free".
-  expect_capacities<MpscRing>({{0, 2}, {1, 2}, {2, 2}, {3, 4}, {1000, 1024}, {4096, 4096}});
+  expect_capacities<base::MpscRing>({{0, 2}, {1, 2}, {2, 2}, {3, 4}, {1000, 1024}, {4096, 4096}});
 }
 
 TEST(Rings, MpscRejectsAbsurdCapacity) {
-  EXPECT_THROW(MpscRing<uint64_t>(SIZE_MAX), std::length_error);
+  EXPECT_THROW(base::MpscRing<uint64_t>(SIZE_MAX), std::length_error);
 }
 
 TEST(Rings, MpscFifoOrder) {
-  MpscRing<int> r(16);
+  base::MpscRing<int> r(16);
   expect_fifo(r, 16);
   int v;
   EXPECT_FALSE(r.try_pop(v));
 }
 
 TEST(Rings, MpscFullRejectsPush) {
-  MpscRing<int> r(3);  // rounded up to 4
+  base::MpscRing<int> r(3);  // rounded up to 4
   expect_full_rejects_push(r, 4);
   int v;
   EXPECT_FALSE(r.try_pop(v));
 }
 
 TEST(Rings, MpscSmallestRing) {
-  MpscRing<int> r(1);
+  base::MpscRing<int> r(1);
   ASSERT_EQ(r.capacity(), 2u);
   int v;
   for (int i = 0; i < 10; ++i) {
@@ -296,14 +297,14 @@ TEST(Rings, MpscSmallestRing) {
 }
 
 TEST(Rings, MpscWrapAround) {
-  MpscRing<uint64_t> r(8);
+  base::MpscRing<uint64_t> r(8);
   uint64_t pushed = 0;
   cycle_fill_levels(
       r, [&](int fill) { EXPECT_EQ(r.size(), static_cast<size_t>(fill)); }, &pushed);
 }
 
 TEST(Rings, MpscEmplaceConstructsInPlace) {
-  MpscRing<NoDefault> r(2);
+  base::MpscRing<NoDefault> r(2);
   ASSERT_TRUE(r.try_emplace(4, 5));
   NoDefault out(0, 0);
   ASSERT_TRUE(r.try_pop(out));
@@ -313,7 +314,7 @@ TEST(Rings, MpscEmplaceConstructsInPlace) {
 TEST(Rings, MpscDestroysEveryElementOnce) {
   Counted::live = 0;
   {
-    MpscRing<Counted> r(4);
+    base::MpscRing<Counted> r(4);
     for (int i = 0; i < 4; ++i) ASSERT_TRUE(r.try_emplace(i));
     Counted out(-1);
     ASSERT_TRUE(r.try_pop(out));
@@ -410,7 +411,7 @@ TEST(Rings, SpscTwoThreadsNonTrivialElements) {
 // against a consumer draining with consume(v) until all have arrived; checks that each
 // producer's items arrive exactly once and in order.
 template <typename Consume>
-void mpsc_transfer(MpscRing<uint64_t>& r, int producers, uint64_t per_producer,
+void mpsc_transfer(base::MpscRing<uint64_t>& r, int producers, uint64_t per_producer,
                    Consume&& consume_until) {
   std::vector<std::thread> threads;
   for (int p = 0; p < producers; ++p) {
@@ -446,7 +447,7 @@ void mpsc_transfer(MpscRing<uint64_t>& r, int producers, uint64_t per_producer,
 }
 
 // A consumer loop on one thread: pops until on_item says all items have arrived.
-auto single_consumer(MpscRing<uint64_t>& r) {
+auto single_consumer(base::MpscRing<uint64_t>& r) {
   return [&r](auto&& on_item) {
     uint64_t v;
     for (;;) {
@@ -460,25 +461,25 @@ auto single_consumer(MpscRing<uint64_t>& r) {
 }
 
 TEST(Rings, MpscFifoPerProducer) {
-  MpscRing<uint64_t> r(1024);
+  base::MpscRing<uint64_t> r(1024);
   mpsc_transfer(r, 2, 1'000'000, single_consumer(r));
 }
 
 TEST(Rings, MpscManyProducersNoLossNoDuplicate) {
-  MpscRing<uint64_t> r(1024);
+  base::MpscRing<uint64_t> r(1024);
   mpsc_transfer(r, 8, 400'000, single_consumer(r));
 }
 
 TEST(Rings, MpscManyProducersTinyRing) {
   // Producers constantly find the ring full and race for each freed slot.
-  MpscRing<uint64_t> r(4);
+  base::MpscRing<uint64_t> r(4);
   mpsc_transfer(r, 4, 250'000, single_consumer(r));
 }
 
 TEST(Rings, MpscConsumerRoleMovesBetweenThreads) {
   // Several threads take turns as the consumer, serialised by a mutex as the contract asks;
   // the checking state is guarded by the same mutex.
-  MpscRing<uint64_t> r(256);
+  base::MpscRing<uint64_t> r(256);
   mpsc_transfer(r, 3, 300'000, [&r](auto&& on_item) {
     std::mutex m;
     bool done = false;

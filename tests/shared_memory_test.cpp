@@ -477,8 +477,8 @@ TEST(SharedMemory, WithoutMapFilesDescriptorsAndNamesStillLeadToTheObject) {
 // must give the same answer, field by field, for every kind of range the rules tell apart.
 void expect_query_and_text_agree(const void* addr, size_t len, const char* what) {
   SCOPED_TRACE(what);
-  const std::optional<SharedMapping> text = find_shared_mapping(addr, len, MapsSource::kText);
-  const std::optional<SharedMapping> query = find_shared_mapping(addr, len, MapsSource::kQuery);
+  const std::optional<SharedMapping> text = find_shared_mapping(addr, len, base::MapsSource::kText);
+  const std::optional<SharedMapping> query = find_shared_mapping(addr, len, base::MapsSource::kQuery);
   const std::optional<SharedMapping> any = find_shared_mapping(addr, len);
   ASSERT_EQ(query.has_value(), text.has_value());
   ASSERT_EQ(any.has_value(), text.has_value());
@@ -506,9 +506,9 @@ TEST(SharedMemory, TheKernelsAnswerAndTheTextOfMapsAgreeOnEveryKindOfRange) {
   std::vector<uint8_t> heap(kMiB, 3);
   int on_stack[256] = {};
 
-  if (!maps_query_supported()) {
+  if (!base::maps_query_supported()) {
     // (tests/process_maps_test.cpp holds the kernel to having it from 6.11.) The text alone.
-    EXPECT_FALSE(find_shared_mapping(memfd.base, page, MapsSource::kQuery).has_value());
+    EXPECT_FALSE(find_shared_mapping(memfd.base, page, base::MapsSource::kQuery).has_value());
     ASSERT_TRUE(find_shared_mapping(memfd.base, page).has_value());
     EXPECT_EQ(find_shared_mapping(memfd.base, page)->object_offset, page);
     ::close(other_fd);

@@ -52,6 +52,7 @@
 #include "transports/shm/shm_segment.h"
 #include "transports/shm/shm_wire.h"
 #include "transports/tcp/tcp_gid.h"
+#include "transports/test_support.h"
 
 namespace {
 

@@ -38,9 +38,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/log.h"
 #include "emu/context.h"
 #include "emu/cq.h"
-#include "emu/log.h"
 #include "emu/node.h"
 #include "emu/qp.h"
 #include "emu/srq.h"
@@ -49,6 +49,7 @@
 #include "transports/tcp/tcp_options.h"
 #include "transports/tcp/tcp_send_queue.h"
 #include "transports/tcp/tcp_wire.h"
+#include "transports/test_support.h"
 
 extern char** environ;
 
@@ -1068,7 +1069,7 @@ TEST(TcpTransport, AConnectionTakesTheBulkCongestionControlWithItsLane) {
 class WarningRecorder {
  public:
   WarningRecorder() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64)) {
-    emu::init_logging();
+    base::init_logging();
     sink_->set_level(spdlog::level::warn);
     spdlog::default_logger()->sinks().push_back(sink_);
   }

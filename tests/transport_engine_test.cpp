@@ -26,6 +26,7 @@
 #include "transports/auto/auto_transport.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
+#include "transports/test_support.h"
 
 namespace {
 

@@ -8,9 +8,10 @@
 #include <new>
 
 #include "emu/context.h"
-#include "emu/log.h"
+#include "base/log.h"
 #include "emu/node.h"
 #include "verbs_api/internal.h"
+#include "process/process_node.h"
 
 #ifndef EMURDMA_DEVICE_NAME
 #define EMURDMA_DEVICE_NAME "emu0"
@@ -58,7 +59,7 @@ ibv_device* emu_device() {
 using namespace emurdma::verbs;
 
 EMURDMA_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
-  emu::init_logging();
+  base::init_logging();
   const DeviceSelection selection = device_selection();
   ibv_device** system_list = nullptr;
   int system_count = 0;
@@ -127,12 +128,12 @@ EMURDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   if (!is_emu_device(device)) {
     EMURDMA_DELEGATE(ibv_open_device, "IBVERBS_1.1", nullptr, device);
   }
-  emu::init_logging();
+  base::init_logging();
   auto* ctx = new (std::nothrow) EmuContext();
   if (ctx == nullptr) return fail<ibv_context>(ENOMEM);
   try {
     // The node (and its transport) is created on the first open of emu0.
-    ctx->engine = new emu::Context(emu::Node::process_default());
+    ctx->engine = new emu::Context(process::node());
   } catch (const std::exception& e) {
     spdlog::error("ibv_open_device({}): {}", device->name, e.what());
     delete ctx;

@@ -8,13 +8,13 @@
 
 #include "emu/limits.h"
 #include "emu/qp.h"
-#include "emu/spin_lock.h"
+#include "base/spin_lock.h"
 #include "verbs_api/internal.h"
 
 namespace emurdma::verbs {
 
 struct WrBatch {
-  emu::SpinLock lock;  // held from wr_start to wr_complete / wr_abort
+  base::SpinLock lock;  // held from wr_start to wr_complete / wr_abort
   uint32_t capacity = 0;
   uint32_t max_sge = 0;
   uint32_t count = 0;

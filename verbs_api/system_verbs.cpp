@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "emu/log.h"
+#include "base/log.h"
 
 namespace emurdma::verbs {
 namespace {
@@ -97,7 +97,7 @@ DeviceSelection parse_selection() {
   }
   if (std::strcmp(value, "soft") == 0) return DeviceSelection::kSoft;
   if (std::strcmp(value, "hw") == 0) return DeviceSelection::kHw;
-  emu::init_logging();
+  base::init_logging();
   spdlog::error("EMURDMA_DEVICES={} is not one of soft, hw, all: using all", value);
   return DeviceSelection::kAll;
 }
@@ -166,7 +166,7 @@ std::optional<std::string> find_system_library() {
 }
 
 void* load_system_library() {
-  emu::init_logging();
+  base::init_logging();
   const auto path = find_system_library();
   if (!path) return nullptr;
   void* handle = ::dlmopen(LM_ID_NEWLM, path->c_str(), RTLD_NOW | RTLD_LOCAL);

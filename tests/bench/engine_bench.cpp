@@ -13,6 +13,7 @@
 #include "emu/qp.h"
 #include "emu/srq.h"
 #include "tests/rc_connect.h"
+#include "process/process_node.h"
 
 namespace {
 
@@ -21,7 +22,7 @@ using namespace emu;
 // One context with a pair of CQs, a registered buffer and helpers to connect RC QPs.
 class Bed {
  public:
-  Bed() : ctx_(Node::process_default()) {
+  Bed() : ctx_(process::node()) {
     ctx_.alloc_pd(&pd_);
     ctx_.create_cq(kCqe, nullptr, nullptr, 0, &send_cq_);
     ctx_.create_cq(kCqe, nullptr, nullptr, 0, &recv_cq_);

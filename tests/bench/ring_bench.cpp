@@ -1,4 +1,4 @@
-// Two-thread SPSC throughput of emu::SpscRing against boost::lockfree::spsc_queue, measured
+// Two-thread SPSC throughput of bench::SpscRing against boost::lockfree::spsc_queue, measured
 // in the same run with the same element type (uint64_t) and the same usable capacity.
 //
 // In each iteration a producer thread pushes kItemsPerIteration integers while the
@@ -15,7 +15,7 @@
 #include <memory>
 #include <thread>
 
-#include "emu/spsc_ring.h"
+#include "tests/bench/spsc_ring.h"
 
 namespace {
 
@@ -40,7 +40,7 @@ class Ours {
   bool pop(uint64_t& v) { return q_.try_pop(v); }
 
  private:
-  emu::SpscRing<uint64_t> q_{Capacity};
+  bench::SpscRing<uint64_t> q_{Capacity};
 };
 
 template <size_t Capacity>

@@ -39,6 +39,7 @@
 #include "emu/qp.h"
 #include "emu/srq.h"
 #include "tests/rc_connect.h"
+#include "process/process_node.h"
 
 extern char** environ;
 
@@ -280,7 +281,7 @@ struct PeerInfo {
 class Endpoint {
  public:
   Endpoint(uint32_t cqe, size_t buffer_bytes)
-      : ctx_(emu::Node::process_default()), buffer_(buffer_bytes, 0x5a) {
+      : ctx_(process::node()), buffer_(buffer_bytes, 0x5a) {
     check(ctx_.alloc_pd(&pd_), "alloc_pd");
     check(ctx_.create_cq(static_cast<int>(cqe), nullptr, nullptr, 0, &cq_), "create_cq");
     // The buffer's pages were all touched (filled): first-use page faults are not measured.
@@ -763,7 +764,7 @@ int main(int argc, char** argv) {
   // Two processes can only meet over a real transport: refuse the loopback fallback the node
   // takes when the requested transport is missing, rather than time out.
   const char* wanted = std::getenv("EMURDMA_TRANSPORT");
-  const std::string used = emu::Node::process_default().transport().name();
+  const std::string used = process::node().transport().name();
   if (wanted == nullptr || used != wanted || used == "loopback")
     die(std::string("EMURDMA_TRANSPORT=") + (wanted ? wanted : "") +
         " is not available (the node uses " + used + "); two processes need shm or tcp");

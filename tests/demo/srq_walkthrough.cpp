@@ -15,6 +15,7 @@
 #include "emu/qp.h"
 #include "emu/srq.h"
 #include "tests/rc_connect.h"
+#include "process/process_node.h"
 
 namespace {
 
@@ -31,7 +32,7 @@ void check(int err, const char* what) {
 
 class Walkthrough {
  public:
-  Walkthrough() : ctx_(Node::process_default()) {
+  Walkthrough() : ctx_(process::node()) {
     check(ctx_.alloc_pd(&pd_), "alloc_pd");
     check(ctx_.create_cq(64, nullptr, nullptr, 0, &send_cq_), "create_cq");
     check(ctx_.create_cq(64, nullptr, nullptr, 0, &recv_cq_), "create_cq");

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "emu/names.h"
+#include "process/process_node.h"
 
 namespace mp {
 
@@ -154,7 +155,7 @@ void require(int err, const std::string& what) {
 
 }  // namespace
 
-Device::Device() : ctx_(std::make_unique<emu::Context>(emu::Node::process_default())) {
+Device::Device() : ctx_(std::make_unique<emu::Context>(process::node())) {
   require(ctx_->alloc_pd(&pd_), "alloc_pd");
 }
 

@@ -13,6 +13,7 @@
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_gid.h"
 #include "transports/tcp/tcp_transport.h"
+#include "transports/test_support.h"
 
 namespace emu {
 

@@ -19,10 +19,6 @@ enum class TransportChoice { kAuto, kShm, kTcp };
 std::unique_ptr<Transport> make_auto_transport(const std::string& tcp_listen,
                                                TransportChoice choice = TransportChoice::kAuto);
 
-// Closes every shm and TCP connection of t (any of the transports above) as a dying peer
-// would: each reports on_link_down. For fault tests. False if t has none of those kinds.
-bool drop_connections(Transport& t);
-
 // The address make_auto_transport listens on when given none.
 std::string default_tcp_listen_address();
 

@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "emu/mpsc_ring.h"
-#include "emu/spin_lock.h"
+#include "base/mpsc_ring.h"
+#include "base/spin_lock.h"
 
 namespace emu {
 
@@ -150,8 +150,8 @@ class Fabric {
  private:
   std::atomic<LoopbackTransport*> nodes_[kMaxNodes] = {};
   std::mutex attach_mutex_;
-  MpscRing<Item> requests_{kQueueDepth};
-  SpinLock drain_lock_;
+  base::MpscRing<Item> requests_{kQueueDepth};
+  base::SpinLock drain_lock_;
   AnswerQueue answers_;
 };
 

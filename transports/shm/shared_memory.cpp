@@ -86,7 +86,7 @@ class MappingWalk {
   MappingWalk(uintptr_t begin, uintptr_t end) : begin_(begin), end_(end), covered_(begin) {}
 
   // The next mapping in address order, one that ends above every mapping taken so far.
-  Step take(const ProcessMapping& mapping) {
+  Step take(const base::ProcessMapping& mapping) {
     if (mapping.begin > covered_ || !mapping.shared || mapping.ino == 0) return Step::kRefused;
     if (covered_ == begin_) {
       found_.dev = mapping.dev;
@@ -118,13 +118,13 @@ SharedObject::~SharedObject() {
   if (fd >= 0) ::close(fd);
 }
 
-std::optional<SharedMapping> find_shared_mapping(const void* addr, size_t len, MapsSource source) {
+std::optional<SharedMapping> find_shared_mapping(const void* addr, size_t len, base::MapsSource source) {
   const auto begin = reinterpret_cast<uintptr_t>(addr);
   const uintptr_t end = begin + len;
   if (len == 0 || end < begin) return std::nullopt;
   MappingWalk walk(begin, end);
   MappingWalk::Step step = MappingWalk::Step::kMore;
-  visit_mappings(begin, source, [&](const ProcessMapping& mapping) {
+  base::visit_mappings(begin, source, [&](const base::ProcessMapping& mapping) {
     step = walk.take(mapping);
     return step == MappingWalk::Step::kMore;
   });

@@ -21,7 +21,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "emu/process_maps.h"
+#include "base/process_maps.h"
 
 namespace emu::shm {
 
@@ -63,9 +63,9 @@ struct SharedMapping {
 // by mappings flagged shared ('s' in the perms column) of the same (device, inode) whose file
 // offsets are contiguous with their addresses (adjacent VMAs of one object, e.g. split by
 // mprotect, are merged). nullopt otherwise (private, anonymous-private, partly unmapped,
-// several objects, len == 0; with MapsSource::kQuery, also when the kernel cannot be asked).
+// several objects, len == 0; with base::MapsSource::kQuery, also when the kernel cannot be asked).
 std::optional<SharedMapping> find_shared_mapping(const void* addr, size_t len,
-                                                 MapsSource source = MapsSource::kAny);
+                                                 base::MapsSource source = base::MapsSource::kAny);
 
 // The same, for callers that want the object's identity only. On success *dev, *ino and
 // *object_offset (file offset of addr) are set.

@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <mutex>
 
-#include "emu/poll_demand.h"
 #include "transports/shm/shm_handshake.h"
 #include "transports/shm/shm_payload.h"
 
@@ -261,7 +260,7 @@ void ShmLink::write_deferred_locked() {
   has_deferred_.store(false, std::memory_order_relaxed);
 }
 
-void ShmLink::flush_deferred(uint32_t polls_now, bool always) {
+void ShmLink::flush_deferred(uint64_t polls_now, bool always) {
   if (!has_deferred()) return;
   std::lock_guard lock(send_lock_);
   if (deferred_count_ == 0 || (!always && deferred_at_poll_ == polls_now)) return;
@@ -500,7 +499,10 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
       ++records;
       // The program has the completion it polls for: it gets it without this thread reading
       // the next record first (another cache line from the peer, most often).
-      if (frame && is_request(op) && program_poll_satisfied()) break;
+      if (frame && is_request(op)) {
+        FrameSink* sink = owner_.sink();
+        if (sink != nullptr && sink->poll_satisfied()) break;
+      }
     }
   }
   next_incoming_.store(consumer_.next_index(), std::memory_order_relaxed);
@@ -534,7 +536,7 @@ bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, s
       *why = "inline payload of " + std::to_string(fr.payload_bytes) + " bytes overruns its record";
       return false;
     }
-    BytesPayload payload(rest, fr.payload_bytes);
+    LocalPayload payload(rest, fr.payload_bytes);
     if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
     return true;
   }
@@ -674,7 +676,7 @@ bool ShmLink::deliver_short(const uint8_t* body, uint32_t body_bytes, std::strin
   h.psn = sf.psn;
   h.imm = sf.imm;
   h.length = sf.length;
-  BytesPayload payload(body + sizeof(ShortFrame), sf.length);
+  LocalPayload payload(body + sizeof(ShortFrame), sf.length);
   if (FrameSink* sink = owner_.sink()) sink->on_frame(*this, h, payload);
   return true;
 }
@@ -701,7 +703,7 @@ bool ShmLink::deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std
   }
   if (staged_filled_ < staged_.size()) return true;
   staging_ = false;
-  BytesPayload payload(staged_.data(), staged_.size());
+  LocalPayload payload(staged_.data(), staged_.size());
   if (FrameSink* sink = owner_.sink()) sink->on_frame(*this, staged_header_, payload);
   std::vector<uint8_t>().swap(staged_);
   return true;

@@ -37,7 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "emu/spin_lock.h"
+#include "base/spin_lock.h"
 #include "emu/transport.h"
 #include "transports/shm/shared_memory.h"
 #include "transports/shm/shm_ring.h"
@@ -59,7 +59,7 @@ class LinkOwner {
   // program's poll, and the program's next call will send it (see ShmLink::send).
   virtual bool defers_acks() const = 0;
   // Transport::progress calls so far (the age of a deferred ACK is counted in them).
-  virtual uint32_t program_polls() const = 0;
+  virtual uint64_t program_polls() const = 0;
   // A link defers ACKs now: the transport must see that they go (flush_deferred).
   virtual void on_deferred_ack() = 0;
   // Whether [addr, addr+len) lies in registered memory of an object mapped shared (SharedRanges).
@@ -90,7 +90,7 @@ class ShmLink : public Link {
 
   // Writes the deferred ACKs: all of them when `always`, else only those deferred before
   // program poll `polls_now` (they waited a whole poll).
-  void flush_deferred(uint32_t polls_now, bool always);
+  void flush_deferred(uint64_t polls_now, bool always);
   bool has_deferred() const { return has_deferred_.load(std::memory_order_relaxed); }
 
   // Sends a goodbye on the link's socket: this end closes in order (its transport ends), so
@@ -204,14 +204,14 @@ class ShmLink : public Link {
   std::atomic<bool> retired_{false};
   std::atomic<bool> released_{false};
 
-  SpinLock send_lock_;
+  base::SpinLock send_lock_;
   RingProducer producer_;
   std::deque<Outgoing> backlog_;  // under send_lock_
   std::atomic<size_t> backlog_size_{0};
   static constexpr size_t kMaxDeferredAcks = 16;
   FrameHeader deferred_acks_[kMaxDeferredAcks];  // under send_lock_
   size_t deferred_count_ = 0;
-  uint32_t deferred_at_poll_ = 0;
+  uint64_t deferred_at_poll_ = 0;
   std::atomic<bool> has_deferred_{false};
   std::vector<uint32_t> objects_shared_;  // handed to the peer (under send_lock_)
 
@@ -221,7 +221,7 @@ class ShmLink : public Link {
   // than unmapped, until the link object goes.
   std::atomic<uint64_t> next_incoming_{0};
   RingLook incoming_look_;  // set once
-  SpinLock drain_lock_;
+  base::SpinLock drain_lock_;
   RingConsumer consumer_;
   RingControl* incoming_;
   // The chunked frame being reassembled (under drain_lock_).

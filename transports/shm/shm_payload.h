@@ -1,7 +1,7 @@
-// The ways a payload reaches the engine from a ring (PayloadSource, emu/transport.h): bytes
-// inside the ring, bytes in the sender's objects that we map (copied with guarded_copy), bytes
-// still in the sender's memory (read with process_vm_readv, straight into the destination),
-// and bytes reassembled from chunks.
+// The ways a payload reaches the engine from a ring (PayloadSource, emu/transport.h) besides
+// bytes inside the ring or reassembled from chunks (LocalPayload): bytes in the sender's
+// objects that we map (copied with guarded_copy), and bytes still in the sender's memory (read
+// with process_vm_readv, straight into the destination).
 #pragma once
 
 #include <sys/types.h>
@@ -14,29 +14,6 @@
 #include "transports/shm/shm_wire.h"
 
 namespace emu::shm {
-
-// Payload bytes at p (inside the ring, or a reassembly buffer).
-class BytesPayload : public PayloadSource {
- public:
-  BytesPayload(const uint8_t* p, size_t n) : p_(p), left_(n) {}
-  size_t size() const override { return left_; }
-  void read(void* dst, size_t len) override {
-    len = len < left_ ? len : left_;
-    if (len == 0) return;  // dst may be null then (an empty vector's data())
-    std::memcpy(dst, p_, len);
-    p_ += len;
-    left_ -= len;
-  }
-  void skip(size_t len) override {
-    len = len < left_ ? len : left_;
-    p_ += len;
-    left_ -= len;
-  }
-
- private:
-  const uint8_t* p_;
-  size_t left_;
-};
 
 // A payload made of pieces, consumed in order: where the next byte is.
 class PieceCursor {

@@ -2,7 +2,7 @@
 
 #include <bit>
 
-#include "transports/tsan_sync.h"
+#include "base/tsan_sync.h"
 
 namespace emu::shm {
 
@@ -48,7 +48,7 @@ bool RingProducer::fits(uint32_t size) {
   // Full according to our copy: refresh it. The acquire pairs with the consumer's release,
   // so the consumer is done with the bytes before we overwrite them.
   head_cache_ = control_->head.load(std::memory_order_acquire);
-  tsan_acquire(sync_key_);
+  base::tsan_acquire(sync_key_);
   return tail_ + need - head_cache_ <= capacity_;
 }
 
@@ -62,7 +62,7 @@ uint8_t* RingProducer::reserve(uint32_t size) {
     size_kind_word(data_ + offset)
         .store(pack(static_cast<uint32_t>(capacity_ - offset), kPaddingRecord),
                std::memory_order_relaxed);
-    tsan_release(sync_key_);
+    base::tsan_release(sync_key_);
     seq_word(data_ + offset).store(record_seq(tail_, salt_), std::memory_order_release);
     tail_ += capacity_ - offset;
     offset = 0;
@@ -76,7 +76,7 @@ void RingProducer::commit(uint32_t kind) {
   size_kind_word(reserved_).store(pack(reserved_size_, kind), std::memory_order_relaxed);
   // Publishes the body and the head. Sequentially consistent, so that it is ordered before
   // take_consumer_sleeping()'s load (docs/wire.md).
-  tsan_release(sync_key_);
+  base::tsan_release(sync_key_);
   seq_word(reserved_).store(record_seq(tail_, salt_), std::memory_order_seq_cst);
   tail_ += reserved_size_;
   reserved_ = nullptr;
@@ -91,7 +91,7 @@ bool RingProducer::wait_for_room(uint32_t size) {
   // The consumer may have freed the space just before seeing our flag: look again (a
   // sequentially consistent load, pairing with release()'s head store).
   head_cache_ = control_->head.load(std::memory_order_seq_cst);
-  tsan_acquire(sync_key_);
+  base::tsan_acquire(sync_key_);
   return fits(size);
 }
 
@@ -119,7 +119,7 @@ const uint8_t* RingConsumer::front(RecordHead* head, uint64_t* bytes_available) 
     // The acquire makes the record's body visible.
     const uint64_t seq = seq_word(at).load(std::memory_order_acquire);
     if (seq != record_seq(head_, salt_)) return nullptr;
-    tsan_acquire(sync_key_);
+    base::tsan_acquire(sync_key_);
     const auto sk = std::bit_cast<SizeKind>(size_kind_word(at).load(std::memory_order_relaxed));
     *head = RecordHead{seq, sk.size, sk.kind};
     const uint64_t contiguous = capacity_ - offset;
@@ -145,7 +145,7 @@ bool RingConsumer::release() {
   if (head_ == released_) return false;
   released_ = head_;
   // Hands the bytes back to the producer.
-  tsan_release(sync_key_);
+  base::tsan_release(sync_key_);
   control_->head.store(head_, std::memory_order_seq_cst);
   // With the store above, a Dekker pair with wait_for_room().
   if (control_->producer_waiting.load(std::memory_order_seq_cst) == 0) return false;

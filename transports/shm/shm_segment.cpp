@@ -10,7 +10,7 @@
 #include <random>
 
 #include "transports/shm/shm_wire.h"
-#include "transports/tsan_sync.h"
+#include "base/tsan_sync.h"
 
 namespace emu::shm {
 
@@ -148,7 +148,7 @@ uint8_t* Segment::data(Direction d) const {
 
 const void* Segment::sync_key(Direction d) const {
   const uint64_t ring = inode_ * 2 + static_cast<uint64_t>(d);
-  return tsan_key(ring, ring);
+  return base::tsan_key(ring, ring);
 }
 
 }  // namespace emu::shm

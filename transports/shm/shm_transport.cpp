@@ -16,13 +16,15 @@
 #include <thread>
 #include <vector>
 
-#include "emu/limits.h"
-#include "emu/spin_lock.h"
+#include "base/spin_lock.h"
+#include "transports/common/nap.h"
+#include "transports/common/program_polls.h"
 #include "transports/shm/shm_gid.h"
 #include "transports/shm/shm_handshake.h"
 #include "transports/shm/shm_link.h"
 #include "transports/shm/shm_segment.h"
 #include "transports/shm/shm_wire.h"
+#include "transports/test_support.h"
 
 namespace emu {
 
@@ -32,7 +34,7 @@ using namespace shm;
 
 // Send-queue inline data is always copied into the ring, so no frame references memory a
 // destroyed QP frees: quiesce() has nothing to wait for.
-static_assert(kMaxInline <= kInlineMax);
+static_assert(kFrameInlineBytes <= kInlineMax);
 
 constexpr size_t kMaxLinks = 4096;
 constexpr size_t kDrainBudget = 64;
@@ -43,14 +45,14 @@ constexpr int kSpinRounds = 512;
 // delivered frames itself, since the receiver thread last looked, or it is draining right
 // now — the receiver thread only looks in after a nap and asks for no doorbell: the program
 // delivers, and two threads contending for one ring on two cores would only slow it. The nap
-// starts at kPollingProgramNapMinMs and doubles while the program stays busy, to
-// kPollingProgramNapMaxMs (each look takes a core from the program); after one the thread
+// starts at kPollingProgramNapMin and doubles while the program stays busy, to
+// kPollingProgramNapMax (each look takes a core from the program); after one the thread
 // drains once and decides again, without the spin that follows its own traffic. A program
 // that arms a CQ to wait for an event ends the nap (program_waits), and one that polls only
 // after completion events (a call or two) does not count, so its messages still wake the
 // receiver thread at once.
-constexpr int kPollingProgramNapMinMs = 1;
-constexpr int kPollingProgramNapMaxMs = 8;
+constexpr std::chrono::milliseconds kPollingProgramNapMin{1};
+constexpr std::chrono::milliseconds kPollingProgramNapMax{8};
 constexpr uint32_t kBusyPollerPolls = 64;
 // A sleeping receiver thread needs no timeout (the doorbell wakes it); this is a safety net.
 constexpr int kSleepCapMs = 1000;
@@ -130,7 +132,7 @@ class ShmTransport : public Transport, public LinkOwner {
 
   FrameSink* sink() override { return sink_.load(std::memory_order_acquire); }
   bool defers_acks() const override { return t_in_program_progress; }
-  uint32_t program_polls() const override { return program_polls_.load(std::memory_order_relaxed); }
+  uint64_t program_polls() const override { return program_polls_.count(); }
   // Release: a flush_deferred that takes the flag down sees the link's has_deferred().
   void on_deferred_ack() override { deferred_.store(true, std::memory_order_release); }
   bool find_shared(const void* addr, size_t len, SharedPiece* out) const override {
@@ -154,7 +156,7 @@ class ShmTransport : public Transport, public LinkOwner {
   }
 
   // Writes the links' deferred ACKs (all, or those older than poll `polls`).
-  void flush_deferred(uint32_t polls, bool always) {
+  void flush_deferred(uint64_t polls, bool always) {
     if (!deferred_.exchange(false, std::memory_order_acq_rel)) return;
     const size_t n = active_count_.load(std::memory_order_acquire);
     for (size_t i = 0; i < n; ++i) {
@@ -182,25 +184,20 @@ class ShmTransport : public Transport, public LinkOwner {
 
   size_t progress() override {
     // Tells the receiver thread how hard programs poll, so that it keeps out of the way of a
-    // busy poller. Approximate (concurrent pollers may lose counts): only the rate matters,
-    // and a plain store costs no locked instruction on the hot path.
-    const uint32_t polls = program_polls_.load(std::memory_order_relaxed) + 1;
-    program_polls_.store(polls, std::memory_order_relaxed);
+    // busy poller (transports/common/program_polls.h).
+    const uint64_t polls = program_polls_.note_poll();
     // ACKs deferred by an earlier poll go now: the program did not send them with a post.
     if (deferred_.load(std::memory_order_relaxed)) flush_deferred(polls, false);
     t_in_program_progress = true;
     const size_t delivered = drain_all(nullptr);
     t_in_program_progress = false;
-    if (delivered != 0) {
-      program_deliveries_.store(program_deliveries_.load(std::memory_order_relaxed) + 1,
-                                std::memory_order_relaxed);
-    }
+    if (delivered != 0) program_deliveries_.note_poll();
     return delivered;
   }
 
   void poll_found_nothing() override {
     // Only while some peer may write (8 B ping-pong median 0.406-0.411 -> 0.395-0.398 us).
-    if (active_count_.load(std::memory_order_relaxed) != 0) cpu_relax();
+    if (active_count_.load(std::memory_order_relaxed) != 0) base::cpu_relax();
   }
 
   void release_payloads() override { quiesce(); }  // quiesce copies, never waits
@@ -434,10 +431,11 @@ class ShmTransport : public Transport, public LinkOwner {
     std::vector<pollfd> fds;
     std::vector<ShmLink*> fd_links;  // fds[i + 2] belongs to fd_links[i]
     uint64_t version_seen = UINT64_MAX;
-    uint32_t polls_seen = 0;
-    uint32_t deliveries_seen = 0;
+    transports::CountWatch polls_seen;
+    transports::CountWatch deliveries_seen;
     int idle_rounds = 0;
-    int nap_ms = kPollingProgramNapMinMs;
+    transports::DoublingNap<std::chrono::milliseconds> nap(kPollingProgramNapMin,
+                                                           kPollingProgramNapMax);
     bool napped = false;  // the last wait was a nap beside a busy program
     while (!stopping_.load(std::memory_order_acquire)) {
       bool contended = false;
@@ -450,7 +448,7 @@ class ShmTransport : public Transport, public LinkOwner {
           continue;
         }
         if (!contended && ++idle_rounds < kSpinRounds) {
-          cpu_relax();
+          base::cpu_relax();
           continue;
         }
       }
@@ -475,22 +473,17 @@ class ShmTransport : public Transport, public LinkOwner {
         }
       }
       bool armed = false;
-      const uint32_t polls = program_polls_.load(std::memory_order_relaxed);
-      const uint32_t deliveries = program_deliveries_.load(std::memory_order_relaxed);
       receiver_napping_.store(true, std::memory_order_seq_cst);  // see program_waits()
       const bool program_waits = program_waits_.exchange(false, std::memory_order_seq_cst);
-      const bool program_busy =
-          !program_waits &&
-          (contended || polls - polls_seen >= kBusyPollerPolls || deliveries != deliveries_seen);
-      polls_seen = polls;
-      deliveries_seen = deliveries;
+      const bool polled = polls_seen.look(program_polls_.count()) >= kBusyPollerPolls;
+      const bool delivered_itself = deliveries_seen.look(program_deliveries_.count()) != 0;
+      const bool program_busy = !program_waits && (contended || polled || delivered_itself);
       int timeout_ms = kSleepCapMs;
       if (program_busy) {
-        timeout_ms = nap_ms;
-        nap_ms = std::min(nap_ms * 2, kPollingProgramNapMaxMs);
+        timeout_ms = static_cast<int>(nap.take().count());
       } else {
         receiver_napping_.store(false, std::memory_order_relaxed);
-        nap_ms = kPollingProgramNapMinMs;
+        nap.start_over();
         if (!arm_sleep(fd_links)) continue;
         armed = true;
       }
@@ -562,8 +555,8 @@ class ShmTransport : public Transport, public LinkOwner {
   std::atomic<FrameSink*> sink_{nullptr};
 
   // Approximate counts (concurrent pollers may lose some): only their change matters.
-  std::atomic<uint32_t> program_polls_{0};       // Transport::progress calls
-  std::atomic<uint32_t> program_deliveries_{0};  // ... that delivered frames
+  transports::ProgramPolls program_polls_;       // Transport::progress calls
+  transports::ProgramPolls program_deliveries_;  // ... that delivered frames
   std::atomic<bool> deferred_{false};            // some link may defer ACKs
   std::atomic<bool> receiver_napping_{false};    // the receiver thread naps beside a program
   std::atomic<bool> program_waits_{false};       // ... which then armed a CQ (program_waits)

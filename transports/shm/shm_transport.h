@@ -33,8 +33,4 @@ std::unique_ptr<Transport> make_shm_transport(const ShmOptions& options = {});
 // memory in place, EMURDMA_SHM_MAP=0 handing our shared objects to peers.
 ShmOptions shm_options_from_environment();
 
-// Closes every link of a shm transport as a dying peer would; each reports on_link_down
-// here and the peers see the end. For fault tests. False if t is not a shm transport.
-bool shm_drop_connections(Transport& t);
-
 }  // namespace emu

@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/tsan_sync.h"
 #include "transports/tcp/tcp_options.h"
 #include "transports/tcp/tcp_wire.h"
-#include "transports/tsan_sync.h"
 
 namespace emu {
 
@@ -79,30 +79,6 @@ constexpr size_t kDiscardBytes = 64 * 1024;
 // Polls that skip pump() after it found a socket full.
 constexpr uint32_t kPumpSkipWhenFull = 32;
 
-// A payload sitting complete in local memory: the receive buffer, or the target itself when
-// it was received in place, in which case the engine reads it into the very address it sits
-// at and nothing is copied.
-class BufferSource : public PayloadSource {
- public:
-  BufferSource(const uint8_t* data, size_t len) : p_(data), left_(len) {}
-  size_t size() const override { return left_; }
-  void read(void* dst, size_t len) override {
-    len = std::min(len, left_);
-    if (len != 0 && dst != p_) std::memcpy(dst, p_, len);
-    p_ += len;
-    left_ -= len;
-  }
-  void skip(size_t len) override {
-    len = std::min(len, left_);
-    p_ += len;
-    left_ -= len;
-  }
-
- private:
-  const uint8_t* p_;
-  size_t left_;
-};
-
 // A bulk lane's descriptor is in the reactor (its socket object open) only while the io
 // thread waits on it; otherwise owned_fd holds it. Closes it wherever it is.
 void close_lane_descriptor(asio::ip::tcp::socket* socket, int* owned_fd) {
@@ -128,11 +104,11 @@ ssize_t send_gathered(int fd, const iovec* iov, size_t n, const void* sync_key) 
   msghdr msg{};
   msg.msg_iov = const_cast<iovec*>(iov);
   msg.msg_iovlen = n;
-  tsan_release(sync_key);
+  base::tsan_release(sync_key);
   for (;;) {
     ssize_t r;
     {
-      [[maybe_unused]] const TsanIgnoreReads kernel_reads;
+      [[maybe_unused]] const base::TsanIgnoreReads kernel_reads;
       r = ::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     }
     if (r >= 0 || errno != EINTR) return r;
@@ -187,6 +163,7 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
       dialed_(expected_peer != nullptr),
       local_(local),
       nap_timer_(io),
+      busy_nap_(kBusyProgramNapMin, kBusyProgramNapMax),
       rx_(kRxInitial) {
   if (expected_peer != nullptr) peer_ = *expected_peer;
   error_code ec;
@@ -198,7 +175,7 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
   remote_ = ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
   error_code local_ec;
   const auto local_ep = socket_.local_endpoint(local_ec);
-  tsan_key_ = tsan_key(ec ? 0 : ep.port(), local_ec ? 0 : local_ep.port());
+  tsan_key_ = base::tsan_key(ec ? 0 : ep.port(), local_ec ? 0 : local_ep.port());
 }
 
 TcpLink::~TcpLink() {
@@ -772,11 +749,10 @@ void TcpLink::wait_readable() {
 void TcpLink::on_readable(const error_code& ec) {
   if (ec || closed_) return;
   if (read_as_io_thread() < 0) return;
-  const uint64_t polls = owner_.program_polls();
-  const bool program_polling = polls - program_polls_seen_ >= kBusyProgramPolls;
-  program_polls_seen_ = polls;
-  busy_nap_ = kBusyProgramNapMin;
-  if (program_polling && std::chrono::steady_clock::now() >= no_nap_until_ && nap(busy_nap_)) {
+  const bool program_polling = polls_seen_.look(owner_.program_polls()) >= kBusyProgramPolls;
+  busy_nap_.start_over();
+  if (program_polling && std::chrono::steady_clock::now() >= no_nap_until_ &&
+      nap(busy_nap_.take())) {
     return;
   }
   // Re-arming re-checks readiness, so data left behind by the budget is picked up at once.
@@ -869,13 +845,11 @@ void TcpLink::after_nap(const error_code& ec) {
   if (ec || closed_ || !released_) return;
   const uint64_t polls = owner_.program_polls();
   const bool program_polled =
-      polls - program_polls_seen_ >= (rechecking_ ? uint64_t{1} : kBusyProgramPolls);
-  program_polls_seen_ = polls;
+      polls_seen_.look(polls) >= (rechecking_ ? uint64_t{1} : kBusyProgramPolls);
   const auto now = std::chrono::steady_clock::now();
   if (program_polled) {
-    const uint64_t program_frames = program_frames_.load(std::memory_order_relaxed);
-    const bool program_read = program_frames != program_frames_seen_;
-    program_frames_seen_ = program_frames;
+    const bool program_read =
+        frames_seen_.look(program_frames_.load(std::memory_order_relaxed)) != 0;
     // The program read frames of this connection since the last look: bytes found waiting now
     // are on their way to it (and this thread, taking a core to look, may be what delays them:
     // looking again soon would take it again). Only bytes that wait while the program reads
@@ -886,8 +860,7 @@ void TcpLink::after_nap(const error_code& ec) {
       // ACKs held since before the program's previous poll go now: none is late by more
       // than about a nap.
       flush_corked(polls, false);
-      busy_nap_ = std::min(busy_nap_ * 2, kBusyProgramNapMax);
-      if (nap(busy_nap_)) return;
+      if (nap(busy_nap_.take())) return;
     }
     if (!rechecking_) {
       // Bytes are waiting, perhaps only since a moment: a polling program takes them within
@@ -1195,8 +1168,8 @@ size_t TcpLink::parse_locked(ReadResult* r) {
       r->stopped_early = true;
       return frames;
     }
-    BufferSource payload(p + kFrameHeaderBytes, len);
-    tsan_acquire(tsan_key_);
+    LocalPayload payload(p + kFrameHeaderBytes, len);
+    base::tsan_acquire(tsan_key_);
     owner_.deliver(*this, h, payload);
     rx_begin_ += need;
     direct_declined_ = false;
@@ -1207,7 +1180,7 @@ size_t TcpLink::parse_locked(ReadResult* r) {
 
 bool TcpLink::start_placing_locked(const FrameHeader& h, size_t len, size_t lane_bytes) {
   DirectTarget target;
-  tsan_acquire(tsan_key_);
+  base::tsan_acquire(tsan_key_);
   const bool direct = h.op == FrameOp::kWrite && owner_.direct_target(*this, h, &target);
   if (!direct && lane_bytes == 0) {
     direct_declined_ = true;
@@ -1277,16 +1250,16 @@ void TcpLink::finish_placing_locked() {
   lane_pending_.store(false, std::memory_order_release);
   direct_declined_ = false;
   FrameHeader h = placing_header_;
-  tsan_acquire(tsan_key_);
+  base::tsan_acquire(tsan_key_);
   if (!placing_direct_) {
-    BufferSource payload(placing_dest_, h.length);
+    LocalPayload payload(placing_dest_, h.length);
     owner_.deliver(*this, h, payload);
     return;
   }
   // A region deregistered under the transfer: the frame is delivered as a write through a key
   // that names nothing, which the responder refuses (remote access error), reading nothing.
   if (placing_lost_) h.rkey = 0;
-  BufferSource payload(placing_dest_, h.length);
+  LocalPayload payload(placing_dest_, h.length);
   owner_.deliver(*this, h, payload);
 }
 

@@ -57,6 +57,8 @@
 #include <string>
 
 #include "emu/transport.h"
+#include "transports/common/nap.h"
+#include "transports/common/program_polls.h"
 #include "transports/tcp/tcp_send_queue.h"
 
 namespace emu {
@@ -318,18 +320,19 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::atomic<int> state_{kHandshake};
   bool closed_ = false;                  // io thread
   boost::asio::steady_timer nap_timer_;  // io thread
-  uint64_t program_polls_seen_ = 0;      // io thread: TcpLinkOwner::program_polls() at last look
+  transports::CountWatch polls_seen_;    // io thread: TcpLinkOwner::program_polls()
   // io thread: naps are off until no_nap_until_ after a nap let a frame wait (tcp_link.cpp).
   std::chrono::steady_clock::time_point no_nap_until_{};
   std::chrono::milliseconds nap_backoff_{8};
-  std::chrono::microseconds busy_nap_{0};  // the current nap's length (tcp_link.cpp)
+  // io thread: the naps beside a polling program (tcp_link.cpp).
+  transports::DoublingNap<std::chrono::microseconds> busy_nap_;
   uint32_t naps_without_miss_ = 0;
   bool rechecking_ = false;  // this nap is the short second look at waiting bytes
   bool released_ = false;    // napping: socket_ has released fd_ from the reactor
   // Frames the program's polls delivered from this connection (poll()), and the io thread's
   // copy at its last look.
   std::atomic<uint64_t> program_frames_{0};
-  uint64_t program_frames_seen_ = 0;
+  transports::CountWatch frames_seen_;  // io thread: program_frames_ at its last look
 
   // Sending. write_armed_: the io thread owns the queue's draining (set whenever the queue
   // is not empty).

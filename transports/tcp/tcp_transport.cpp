@@ -22,10 +22,12 @@
 #include <thread>
 #include <vector>
 
-#include "emu/spin_lock.h"
+#include "base/spin_lock.h"
+#include "transports/common/program_polls.h"
 #include "transports/tcp/tcp_dial.h"
 #include "transports/tcp/tcp_link.h"
 #include "transports/tcp/tcp_options.h"
+#include "transports/test_support.h"
 
 namespace emu {
 
@@ -176,8 +178,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     std::unique_lock lock(pollable_lock_, std::try_to_lock);
     if (!lock.owns_lock()) return 0;
     // One writer (under the lock): a plain increment, no read-modify-write on the hot path.
-    program_polls_.store(program_polls_.load(std::memory_order_relaxed) + 1,
-                         std::memory_order_relaxed);
+    program_polls_.note_poll();
     // One connection and no bulk lane into it (a ping-pong with one peer): a recv straight
     // away, whose answer is the frames themselves; before a frame is delivered, epoll_wait then
     // recv were two system calls on the path (8 B ping-pong: one-way 4.3 -> 3.95 us). Otherwise
@@ -196,7 +197,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     for (TcpLink* link : pollable_) link->pump();
     if (corked_.load(std::memory_order_relaxed)) {
       corked_.store(false, std::memory_order_relaxed);
-      const uint64_t polls = program_polls_.load(std::memory_order_relaxed);
+      const uint64_t polls = program_polls_.count();
       for (TcpLink* link : pollable_) {
         if (!link->has_corked()) continue;
         link->flush_corked(polls, false);
@@ -365,7 +366,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     return true;
   }
 
-  uint64_t program_polls() const override { return program_polls_.load(std::memory_order_relaxed); }
+  uint64_t program_polls() const override { return program_polls_.count(); }
 
   void deliver_arrived() override {
     std::lock_guard lock(pollable_lock_);
@@ -531,13 +532,13 @@ class TcpTransport : public Transport, public TcpLinkOwner {
 
   // Ready connections, read by progress() through poll_epoll_fd_. Entries are removed (on the
   // io thread) before the link can be freed.
-  SpinLock pollable_lock_;
+  base::SpinLock pollable_lock_;
   std::vector<TcpLink*> pollable_;
   std::atomic<size_t> pollable_count_{0};  // pollable_.size(), read without the lock
 
   std::atomic<FrameSink*> sink_{nullptr};
   std::atomic<int> delivering_{0};
-  std::atomic<uint64_t> program_polls_{0};  // progress() calls that got the poll lock
+  transports::ProgramPolls program_polls_;  // progress() calls that got the poll lock
   std::atomic<bool> corked_{false};         // some link may hold back ACKs
 };
 

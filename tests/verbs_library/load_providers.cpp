@@ -8,7 +8,7 @@
 #include <cstring>
 #include <initializer_list>
 
-#include "emurdma_verbs.h"
+#include "verbs_api/emurdma_verbs.h"
 
 int main() {
   int failures = 0;

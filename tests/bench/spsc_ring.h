@@ -33,7 +33,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace emu {
+namespace bench {
 
 template <typename T>
 class SpscRing {
@@ -177,4 +177,4 @@ class SpscRing {
   // unit, so nothing else is placed next to the consumer's index.
 };
 
-}  // namespace emu
+}  // namespace bench

@@ -1,4 +1,4 @@
-#include "emu/log.h"
+#include "base/log.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-namespace emu {
+namespace base {
 
 void init_logging() {
   static std::once_flag once;
@@ -30,4 +30,4 @@ void init_logging() {
   });
 }
 
-}  // namespace emu
+}  // namespace base

@@ -37,7 +37,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace emu {
+namespace base {
 
 template <typename T>
 class MpscRing {
@@ -195,4 +195,4 @@ class MpscRing {
   alignas(kInterferenceSize) std::atomic<size_t> head_{0};
 };
 
-}  // namespace emu
+}  // namespace base

@@ -12,7 +12,7 @@
 #include <functional>
 #include <string_view>
 
-namespace emu {
+namespace base {
 
 // One mapping, as a line of /proc/self/maps shows it.
 struct ProcessMapping {
@@ -41,4 +41,4 @@ bool maps_query_supported();
 bool visit_mappings(uintptr_t from, MapsSource source,
                     const std::function<bool(const ProcessMapping&)>& visit);
 
-}  // namespace emu
+}  // namespace base

@@ -17,7 +17,7 @@ extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
 extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
 #endif
 
-namespace emu {
+namespace base {
 
 inline void tsan_release([[maybe_unused]] const void* key) {
 #if defined(__SANITIZE_THREAD__)
@@ -37,8 +37,12 @@ inline void tsan_acquire([[maybe_unused]] const void* key) {
 class TsanIgnoreReads {
  public:
 #if defined(__SANITIZE_THREAD__)
-  TsanIgnoreReads() { AnnotateIgnoreReadsBegin(__FILE__, __LINE__); }
-  ~TsanIgnoreReads() { AnnotateIgnoreReadsEnd(__FILE__, __LINE__); }
+  TsanIgnoreReads() {
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+  }
+  ~TsanIgnoreReads() {
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+  }
 #else
   TsanIgnoreReads() = default;
 #endif
@@ -53,4 +57,4 @@ inline const void* tsan_key(uint64_t a, uint64_t b) {
   return &keys[(lo * 1000003u + hi) % sizeof keys];
 }
 
-}  // namespace emu
+}  // namespace base

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-namespace emu {
+namespace base {
 
 class EventFd {
  public:
@@ -30,4 +30,4 @@ class EventFd {
   int fd_;
 };
 
-}  // namespace emu
+}  // namespace base

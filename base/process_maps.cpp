@@ -1,4 +1,4 @@
-#include "emu/process_maps.h"
+#include "base/process_maps.h"
 
 #include <fcntl.h>
 #include <sys/ioctl.h>
@@ -11,7 +11,7 @@
 #include <climits>
 #include <string>
 
-namespace emu {
+namespace base {
 
 namespace {
 
@@ -204,4 +204,4 @@ bool visit_mappings(uintptr_t from, MapsSource source,
   return source == MapsSource::kAny && visit_text(resume_from, visit);
 }
 
-}  // namespace emu
+}  // namespace base

@@ -1,4 +1,4 @@
-#include "emu/event_fd.h"
+#include "base/event_fd.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <system_error>
 
-namespace emu {
+namespace base {
 
 EventFd::EventFd(bool semaphore)
     : fd_(::eventfd(0, EFD_CLOEXEC | (semaphore ? EFD_SEMAPHORE : 0))) {
@@ -44,12 +44,12 @@ bool EventFd::wait_readable(int timeout_ms) {
   }
 }
 
-}  // namespace emu
+}  // namespace base
 
-namespace emu {
+namespace base {
 
 bool EventFd::non_blocking() const {
   return (::fcntl(fd_, F_GETFL) & O_NONBLOCK) != 0;
 }
 
-}  // namespace emu
+}  // namespace base

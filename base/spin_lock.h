@@ -6,7 +6,7 @@
 #include <atomic>
 #include <thread>
 
-namespace emu {
+namespace base {
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -43,4 +43,4 @@ class SpinLock {
   std::atomic<bool> locked_{false};
 };
 
-}  // namespace emu
+}  // namespace base

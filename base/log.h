@@ -2,8 +2,8 @@
 // default warn), read once. Hot paths log only at debug and below, so they cost one branch.
 #pragma once
 
-namespace emu {
+namespace base {
 
 void init_logging();
 
-}  // namespace emu
+}  // namespace base

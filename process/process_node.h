@@ -1,0 +1,13 @@
+// The composition root: the one engine node of this process, built on the transport the
+// environment chooses (transports/from_environment.h). The faces (verbs_api/, the tests'
+// programs) open their contexts on it; the engine itself never picks a transport.
+#pragma once
+
+#include "emu/node.h"
+
+namespace process {
+
+// Created on first use, lives until the process exits.
+emu::Node& node();
+
+}  // namespace process

@@ -1,0 +1,17 @@
+// The transport a process's node is built on, chosen by EMURDMA_TRANSPORT: auto (the default:
+// shared memory to processes on this host, TCP beyond), shm, tcp or loopback. The one place
+// that knows every transport; the engine sees only the interface (emu/transport.h).
+#pragma once
+
+#include <memory>
+
+#include "emu/transport.h"
+
+namespace transports {
+
+// Reads EMURDMA_TRANSPORT (and EMURDMA_TCP_ADDR, "a.b.c.d[:port]", the address TCP peers dial).
+// A transport that cannot be opened, or an unknown name, is logged and falls back (to auto,
+// then to loopback), so a process always gets a node.
+std::unique_ptr<emu::Transport> transport_from_environment();
+
+}  // namespace transports
