@@ -222,7 +222,7 @@ struct StateCase {
 constexpr StateCase kStates[] = {
     // dat_ep_create with a PZ and every Event Dispatcher.
     {Setup::kUnconnected, "Unconnected", DAT_EP_STATE_UNCONNECTED},
-    // dat_ep_create without a PZ (dat_api/ep.h: the EP stays UNCONFIGURED until it has one).
+    // dat_ep_create without a PZ (dat_api/ep/ep.h: the EP stays UNCONFIGURED until it has one).
     {Setup::kUnconfiguredUnconnected, "UnconfiguredUnconnected",
      DAT_EP_STATE_UNCONFIGURED_UNCONNECTED},
     // dat_rsp_create on the Endpoint.
