@@ -3,8 +3,9 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <cstring>
 
-#include "dat_api/cm/cm_api.h"
 #include "dat_api/cm/cm_connection.h"
+#include "dat_api/cm/cm_entry_points.h"
+#include "dat_api/cm/cm_private_data.h"
 #include "dat_api/cm/cm_qp.h"
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/errors.h"

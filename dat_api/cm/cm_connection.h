@@ -21,7 +21,7 @@
 
 #include "dat_api/cm/cm_wire.h"
 #include "dat_api/ep/ep.h"
-#include "dat_api/ext/ext.h"
+#include "dat_api/ext/ib_extensions.h"
 
 namespace emudat {
 

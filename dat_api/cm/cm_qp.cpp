@@ -4,8 +4,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "dat_api/core/ia.h"
 #include "dat_api/core/log.h"
-#include "dat_api/core/objects.h"
 #include "dat_api/ep/ep.h"
 
 namespace emudat {

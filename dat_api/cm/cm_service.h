@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "dat_api/cm/cm_objects.h"
 #include "dat_api/cm/cm_wire.h"
+#include "dat_api/cm/psp_rsp_cr.h"
 
 namespace emudat {
 

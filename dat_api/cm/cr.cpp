@@ -1,8 +1,9 @@
 // Connection Requests: dat_cr_query, dat_cr_accept, dat_cr_reject, dat_cr_handoff.
 #include <cstring>
 
-#include "dat_api/cm/cm_api.h"
 #include "dat_api/cm/cm_connection.h"
+#include "dat_api/cm/cm_entry_points.h"
+#include "dat_api/cm/cm_private_data.h"
 #include "dat_api/cm/cm_qp.h"
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/errors.h"

@@ -2,9 +2,9 @@
 // listens on a consumer-given address for dat_ep_common_connect, an optional 2.0 model that
 // this provider does not offer (as the OpenFabrics providers do not). No CSP can exist, so
 // query and free answer DAT_INVALID_HANDLE for any handle, the create DAT_NOT_IMPLEMENTED.
-#include "dat_api/cm/cm_api.h"
+#include "dat_api/cm/cm_entry_points.h"
 #include "dat_api/core/errors.h"
-#include "dat_api/core/objects.h"
+#include "dat_api/core/ia.h"
 
 namespace emudat::api {
 

@@ -1,5 +1,5 @@
 // Public Service Points: dat_psp_create, dat_psp_create_any, dat_psp_query, dat_psp_free.
-#include "dat_api/cm/cm_api.h"
+#include "dat_api/cm/cm_entry_points.h"
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/errors.h"
 #include "dat_api/core/log.h"

@@ -1,6 +1,7 @@
 // Reserved Service Points: dat_rsp_create, dat_rsp_query, dat_rsp_free. An RSP listens for one
 // request for one consumer endpoint, which waits in DAT_EP_STATE_RESERVED meanwhile.
-#include "dat_api/cm/cm_api.h"
+#include "dat_api/cm/cm_entry_points.h"
+#include "dat_api/cm/cm_private_data.h"
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/errors.h"
 

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstring>
 
-#include "dat_api/core/api.h"
 #include "dat_api/core/errors.h"
 #include "dat_api/core/log.h"
 
@@ -199,7 +198,7 @@ void Cno::kill() {
   wake_fd_locked();
 }
 
-// --- The CNO side of Evd (objects.h) ---
+// --- The CNO side of Evd (evd.h) ---
 
 int Evd::arm_cq_notification() {
   if (cq_ == nullptr || channel_ == nullptr) return -1;

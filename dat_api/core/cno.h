@@ -27,7 +27,8 @@
 #include <mutex>
 #include <vector>
 
-#include "dat_api/core/objects.h"
+#include "dat_api/core/evd.h"
+#include "dat_api/core/ia.h"
 
 namespace emudat {
 
@@ -96,7 +97,8 @@ class Cno : public Object {
 DAT_RETURN cno_for_evd(DAT_CNO_HANDLE handle, const Ia& ia, std::shared_ptr<Cno>* out);
 
 namespace api {
-// cno.cpp: the dat_cno_* entry points (their DAT_PROVIDER slots are filled in rmr_cno_table.cpp).
+// cno.cpp: the dat_cno_* entry points (their DAT_PROVIDER slots are filled in
+// rmr_cno_provider_slots.cpp).
 DAT_RETURN cno_create(DAT_IA_HANDLE ia, DAT_OS_WAIT_PROXY_AGENT agent, DAT_CNO_HANDLE* cno);
 DAT_RETURN cno_fd_create(DAT_IA_HANDLE ia, DAT_FD* fd, DAT_CNO_HANDLE* cno);
 DAT_RETURN cno_modify_agent(DAT_CNO_HANDLE cno, DAT_OS_WAIT_PROXY_AGENT agent);

@@ -1,4 +1,6 @@
 // Event Dispatchers: the queue, its blocking wait, and the dat_evd_* entry points.
+#include "dat_api/core/evd.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -9,11 +11,11 @@
 #include <chrono>
 #include <cstring>
 
-#include "dat_api/core/api.h"
 #include "dat_api/core/cno.h"
+#include "dat_api/core/entry_points.h"
 #include "dat_api/core/errors.h"
+#include "dat_api/core/ia.h"
 #include "dat_api/core/log.h"
-#include "dat_api/core/objects.h"
 #include "dat_api/ep/dto.h"
 #include "dat_api/ep/ep.h"
 

@@ -1,4 +1,6 @@
 // dat_ia_open / dat_ia_query / dat_ia_close, the IA object and its asynchronous-event reader.
+#include "dat_api/core/ia.h"
+
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -15,14 +17,16 @@
 #include <cstring>
 #include <string>
 
-#include "dat_api/cm/cm_hooks.h"
-#include "dat_api/core/api.h"
+#include "dat_api/cm/cm_teardown.h"
 #include "dat_api/core/cno.h"
+#include "dat_api/core/entry_points.h"
 #include "dat_api/core/errors.h"
+#include "dat_api/core/evd.h"
+#include "dat_api/core/lmr.h"
 #include "dat_api/core/log.h"
-#include "dat_api/core/objects.h"
+#include "dat_api/core/srq.h"
 #include "dat_api/ep/ep.h"
-#include "dat_api/ext/ext.h"
+#include "dat_api/ext/ib_extensions.h"
 
 namespace emudat {
 

@@ -1,11 +1,14 @@
 // Local Memory Regions: a verbs memory region each; dat_lmr_sync_* on coherent memory.
+#include "dat_api/core/lmr.h"
+
 #include <cerrno>
 #include <cstring>
 
-#include "dat_api/core/api.h"
+#include "dat_api/core/entry_points.h"
 #include "dat_api/core/errors.h"
+#include "dat_api/core/ia.h"
 #include "dat_api/core/log.h"
-#include "dat_api/core/objects.h"
+#include "dat_api/core/pz.h"
 
 namespace emudat {
 

@@ -8,9 +8,10 @@
 #include <mutex>
 #include <sstream>
 
-#include "dat_api/core/api.h"
+#include "dat_api/core/entry_points.h"
 #include "dat_api/core/log.h"
-#include "dat_api/ext/ext.h"
+#include "dat_api/core/provider_slots.h"
+#include "dat_api/ext/ib_extensions.h"
 
 namespace emudat {
 
@@ -29,8 +30,7 @@ std::array<Entry, 32> g_entries;
 std::mutex g_entries_mutex;
 
 void fill_table(DAT_PROVIDER* t) {
-  fill_not_yet(t);
-  // Later slices overwrite the slots they implement.
+  fill_not_implemented(t);
   fill_ep_dto(t);
   fill_cm(t);
   fill_rmr_cno(t);

@@ -1,11 +1,13 @@
 // Protection Zones: a verbs protection domain each.
+#include "dat_api/core/pz.h"
+
 #include <cerrno>
 #include <cstring>
 
-#include "dat_api/core/api.h"
+#include "dat_api/core/entry_points.h"
 #include "dat_api/core/errors.h"
+#include "dat_api/core/ia.h"
 #include "dat_api/core/log.h"
-#include "dat_api/core/objects.h"
 
 namespace emudat {
 

@@ -18,7 +18,9 @@
 #include <memory>
 #include <mutex>
 
-#include "dat_api/core/objects.h"
+#include "dat_api/core/ia.h"
+#include "dat_api/core/lmr.h"
+#include "dat_api/core/pz.h"
 
 namespace emudat {
 
@@ -54,7 +56,8 @@ class Rmr : public Object {
 };
 
 namespace api {
-// rmr.cpp: the dat_rmr_* entry points (their DAT_PROVIDER slots are filled in rmr_cno_table.cpp).
+// rmr.cpp: the dat_rmr_* entry points (their DAT_PROVIDER slots are filled in
+// rmr_cno_provider_slots.cpp).
 DAT_RETURN rmr_create(DAT_PZ_HANDLE pz, DAT_RMR_HANDLE* rmr);
 DAT_RETURN rmr_create_for_ep(DAT_PZ_HANDLE pz, DAT_RMR_HANDLE* rmr);
 DAT_RETURN rmr_query(DAT_RMR_HANDLE rmr, DAT_RMR_PARAM_MASK mask, DAT_RMR_PARAM* param);

@@ -2,14 +2,17 @@
 // dat_srq_set_lw (../shared/seeds). The verbs twin of each rule is ibv_modify_srq's
 // all-or-nothing IBV_SRQ_MAX_WR / IBV_SRQ_LIMIT; what verbs cannot tell (exact counts) comes
 // from the extension in srq_counts.h.
+#include "dat_api/core/srq.h"
+
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
-#include "dat_api/core/api.h"
+#include "dat_api/core/entry_points.h"
 #include "dat_api/core/errors.h"
+#include "dat_api/core/ia.h"
 #include "dat_api/core/log.h"
-#include "dat_api/core/objects.h"
+#include "dat_api/core/pz.h"
 #include "dat_api/core/srq_counts.h"
 
 namespace emudat {

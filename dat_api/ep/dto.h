@@ -5,7 +5,7 @@
 #include <infiniband/verbs.h>
 
 #include "dat_api/ep/ep.h"
-#include "dat_api/ext/ext.h"
+#include "dat_api/ext/ib_extensions.h"
 
 namespace emudat {
 

@@ -7,12 +7,12 @@
 #include <cerrno>
 #include <vector>
 
-#include "dat_api/core/api.h"
 #include "dat_api/core/errors.h"
 #include "dat_api/core/log.h"
 #include "dat_api/ep/dto.h"
 #include "dat_api/ep/ep.h"
 #include "dat_api/ep/ep_attr.h"
+#include "dat_api/ep/ep_entry_points.h"
 
 namespace emudat {
 

@@ -1,10 +1,10 @@
 // dat_ep_create, dat_ep_create_with_srq and dat_ep_free.
 #include "dat_api/ep/ep.h"
 
-#include "dat_api/core/api.h"
 #include "dat_api/core/errors.h"
 #include "dat_api/core/log.h"
 #include "dat_api/ep/ep_attr.h"
+#include "dat_api/ep/ep_entry_points.h"
 
 namespace emudat {
 

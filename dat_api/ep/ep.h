@@ -12,7 +12,10 @@
 #include <mutex>
 #include <vector>
 
-#include "dat_api/core/objects.h"
+#include "dat_api/core/evd.h"
+#include "dat_api/core/ia.h"
+#include "dat_api/core/pz.h"
+#include "dat_api/core/srq.h"
 
 namespace emudat {
 
@@ -27,7 +30,7 @@ struct SendRecord {
   DAT_DTOS op = DAT_DTO_SEND;
   bool bind = false;
   bool signaled = true;  // false: DAT_COMPLETION_SUPPRESS_FLAG (no event on success)
-  uint8_t ext = 0;       // ext.h ExtOp: an IB extension operation completes as DAT_IB_DTO_EVENT
+  uint8_t ext = 0;       // ExtOp (ib_extensions.h): an IB extension completes as DAT_IB_DTO_EVENT
 };
 
 struct RecvRecord {

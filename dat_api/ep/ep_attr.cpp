@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "dat_api/core/errors.h"
-#include "dat_api/ext/ext.h"
+#include "dat_api/ext/ib_extensions.h"
 
 namespace emudat {
 

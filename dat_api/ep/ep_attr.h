@@ -4,7 +4,7 @@
 
 #include <dat2/udat.h>
 
-#include "dat_api/core/objects.h"
+#include "dat_api/core/ia.h"
 
 namespace emudat {
 

@@ -1,8 +1,8 @@
 // dat_ep_query, dat_ep_get_status, dat_ep_recv_query and dat_ep_set_watermark.
-#include "dat_api/core/api.h"
 #include "dat_api/core/errors.h"
 #include "dat_api/core/log.h"
 #include "dat_api/ep/ep.h"
+#include "dat_api/ep/ep_entry_points.h"
 
 namespace emudat {
 

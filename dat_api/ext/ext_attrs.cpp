@@ -2,7 +2,7 @@
 // of dat_ib_extensions.h we build against, and one provider-specific attribute per extended
 // operation, valued "TRUE" or "FALSE" as the OpenFabrics providers do (dtestx runs its
 // compare-and-swap and fetch-and-add tests only when those read "TRUE").
-#include "dat_api/ext/ext.h"
+#include "dat_api/ext/ib_extensions.h"
 
 namespace emudat {
 

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dat_api/ext/ext.h"
+#include "dat_api/ext/ib_extensions.h"
 
 namespace emudat {
 

@@ -7,7 +7,7 @@
 #include "dat_api/core/log.h"
 #include "dat_api/ep/dto.h"
 #include "dat_api/ep/ep.h"
-#include "dat_api/ext/ext.h"
+#include "dat_api/ext/ib_extensions.h"
 
 namespace emudat {
 

@@ -9,7 +9,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <memory>
 
-#include "dat_api/core/objects.h"
+#include "dat_api/core/evd.h"
+#include "dat_api/core/ia.h"
 #include "dat_api/ep/ep.h"
 
 namespace emudat {

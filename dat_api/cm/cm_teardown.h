@@ -1,4 +1,5 @@
-// The connection manager's hooks into the IA code (ia.cpp); cm_on_ep_free is in ep.h.
+// The connection manager's part of dat_ia_close (core/ia.cpp); cm_on_ep_free and
+// cm_break_connection, called by the endpoint code, are declared in ep/ep.h.
 #pragma once
 
 namespace emudat {

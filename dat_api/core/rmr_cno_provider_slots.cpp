@@ -1,6 +1,6 @@
-// The DAT_PROVIDER slots of this slice (see api.h): CNOs (cno.cpp) and RMRs (rmr.cpp).
-#include "dat_api/core/api.h"
+// The DAT_PROVIDER slots of CNOs (cno.cpp) and RMRs (rmr.cpp) (core/provider_slots.h).
 #include "dat_api/core/cno.h"
+#include "dat_api/core/provider_slots.h"
 #include "dat_api/core/rmr.h"
 
 namespace emudat {

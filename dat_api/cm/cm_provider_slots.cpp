@@ -1,6 +1,6 @@
-// The DAT_PROVIDER slots of the connection manager (see api.h).
-#include "dat_api/cm/cm_api.h"
-#include "dat_api/core/api.h"
+// The DAT_PROVIDER slots of the connection manager (core/provider_slots.h).
+#include "dat_api/cm/cm_entry_points.h"
+#include "dat_api/core/provider_slots.h"
 
 namespace emudat {
 

@@ -1,7 +1,9 @@
-// Argument checks shared by the connection manager's entry points.
+// Argument checks shared by the connection manager's entry points: private data; the
+// DAT_INVALID_STATE answer for an EP state.
+#include "dat_api/cm/cm_private_data.h"
+
 #include <cstring>
 
-#include "dat_api/cm/cm_api.h"
 #include "dat_api/cm/cm_wire.h"
 #include "dat_api/core/errors.h"
 

@@ -1,5 +1,6 @@
-// The DAT_PROVIDER slots of the endpoint and DTO slice (see api.h).
-#include "dat_api/core/api.h"
+// The DAT_PROVIDER slots of the endpoints and DTOs (core/provider_slots.h).
+#include "dat_api/core/provider_slots.h"
+#include "dat_api/ep/ep_entry_points.h"
 
 namespace emudat {
 

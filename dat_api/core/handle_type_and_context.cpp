@@ -1,7 +1,7 @@
 // dat_get_handle_type and the consumer context of any handle.
-#include "dat_api/core/api.h"
+#include "dat_api/core/entry_points.h"
 #include "dat_api/core/errors.h"
-#include "dat_api/core/objects.h"
+#include "dat_api/core/ia.h"
 
 namespace emudat::api {
 

@@ -1,5 +1,6 @@
-// The connection manager's hooks called by the endpoint and IA code (ep.h, cm_hooks.h).
-#include "dat_api/cm/cm_hooks.h"
+// The connection manager's part of tearing down endpoints and IAs, called by the endpoint and
+// IA code (ep/ep.h, cm_teardown.h): connections aborted or broken, the CM thread stopped.
+#include "dat_api/cm/cm_teardown.h"
 
 #include "dat_api/cm/cm_connection.h"
 #include "dat_api/cm/cm_service.h"

@@ -1,12 +1,10 @@
-// The connection manager's entry points of the DAT_PROVIDER table (cm_table.cpp fills them).
+// The connection manager's entry points of the DAT_PROVIDER table (cm_provider_slots.cpp fills
+// them).
 #pragma once
 
 #include <dat2/udat.h>
 // dat_registry.h needs udat.h first; it defines DAT_PROVIDER.
 #include <dat2/dat_registry.h>
-
-#include <cstdint>
-#include <vector>
 
 namespace emudat::api {
 
@@ -50,15 +48,3 @@ DAT_RETURN ep_common_connect(DAT_EP_HANDLE ep, DAT_IA_ADDRESS_PTR remote_address
 DAT_RETURN ep_disconnect(DAT_EP_HANDLE ep, DAT_CLOSE_FLAGS flags);
 
 }  // namespace emudat::api
-
-namespace emudat {
-
-// Checks a (size, pointer) pair of private data against the IA's maximum (cm::kMaxPrivateData)
-// and copies it; DAT_INVALID_PARAMETER naming `size_position` or the next argument otherwise.
-DAT_RETURN copy_private_data(DAT_COUNT size, const void* data, int size_position,
-                             std::vector<uint8_t>* out);
-
-// The DAT_INVALID_STATE subtype naming an EP state.
-DAT_RETURN invalid_ep_state(DAT_EP_STATE state);
-
-}  // namespace emudat
