@@ -17,11 +17,6 @@ namespace {
 
 using boost::asio::ip::tcp;
 
-bool is_unconfigured(DAT_EP_STATE s) {
-  return s == DAT_EP_STATE_UNCONFIGURED_UNCONNECTED || s == DAT_EP_STATE_UNCONFIGURED_RESERVED ||
-         s == DAT_EP_STATE_UNCONFIGURED_PASSIVE || s == DAT_EP_STATE_UNCONFIGURED_TENTATIVE;
-}
-
 // The TCP endpoint of a DAT IA address with the given port; false for a family we cannot use.
 bool to_endpoint(const sockaddr* address, uint16_t port, tcp::endpoint* out) {
   if (address->sa_family == AF_INET) {
@@ -56,10 +51,11 @@ DAT_RETURN connect(const std::shared_ptr<Ep>& ep, const tcp::endpoint& to, DAT_C
   request.private_data = std::move(private_data);
   {
     std::lock_guard<std::mutex> guard(ep->mutex);
-    if (is_unconfigured(ep->state) || ep->qp == nullptr) {
-      return invalid_state(DAT_INVALID_STATE_EP_UNCONFIGURED);
+    // "Endpoint was not in DAT_EP_STATE_UNCONNECTED state": the subtype names the state it is
+    // in, an UNCONFIGURED one too (ep_state.h). UNCONNECTED has a QP (ep_configure_locked).
+    if (ep->state != DAT_EP_STATE_UNCONNECTED || ep->qp == nullptr) {
+      return ep_invalid_state(ep->state);
     }
-    if (ep->state != DAT_EP_STATE_UNCONNECTED) return invalid_ep_state(ep->state);
     connection->ep = ep;
     if (ep_is_ud(*ep)) {
       // An address exchange (cm_ud.cpp): the EP stays UNCONNECTED and may exchange again.
@@ -181,7 +177,7 @@ DAT_RETURN ep_dup_connect(DAT_EP_HANDLE ep_handle, DAT_EP_HANDLE dup_handle, DAT
   {
     // The remote end of a connected endpoint: the address and qualifier it connected to.
     std::lock_guard<std::mutex> guard(dup->mutex);
-    if (dup->state != DAT_EP_STATE_CONNECTED) return invalid_ep_state(dup->state);
+    if (dup->state != DAT_EP_STATE_CONNECTED) return ep_invalid_state(dup->state);
     remote = dup->remote_address;
     conn_qual = dup->param.remote_port_qual;
   }
@@ -255,7 +251,7 @@ DAT_RETURN ep_disconnect(DAT_EP_HANDLE ep_handle, DAT_CLOSE_FLAGS flags) {
         established = true;
         break;
       default:
-        return invalid_ep_state(ep->state);
+        return ep_invalid_state(ep->state);
     }
   }
   if (!connection) return DAT_SUCCESS;

@@ -14,7 +14,4 @@ namespace emudat {
 DAT_RETURN copy_private_data(DAT_COUNT size, const void* data, int size_position,
                              std::vector<uint8_t>* out);
 
-// The DAT_INVALID_STATE subtype naming an EP state.
-DAT_RETURN invalid_ep_state(DAT_EP_STATE state);
-
 }  // namespace emudat

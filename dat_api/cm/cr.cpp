@@ -50,11 +50,12 @@ DAT_RETURN cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE ep_handle, DAT_COUNT private
       cr->local_ep ? DAT_EP_STATE_PASSIVE_CONNECTION_PENDING : DAT_EP_STATE_UNCONNECTED;
   {
     std::lock_guard<std::mutex> guard(ep->mutex);
-    if (ep->qp == nullptr) return invalid_state(DAT_INVALID_STATE_EP_UNCONFIGURED);
+    // No QP: one of the UNCONFIGURED states, whose subtype names it (ep_state.h).
+    if (ep->qp == nullptr) return ep_invalid_state(ep->state);
     // A UD request needs a UD endpoint and an RC request an RC one: this EP "does not
     // satisfy the requested Connection Request".
     if (connection->ud != ep_is_ud(*ep)) return invalid_arg(2);
-    if (ep->state != expected) return invalid_ep_state(ep->state);
+    if (ep->state != expected) return ep_invalid_state(ep->state);
     if (connection->ud) {
       // An address exchange (cm_ud.cpp): no QP moves; an RSP's EP is back to UNCONNECTED
       // (a UD EP's only resting state), a PSP's stays there.

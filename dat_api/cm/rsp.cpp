@@ -1,7 +1,6 @@
 // Reserved Service Points: dat_rsp_create, dat_rsp_query, dat_rsp_free. An RSP listens for one
 // request for one consumer endpoint, which waits in DAT_EP_STATE_RESERVED meanwhile.
 #include "dat_api/cm/cm_entry_points.h"
-#include "dat_api/cm/cm_private_data.h"
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/errors.h"
 
@@ -31,7 +30,7 @@ DAT_RETURN rsp_create(DAT_IA_HANDLE ia_handle, DAT_CONN_QUAL conn_qual, DAT_EP_H
   {
     // The endpoint must be idle (UNCONNECTED); it is RESERVED from now on.
     std::lock_guard<std::mutex> guard(ep->mutex);
-    if (ep->state != DAT_EP_STATE_UNCONNECTED) return invalid_ep_state(ep->state);
+    if (ep->state != DAT_EP_STATE_UNCONNECTED) return ep_invalid_state(ep->state);
     ep->state = DAT_EP_STATE_RESERVED;
   }
   auto unreserve = [&ep] {

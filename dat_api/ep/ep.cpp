@@ -157,16 +157,11 @@ DAT_RETURN ep_free(DAT_EP_HANDLE h) {
     std::lock_guard<std::mutex> guard(ep->mutex);
     // "any Endpoint state except Reserved, Passive Connection Pending, and Tentative
     // Connection Pending" (their unconfigured twins included).
-    switch (ep->state) {
+    switch (ep_configured_twin(ep->state)) {
       case DAT_EP_STATE_RESERVED:
-      case DAT_EP_STATE_UNCONFIGURED_RESERVED:
-        return invalid_state(DAT_INVALID_STATE_EP_RESERVED);
       case DAT_EP_STATE_PASSIVE_CONNECTION_PENDING:
-      case DAT_EP_STATE_UNCONFIGURED_PASSIVE:
-        return invalid_state(DAT_INVALID_STATE_EP_PASSCONNPENDING);
       case DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING:
-      case DAT_EP_STATE_UNCONFIGURED_TENTATIVE:
-        return invalid_state(DAT_INVALID_STATE_EP_TENTCONNPENDING);
+        return ep_invalid_state(ep->state);
       default:
         break;
     }

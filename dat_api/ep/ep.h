@@ -16,6 +16,7 @@
 #include "dat_api/core/ia.h"
 #include "dat_api/core/pz.h"
 #include "dat_api/core/srq.h"
+#include "dat_api/ep/ep_state.h"
 
 namespace emudat {
 
@@ -215,10 +216,6 @@ constexpr uint32_t kUdQkey = 0x11111111;
 DAT_RETURN ep_configure_locked(Ep& ep);
 // Detaches the QP from its EVDs and destroys it (completions still in the CQ are dropped).
 void ep_destroy_qp_locked(Ep& ep);
-// Whether the EP is in one of the UNCONFIGURED states.
-bool ep_unconfigured(DAT_EP_STATE state);
-// DAT_INVALID_STATE with the subtype naming the EP's current state.
-DAT_RETURN ep_invalid_state(DAT_EP_STATE state);
 // dat_ep_free's work after the connection manager let go: unpublished already by the caller,
 // the EP gives back its users counts (PZ, EVDs, SRQ), leaves the IA's children and destroys its
 // QP. Caller holds the IA's mutex, not ep.mutex. dat_ia_close (abrupt) uses it too.

@@ -9,40 +9,11 @@
 #include "dat_api/core/log.h"
 #include "dat_api/ep/ep.h"
 #include "dat_api/ep/ep_attr.h"
+#include "dat_api/ep/ep_state.h"
 
 namespace emudat {
 
 namespace {
-
-DAT_EP_STATE configured_twin(DAT_EP_STATE s) {
-  switch (s) {
-    case DAT_EP_STATE_UNCONFIGURED_UNCONNECTED:
-      return DAT_EP_STATE_UNCONNECTED;
-    case DAT_EP_STATE_UNCONFIGURED_RESERVED:
-      return DAT_EP_STATE_RESERVED;
-    case DAT_EP_STATE_UNCONFIGURED_PASSIVE:
-      return DAT_EP_STATE_PASSIVE_CONNECTION_PENDING;
-    case DAT_EP_STATE_UNCONFIGURED_TENTATIVE:
-      return DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING;
-    default:
-      return s;
-  }
-}
-
-DAT_EP_STATE unconfigured_twin(DAT_EP_STATE s) {
-  switch (s) {
-    case DAT_EP_STATE_UNCONNECTED:
-      return DAT_EP_STATE_UNCONFIGURED_UNCONNECTED;
-    case DAT_EP_STATE_RESERVED:
-      return DAT_EP_STATE_UNCONFIGURED_RESERVED;
-    case DAT_EP_STATE_PASSIVE_CONNECTION_PENDING:
-      return DAT_EP_STATE_UNCONFIGURED_PASSIVE;
-    case DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING:
-      return DAT_EP_STATE_UNCONFIGURED_TENTATIVE;
-    default:
-      return s;
-  }
-}
 
 void destroy_qp(Ep& ep) {
   if (ep.qp == nullptr) return;
@@ -59,45 +30,6 @@ void destroy_qp(Ep& ep) {
 Ep::~Ep() {
   destroy_qp(*this);
   ep_destroy_ud_ahs_locked(*this);  // never freed (a failed create): nobody else holds it
-}
-
-DAT_RETURN ep_invalid_state(DAT_EP_STATE state) {
-  switch (state) {
-    case DAT_EP_STATE_UNCONNECTED:
-      return invalid_state(DAT_INVALID_STATE_EP_UNCONNECTED);
-    case DAT_EP_STATE_RESERVED:
-      return invalid_state(DAT_INVALID_STATE_EP_RESERVED);
-    case DAT_EP_STATE_PASSIVE_CONNECTION_PENDING:
-      return invalid_state(DAT_INVALID_STATE_EP_PASSCONNPENDING);
-    case DAT_EP_STATE_ACTIVE_CONNECTION_PENDING:
-      return invalid_state(DAT_INVALID_STATE_EP_ACTCONNPENDING);
-    case DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING:
-      return invalid_state(DAT_INVALID_STATE_EP_TENTCONNPENDING);
-    case DAT_EP_STATE_CONNECTED:
-      return invalid_state(DAT_INVALID_STATE_EP_CONNECTED);
-    case DAT_EP_STATE_DISCONNECT_PENDING:
-      return invalid_state(DAT_INVALID_STATE_EP_DISCPENDING);
-    case DAT_EP_STATE_DISCONNECTED:
-      return invalid_state(DAT_INVALID_STATE_EP_DISCONNECTED);
-    case DAT_EP_STATE_COMPLETION_PENDING:
-      return invalid_state(DAT_INVALID_STATE_EP_COMPLPENDING);
-    case DAT_EP_STATE_UNCONFIGURED_UNCONNECTED:
-      return invalid_state(DAT_INVALID_STATE_EP_UNCONFIGURED);
-    case DAT_EP_STATE_UNCONFIGURED_RESERVED:
-      return invalid_state(DAT_INVALID_STATE_EP_UNCONFRESERVED);
-    case DAT_EP_STATE_UNCONFIGURED_PASSIVE:
-      return invalid_state(DAT_INVALID_STATE_EP_UNCONFPASSIVE);
-    case DAT_EP_STATE_UNCONFIGURED_TENTATIVE:
-      return invalid_state(DAT_INVALID_STATE_EP_UNCONFTENTATIVE);
-    default:
-      return invalid_state(DAT_INVALID_STATE_EP_NOTREADY);
-  }
-}
-
-bool ep_unconfigured(DAT_EP_STATE state) {
-  return state == DAT_EP_STATE_UNCONFIGURED_UNCONNECTED ||
-         state == DAT_EP_STATE_UNCONFIGURED_RESERVED ||
-         state == DAT_EP_STATE_UNCONFIGURED_PASSIVE || state == DAT_EP_STATE_UNCONFIGURED_TENTATIVE;
 }
 
 namespace {
@@ -124,13 +56,13 @@ int ud_qp_to_rts(ibv_qp* qp, uint8_t port) {
 
 void ep_destroy_qp_locked(Ep& ep) {
   destroy_qp(ep);
-  ep.state = unconfigured_twin(ep.state);
+  ep.state = ep_unconfigured_twin(ep.state);
 }
 
 DAT_RETURN ep_configure_locked(Ep& ep) {
   if (ep.qp != nullptr) return DAT_SUCCESS;
   if (!ep.pz || !ep.recv_evd || !ep.request_evd) {
-    ep.state = unconfigured_twin(ep.state);
+    ep.state = ep_unconfigured_twin(ep.state);
     return DAT_SUCCESS;
   }
   const DAT_EP_ATTR& a = ep.param.ep_attr;
@@ -188,7 +120,7 @@ DAT_RETURN ep_configure_locked(Ep& ep) {
   ep.recv_ring.init(std::max<uint32_t>(init.cap.max_recv_wr, 1));
   ep.recv_evd->attach_qp(qp->qp_num, &ep, EvdRole::kRecv);
   ep.request_evd->attach_qp(qp->qp_num, &ep, EvdRole::kRequest);
-  ep.state = configured_twin(ep.state);
+  ep.state = ep_configured_twin(ep.state);
   return DAT_SUCCESS;
 }
 
