@@ -78,38 +78,6 @@ class Region {
 
 }  // namespace
 
-const char* kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::kIa:
-      return "IA";
-    case Kind::kPz:
-      return "PZ";
-    case Kind::kLmr:
-      return "LMR";
-    case Kind::kEvd:
-      return "EVD";
-    case Kind::kSrq:
-      return "SRQ";
-    case Kind::kEp:
-      return "EP";
-    case Kind::kCr:
-      return "CR";
-    case Kind::kPsp:
-      return "PSP";
-    case Kind::kRsp:
-      return "RSP";
-    case Kind::kRmr:
-      return "RMR";
-    case Kind::kCno:
-      return "CNO";
-    case Kind::kCsp:
-      return "CSP";
-    case Kind::kNone:
-      break;
-  }
-  return "none";
-}
-
 DAT_HANDLE Handles::publish(const std::shared_ptr<Object>& object, const DAT_PROVIDER* provider) {
   Slot* slot = Region::instance().acquire();
   if (slot == nullptr) return DAT_HANDLE_NULL;

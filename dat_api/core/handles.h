@@ -43,8 +43,6 @@ enum class Kind : uint32_t {
   kCsp
 };
 
-const char* kind_name(Kind kind);
-
 // Base of every object a DAT handle can name. The consumer context lives here so that
 // dat_set/get_consumer_context work on any handle.
 class Object {

@@ -2,20 +2,7 @@
 
 #include <dlfcn.h>
 
-#if __has_include("verbs_api/emurdma_verbs.h")
 #include "verbs_api/emurdma_verbs.h"
-#else
-// The extension's declaration until verbs_api/emurdma_verbs.h is in the tree (same layout).
-extern "C" {
-struct emu_srq_counts {
-  uint32_t max_wr;
-  uint32_t available;
-  uint32_t outstanding;
-  uint32_t limit;
-};
-int emu_query_srq_counts(struct ibv_srq* srq, struct emu_srq_counts* out);
-}
-#endif
 
 namespace emudat {
 
