@@ -11,7 +11,7 @@
 #include "dat_api/core/errors.h"
 #include "dat_api/core/log.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -275,4 +275,4 @@ DAT_RETURN ep_disconnect(DAT_EP_HANDLE ep_handle, DAT_CLOSE_FLAGS flags) {
 
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

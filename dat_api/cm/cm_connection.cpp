@@ -11,7 +11,7 @@
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/log.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
@@ -441,4 +441,4 @@ void Connection::on_socket_error(const error_code& ec) {
   close_socket();
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -23,7 +23,7 @@
 #include "dat_api/ep/ep.h"
 #include "dat_api/ext/ib_extensions.h"
 
-namespace emudat {
+namespace dat_api {
 
 class CmService;
 class ServicePoint;
@@ -136,4 +136,4 @@ class Connection : public std::enable_shared_from_this<Connection> {
 // requests forever (an immediate rejection would hang both sides).
 inline constexpr auto kUdRefusedRetryWindow = std::chrono::seconds(5);
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -6,7 +6,7 @@
 // dat_registry.h needs udat.h first; it defines DAT_PROVIDER.
 #include <dat2/dat_registry.h>
 
-namespace emudat::api {
+namespace dat_api::api {
 
 // psp.cpp
 DAT_RETURN psp_create(DAT_IA_HANDLE ia, DAT_CONN_QUAL conn_qual, DAT_EVD_HANDLE evd,
@@ -47,4 +47,4 @@ DAT_RETURN ep_common_connect(DAT_EP_HANDLE ep, DAT_IA_ADDRESS_PTR remote_address
                              const DAT_PVOID private_data);
 DAT_RETURN ep_disconnect(DAT_EP_HANDLE ep, DAT_CLOSE_FLAGS flags);
 
-}  // namespace emudat::api
+}  // namespace dat_api::api

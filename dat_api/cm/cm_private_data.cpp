@@ -6,7 +6,7 @@
 #include "dat_api/cm/cm_wire.h"
 #include "dat_api/core/errors.h"
 
-namespace emudat {
+namespace dat_api {
 
 DAT_RETURN copy_private_data(DAT_COUNT size, const void* data, int size_position,
                              std::vector<uint8_t>* out) {
@@ -19,4 +19,4 @@ DAT_RETURN copy_private_data(DAT_COUNT size, const void* data, int size_position
   return DAT_SUCCESS;
 }
 
-}  // namespace emudat
+}  // namespace dat_api

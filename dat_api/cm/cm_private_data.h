@@ -7,11 +7,11 @@
 #include <cstdint>
 #include <vector>
 
-namespace emudat {
+namespace dat_api {
 
 // Checks a (size, pointer) pair of private data against the IA's maximum (cm::kMaxPrivateData)
 // and copies it; DAT_INVALID_PARAMETER naming `size_position` or the next argument otherwise.
 DAT_RETURN copy_private_data(DAT_COUNT size, const void* data, int size_position,
                              std::vector<uint8_t>* out);
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -2,7 +2,7 @@
 #include "dat_api/cm/cm_entry_points.h"
 #include "dat_api/core/provider_slots.h"
 
-namespace emudat {
+namespace dat_api {
 
 void fill_cm(DAT_PROVIDER* t) {
   t->psp_create_func = api::psp_create;
@@ -25,4 +25,4 @@ void fill_cm(DAT_PROVIDER* t) {
   t->ep_disconnect_func = api::ep_disconnect;
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -8,7 +8,7 @@
 #include "dat_api/core/log.h"
 #include "dat_api/ep/ep.h"
 
-namespace emudat {
+namespace dat_api {
 
 int qp_connect(ibv_qp* qp, uint8_t port, ibv_mtu mtu, const cm::QpInfo& local,
                const cm::QpInfo& peer) {
@@ -82,4 +82,4 @@ uint8_t rdma_read_depth(DAT_COUNT requested, int device_max) {
   return static_cast<uint8_t>(std::min<DAT_COUNT>(requested, limit));
 }
 
-}  // namespace emudat
+}  // namespace dat_api

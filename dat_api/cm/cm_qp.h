@@ -8,7 +8,7 @@
 
 #include "dat_api/cm/cm_wire.h"
 
-namespace emudat {
+namespace dat_api {
 
 // Returns 0 or the errno of the failing ibv_modify_qp.
 int qp_connect(ibv_qp* qp, uint8_t port, ibv_mtu mtu, const cm::QpInfo& local,
@@ -20,4 +20,4 @@ void qp_to_error(ibv_qp* qp);
 // the provider may choose when the consumer leaves it 0 (dat_ep_connect, USAGE).
 uint8_t rdma_read_depth(DAT_COUNT requested, int device_max);
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -11,7 +11,7 @@
 #include "dat_api/core/errors.h"
 #include "dat_api/core/log.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
@@ -353,4 +353,4 @@ void CmService::forget_cr(const Cr& cr) {
       crs_.end());
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -21,7 +21,7 @@
 #include "dat_api/cm/cm_wire.h"
 #include "dat_api/cm/psp_rsp_cr.h"
 
-namespace emudat {
+namespace dat_api {
 
 class CmService : public std::enable_shared_from_this<CmService> {
  public:
@@ -96,4 +96,4 @@ class CmService : public std::enable_shared_from_this<CmService> {
   void track(const std::shared_ptr<Connection>& connection);
 };
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -6,7 +6,7 @@
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/ep/ep.h"
 
-namespace emudat {
+namespace dat_api {
 
 void cm_on_ep_free(Ep& ep) {
   std::shared_ptr<Connection> connection;
@@ -38,4 +38,4 @@ void cm_on_ia_close(Ia& ia) {
   CmService::close_ia(ia);
 }
 
-}  // namespace emudat
+}  // namespace dat_api

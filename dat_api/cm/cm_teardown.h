@@ -2,7 +2,7 @@
 // cm_break_connection, called by the endpoint code, are declared in ep/ep.h.
 #pragma once
 
-namespace emudat {
+namespace dat_api {
 
 class Ia;
 
@@ -10,4 +10,4 @@ class Ia;
 // thread (every connection socket closed) and frees its PSPs, RSPs and pending CRs.
 void cm_on_ia_close(Ia& ia);
 
-}  // namespace emudat
+}  // namespace dat_api

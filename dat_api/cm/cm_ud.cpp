@@ -11,7 +11,7 @@
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/log.h"
 
-namespace emudat {
+namespace dat_api {
 
 void Connection::post_ud_event(int number, DAT_IB_EXT_TYPE type, bool with_ah,
                                bool with_private_data) {
@@ -110,4 +110,4 @@ void Connection::on_ud_failure(DAT_EVENT_NUMBER event) {
   close_socket();
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-namespace emudat::cm {
+namespace dat_api::cm {
 
 namespace {
 
@@ -238,4 +238,4 @@ std::optional<Message> parse_body(Type type, const uint8_t* body, size_t size) {
   return m;
 }
 
-}  // namespace emudat::cm
+}  // namespace dat_api::cm

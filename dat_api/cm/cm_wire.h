@@ -13,7 +13,7 @@
 #include <optional>
 #include <vector>
 
-namespace emudat::cm {
+namespace dat_api::cm {
 
 constexpr uint8_t kVersion = 1;
 constexpr size_t kHeaderSize = 12;
@@ -75,4 +75,4 @@ std::optional<uint32_t> parse_header(const uint8_t* header, Type* type);
 // Parses a body of the given type; nothing when it is malformed.
 std::optional<Message> parse_body(Type type, const uint8_t* body, size_t size);
 
-}  // namespace emudat::cm
+}  // namespace dat_api::cm

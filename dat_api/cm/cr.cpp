@@ -9,7 +9,7 @@
 #include "dat_api/core/errors.h"
 #include "dat_api/core/log.h"
 
-namespace emudat::api {
+namespace dat_api::api {
 
 DAT_RETURN cr_query(DAT_CR_HANDLE h, DAT_CR_PARAM_MASK mask, DAT_CR_PARAM* param) {
   auto cr = Handles::get<Cr>(h);
@@ -158,4 +158,4 @@ DAT_RETURN cr_handoff(DAT_CR_HANDLE h, DAT_CONN_QUAL handoff) {
   return DAT_SUCCESS;
 }
 
-}  // namespace emudat::api
+}  // namespace dat_api::api

@@ -6,7 +6,7 @@
 #include "dat_api/core/errors.h"
 #include "dat_api/core/ia.h"
 
-namespace emudat::api {
+namespace dat_api::api {
 
 DAT_RETURN csp_create(DAT_IA_HANDLE ia_handle, DAT_COMM*, DAT_IA_ADDRESS_PTR, DAT_EVD_HANDLE,
                       DAT_CSP_HANDLE*) {
@@ -22,4 +22,4 @@ DAT_RETURN csp_free(DAT_CSP_HANDLE) {
   return invalid_handle(DAT_INVALID_HANDLE_CSP);
 }
 
-}  // namespace emudat::api
+}  // namespace dat_api::api

@@ -4,7 +4,7 @@
 #include "dat_api/core/errors.h"
 #include "dat_api/core/log.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -115,4 +115,4 @@ DAT_RETURN psp_free(DAT_PSP_HANDLE h) {
 
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

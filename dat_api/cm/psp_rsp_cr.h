@@ -13,7 +13,7 @@
 #include "dat_api/core/ia.h"
 #include "dat_api/ep/ep.h"
 
-namespace emudat {
+namespace dat_api {
 
 class CmService;
 class Connection;
@@ -66,4 +66,4 @@ class Cr : public Object {
   std::shared_ptr<Ep> local_ep;        // an RSP's endpoint; null for a PSP's request
 };
 
-}  // namespace emudat
+}  // namespace dat_api

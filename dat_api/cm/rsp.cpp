@@ -4,7 +4,7 @@
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/errors.h"
 
-namespace emudat::api {
+namespace dat_api::api {
 
 DAT_RETURN rsp_create(DAT_IA_HANDLE ia_handle, DAT_CONN_QUAL conn_qual, DAT_EP_HANDLE ep_handle,
                       DAT_EVD_HANDLE evd_handle, DAT_RSP_HANDLE* rsp_out) {
@@ -87,4 +87,4 @@ DAT_RETURN rsp_free(DAT_RSP_HANDLE h) {
   return DAT_SUCCESS;
 }
 
-}  // namespace emudat::api
+}  // namespace dat_api::api

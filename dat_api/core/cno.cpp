@@ -13,7 +13,7 @@
 #include "dat_api/core/errors.h"
 #include "dat_api/core/log.h"
 
-namespace emudat {
+namespace dat_api {
 
 Cno::Cno(std::shared_ptr<Ia> ia, const DAT_OS_WAIT_PROXY_AGENT& agent, bool fd_proxy)
     : Object(kKind), ia_(std::move(ia)), fd_proxy_(fd_proxy), agent_(agent) {
@@ -341,4 +341,4 @@ DAT_RETURN cno_trigger(DAT_CNO_HANDLE h, DAT_EVD_HANDLE* evd) {
 
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -30,7 +30,7 @@
 #include "dat_api/core/evd.h"
 #include "dat_api/core/ia.h"
 
-namespace emudat {
+namespace dat_api {
 
 class Cno : public Object {
  public:
@@ -108,4 +108,4 @@ DAT_RETURN cno_wait(DAT_CNO_HANDLE cno, DAT_TIMEOUT timeout, DAT_EVD_HANDLE* evd
 DAT_RETURN cno_trigger(DAT_CNO_HANDLE cno, DAT_EVD_HANDLE* evd);
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -9,7 +9,7 @@
 // dat_registry.h needs udat.h first; it defines DAT_PROVIDER.
 #include <dat2/dat_registry.h>
 
-namespace emudat::api {
+namespace dat_api::api {
 
 // ia.cpp
 DAT_RETURN ia_open(const DAT_NAME_PTR name, DAT_COUNT async_evd_qlen, DAT_EVD_HANDLE* async_evd,
@@ -65,4 +65,4 @@ DAT_RETURN srq_query(DAT_SRQ_HANDLE srq, DAT_SRQ_PARAM_MASK mask, DAT_SRQ_PARAM*
 DAT_RETURN srq_resize(DAT_SRQ_HANDLE srq, DAT_COUNT max_recv_dtos);
 DAT_RETURN srq_set_lw(DAT_SRQ_HANDLE srq, DAT_COUNT low_watermark);
 
-}  // namespace emudat::api
+}  // namespace dat_api::api

@@ -2,7 +2,7 @@
 
 #include <cerrno>
 
-namespace emudat {
+namespace dat_api {
 
 DAT_RETURN from_errno(int err, DAT_RETURN_SUBTYPE resource) {
   switch (err) {
@@ -23,4 +23,4 @@ DAT_RETURN from_errno(int err, DAT_RETURN_SUBTYPE resource) {
   }
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <type_traits>
 
-namespace emudat {
+namespace dat_api {
 
 // The integer a consumer passed for a DAT enum (flags, masks, types). A C consumer may pass any
 // int, but in C++ loading an enum object whose value lies outside the enum's range is
@@ -50,4 +50,4 @@ constexpr DAT_RETURN not_implemented() {
 // A verbs errno value that no rule of the calling entry point explains.
 DAT_RETURN from_errno(int err, DAT_RETURN_SUBTYPE resource = DAT_RESOURCE_MEMORY);
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -19,7 +19,7 @@
 #include "dat_api/ep/dto.h"
 #include "dat_api/ep/ep.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -500,4 +500,4 @@ DAT_RETURN evd_clear_unwaitable(DAT_EVD_HANDLE h) {
 
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

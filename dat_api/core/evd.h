@@ -12,7 +12,7 @@
 
 #include "dat_api/core/ia.h"
 
-namespace emudat {
+namespace dat_api {
 
 class Cno;  // dat_api/core/cno.h
 class Ep;
@@ -133,4 +133,4 @@ class Evd : public Object {
   std::atomic<bool> cno_notify_{false};  // CNO (H3): an arrival must trigger cno_
 };
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -3,7 +3,7 @@
 #include "dat_api/core/errors.h"
 #include "dat_api/core/ia.h"
 
-namespace emudat::api {
+namespace dat_api::api {
 
 namespace {
 
@@ -66,4 +66,4 @@ DAT_RETURN get_handle_type(DAT_HANDLE handle, DAT_HANDLE_TYPE* type) {
   return DAT_SUCCESS;
 }
 
-}  // namespace emudat::api
+}  // namespace dat_api::api

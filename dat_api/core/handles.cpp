@@ -5,7 +5,7 @@
 #include <deque>
 #include <new>
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -110,4 +110,4 @@ std::shared_ptr<Object> Handles::retire(DAT_HANDLE handle, Kind kind) {
   return object;
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -25,7 +25,7 @@
 #include <memory>
 #include <mutex>
 
-namespace emudat {
+namespace dat_api {
 
 enum class Kind : uint32_t {
   kNone = 0,
@@ -91,4 +91,4 @@ class Handles {
   static std::shared_ptr<Object> retire(DAT_HANDLE handle, Kind kind);
 };
 
-}  // namespace emudat
+}  // namespace dat_api

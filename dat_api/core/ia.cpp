@@ -28,7 +28,7 @@
 #include "dat_api/ep/ep.h"
 #include "dat_api/ext/ib_extensions.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -565,4 +565,4 @@ DAT_RETURN ia_close(DAT_IA_HANDLE ia_handle, DAT_CLOSE_FLAGS flags) {
 
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -27,7 +27,7 @@
 #include "dat_api/core/handles.h"
 #include "dat_api/core/provider.h"
 
-namespace emudat {
+namespace dat_api {
 
 class Evd;
 
@@ -132,4 +132,4 @@ class Ia : public Object {
   int stop_fd_ = -1;
 };
 
-}  // namespace emudat
+}  // namespace dat_api

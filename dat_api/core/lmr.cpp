@@ -10,7 +10,7 @@
 #include "dat_api/core/log.h"
 #include "dat_api/core/pz.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -174,4 +174,4 @@ DAT_RETURN lmr_sync_rdma_write(DAT_IA_HANDLE ia, const DAT_LMR_TRIPLET* segments
 
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

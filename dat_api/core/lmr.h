@@ -9,7 +9,7 @@
 
 #include "dat_api/core/pz.h"
 
-namespace emudat {
+namespace dat_api {
 
 class Lmr : public Object {
  public:
@@ -39,4 +39,4 @@ class Lmr : public Object {
   ibv_mr* mr_;
 };
 
-}  // namespace emudat
+}  // namespace dat_api

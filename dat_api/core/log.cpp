@@ -6,7 +6,7 @@
 #include <mutex>
 #include <string>
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 std::shared_ptr<spdlog::logger> g_logger;
@@ -34,4 +34,4 @@ spdlog::logger& logger() {
   return *g_logger;
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -8,7 +8,7 @@
 #include <memory>
 #include <utility>
 
-namespace emudat {
+namespace dat_api {
 
 void init_logging();
 spdlog::logger& logger();
@@ -26,4 +26,4 @@ void log_error(spdlog::format_string_t<Args...> fmt, Args&&... args) {
   logger().error(fmt, std::forward<Args>(args)...);
 }
 
-}  // namespace emudat
+}  // namespace dat_api

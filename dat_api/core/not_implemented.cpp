@@ -4,7 +4,7 @@
 #include "dat_api/core/errors.h"
 #include "dat_api/core/provider_slots.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -28,4 +28,4 @@ void fill_not_implemented(DAT_PROVIDER* t) {
   refuse(t->ia_ha_related_func);
 }
 
-}  // namespace emudat
+}  // namespace dat_api

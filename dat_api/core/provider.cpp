@@ -13,7 +13,7 @@
 #include "dat_api/core/provider_slots.h"
 #include "dat_api/ext/ib_extensions.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -114,9 +114,9 @@ const DAT_PROVIDER* provider_for(const char* ia_name) {
   return c != nullptr ? c->provider : nullptr;
 }
 
-}  // namespace emudat
+}  // namespace dat_api
 
-using emudat::Entry;
+using dat_api::Entry;
 
 extern "C" {
 
@@ -125,45 +125,46 @@ extern "C" {
 __attribute__((visibility("default"))) void dat_provider_init(const DAT_PROVIDER_INFO* info,
                                                               const char* instance_data) {
   if (info == nullptr) return;
-  emudat::init_logging();
+  dat_api::init_logging();
   Entry* entry = nullptr;
   {
-    std::lock_guard<std::mutex> guard(emudat::g_entries_mutex);
-    entry = emudat::find_entry_locked(info->ia_name);
+    std::lock_guard<std::mutex> guard(dat_api::g_entries_mutex);
+    entry = dat_api::find_entry_locked(info->ia_name);
     if (entry == nullptr) {
-      for (Entry& e : emudat::g_entries) {
+      for (Entry& e : dat_api::g_entries) {
         if (!e.used) {
           entry = &e;
           break;
         }
       }
       if (entry == nullptr) {
-        emudat::log_error("dat_provider_init: too many IA names, {} not registered", info->ia_name);
+        dat_api::log_error("dat_provider_init: too many IA names, {} not registered",
+                           info->ia_name);
         return;
       }
       entry->used = true;
       entry->config.ia_name = info->ia_name;
       std::snprintf(entry->device_name, sizeof(entry->device_name), "%s", info->ia_name);
-      emudat::fill_table(&entry->table);
+      dat_api::fill_table(&entry->table);
       entry->table.device_name = entry->device_name;
       entry->config.provider = &entry->table;
     }
     entry->config.info = *info;
-    emudat::parse_instance_data(&entry->config, instance_data);
+    dat_api::parse_instance_data(&entry->config, instance_data);
   }
   DAT_RETURN r = dat_registry_add_provider(&entry->table, info);
   // Already registered is fine: the registry calls init again after a fini it did not follow
   // with a removal, and a second dat.conf line of the same name lands here too.
   if (r != DAT_SUCCESS && DAT_GET_TYPE(r) != DAT_PROVIDER_ALREADY_REGISTERED) {
-    emudat::log_error("dat_registry_add_provider({}) failed: 0x{:x}", info->ia_name, r);
+    dat_api::log_error("dat_registry_add_provider({}) failed: 0x{:x}", info->ia_name, r);
   }
-  emudat::log_debug("provider {} registered: device {} port {} transport '{}'", info->ia_name,
-                    entry->config.device, entry->config.port, entry->config.transport);
+  dat_api::log_debug("provider {} registered: device {} port {} transport '{}'", info->ia_name,
+                     entry->config.device, entry->config.port, entry->config.transport);
 }
 
 __attribute__((visibility("default"))) void dat_provider_fini(const DAT_PROVIDER_INFO* info) {
   if (info == nullptr) return;
-  const DAT_PROVIDER* provider = emudat::provider_for(info->ia_name);
+  const DAT_PROVIDER* provider = dat_api::provider_for(info->ia_name);
   if (provider != nullptr) dat_registry_remove_provider(provider, info);
 }
 

@@ -16,7 +16,7 @@
 
 #include <string>
 
-namespace emudat {
+namespace dat_api {
 
 struct IaConfig {
   std::string ia_name;  // the dat.conf name
@@ -33,4 +33,4 @@ const IaConfig* find_ia_config(const char* ia_name);
 // The DAT_PROVIDER of the registered IA name (never null for a name find_ia_config knows).
 const DAT_PROVIDER* provider_for(const char* ia_name);
 
-}  // namespace emudat
+}  // namespace dat_api

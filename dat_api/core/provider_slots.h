@@ -6,7 +6,7 @@
 // dat_registry.h needs udat.h first; it defines DAT_PROVIDER.
 #include <dat2/dat_registry.h>
 
-namespace emudat {
+namespace dat_api {
 
 // not_implemented.cpp: the slots the provider refuses with DAT_NOT_IMPLEMENTED
 // (dat_ia_ha_related).
@@ -15,4 +15,4 @@ void fill_ep_dto(DAT_PROVIDER* table);   // ep/ep_provider_slots.cpp: EP lifecyc
 void fill_cm(DAT_PROVIDER* table);       // cm/cm_provider_slots.cpp: PSP/RSP/CSP/CR, connect
 void fill_rmr_cno(DAT_PROVIDER* table);  // core/rmr_cno_provider_slots.cpp: RMRs, CNOs
 
-}  // namespace emudat
+}  // namespace dat_api

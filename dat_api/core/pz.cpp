@@ -9,7 +9,7 @@
 #include "dat_api/core/ia.h"
 #include "dat_api/core/log.h"
 
-namespace emudat {
+namespace dat_api {
 
 Pz::~Pz() {
   if (pd_ != nullptr && ibv_dealloc_pd(pd_) != 0) {
@@ -57,4 +57,4 @@ DAT_RETURN pz_free(DAT_PZ_HANDLE h) {
 
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -9,7 +9,7 @@
 
 #include "dat_api/core/ia.h"
 
-namespace emudat {
+namespace dat_api {
 
 class Pz : public Object {
  public:
@@ -25,4 +25,4 @@ class Pz : public Object {
   ibv_pd* pd_;
 };
 
-}  // namespace emudat
+}  // namespace dat_api

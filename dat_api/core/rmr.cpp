@@ -7,7 +7,7 @@
 #include "dat_api/core/log.h"
 #include "dat_api/ep/ep.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -174,4 +174,4 @@ DAT_RETURN rmr_free(DAT_RMR_HANDLE h) {
 
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

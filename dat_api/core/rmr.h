@@ -22,7 +22,7 @@
 #include "dat_api/core/lmr.h"
 #include "dat_api/core/pz.h"
 
-namespace emudat {
+namespace dat_api {
 
 class Ep;
 
@@ -67,4 +67,4 @@ DAT_RETURN rmr_bind(DAT_RMR_HANDLE rmr, DAT_LMR_HANDLE lmr, const DAT_LMR_TRIPLE
 DAT_RETURN rmr_free(DAT_RMR_HANDLE rmr);
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

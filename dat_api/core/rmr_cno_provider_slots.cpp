@@ -3,7 +3,7 @@
 #include "dat_api/core/provider_slots.h"
 #include "dat_api/core/rmr.h"
 
-namespace emudat {
+namespace dat_api {
 
 void fill_rmr_cno(DAT_PROVIDER* t) {
   t->cno_create_func = &api::cno_create;
@@ -20,4 +20,4 @@ void fill_rmr_cno(DAT_PROVIDER* t) {
   t->rmr_free_func = &api::rmr_free;
 }
 
-}  // namespace emudat
+}  // namespace dat_api

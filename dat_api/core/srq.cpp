@@ -15,7 +15,7 @@
 #include "dat_api/core/pz.h"
 #include "dat_api/core/srq_counts.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -252,4 +252,4 @@ DAT_RETURN srq_set_lw(DAT_SRQ_HANDLE h, DAT_COUNT low_watermark) {
 
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

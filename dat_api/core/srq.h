@@ -10,7 +10,7 @@
 
 #include "dat_api/core/pz.h"
 
-namespace emudat {
+namespace dat_api {
 
 class Srq : public Object {
  public:
@@ -47,4 +47,4 @@ class Srq : public Object {
   std::shared_ptr<Pz> pz_;
 };
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -4,7 +4,7 @@
 
 #include "verbs_api/emurdma_verbs.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 using QueryFn = decltype(&emu_query_srq_counts);
@@ -35,4 +35,4 @@ bool query_srq_counts(ibv_srq* srq, SrqCounts* out) {
   return true;
 }
 
-}  // namespace emudat
+}  // namespace dat_api

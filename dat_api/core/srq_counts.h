@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-namespace emudat {
+namespace dat_api {
 
 struct SrqCounts {
   uint32_t max_wr = 0;
@@ -21,4 +21,4 @@ struct SrqCounts {
 // False when the counts cannot be known (not our verbs library, or a real HCA's SRQ).
 bool query_srq_counts(ibv_srq* srq, SrqCounts* out);
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -7,7 +7,7 @@
 #include "dat_api/ep/ep.h"
 #include "dat_api/ext/ib_extensions.h"
 
-namespace emudat {
+namespace dat_api {
 
 // The DAT status of a verbs work completion status (DAT 2.0 DAT_DTO_COMPLETION_STATUS).
 DAT_DTO_COMPLETION_STATUS dto_status(ibv_wc_status status);
@@ -53,4 +53,4 @@ DAT_RETURN post_request(const std::shared_ptr<Ep>& ep, const Request& q,
 // completion flags the posts know.
 bool dto_known_flag_bits(uint64_t bits);
 
-}  // namespace emudat
+}  // namespace dat_api

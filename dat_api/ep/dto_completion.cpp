@@ -2,7 +2,7 @@
 // (ep.h: SendRecord, RecvRecord) that give each completion its cookie, operation and length.
 #include "dat_api/ep/dto.h"
 
-namespace emudat {
+namespace dat_api {
 
 DAT_DTO_COMPLETION_STATUS dto_status(ibv_wc_status status) {
   switch (status) {
@@ -110,4 +110,4 @@ bool dto_completion_event(Ep& ep, const ibv_wc& wc, bool recv_role, bool request
   return true;
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -14,7 +14,7 @@
 #include "dat_api/ep/ep_attr.h"
 #include "dat_api/ep/ep_entry_points.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -292,4 +292,4 @@ DAT_RETURN ep_post_recv(DAT_EP_HANDLE h, DAT_COUNT num_segments, DAT_LMR_TRIPLET
 
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

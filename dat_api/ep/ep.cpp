@@ -6,7 +6,7 @@
 #include "dat_api/ep/ep_attr.h"
 #include "dat_api/ep/ep_entry_points.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -176,4 +176,4 @@ DAT_RETURN ep_free(DAT_EP_HANDLE h) {
 
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

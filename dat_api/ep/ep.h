@@ -18,7 +18,7 @@
 #include "dat_api/core/srq.h"
 #include "dat_api/ep/ep_state.h"
 
-namespace emudat {
+namespace dat_api {
 
 class Connection;  // dat_api/cm/cm_connection.h: the connection manager's side of one EP
 
@@ -248,4 +248,4 @@ void cm_break_connection(Ep& ep);
 DAT_RETURN ep_post_rmr_bind(Ep& ep, ibv_mw* mw, const ibv_mw_bind_info& bind, DAT_RMR_HANDLE rmr,
                             DAT_RMR_COOKIE cookie, DAT_COMPLETION_FLAGS flags);
 
-}  // namespace emudat
+}  // namespace dat_api

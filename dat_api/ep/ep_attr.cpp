@@ -6,7 +6,7 @@
 #include "dat_api/core/errors.h"
 #include "dat_api/ext/ib_extensions.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -95,4 +95,4 @@ DAT_COUNT ep_rdma_write_iov(const DAT_EP_ATTR& a) {
   return a.max_rdma_write_iov > 0 ? a.max_rdma_write_iov : a.max_request_iov;
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -6,7 +6,7 @@
 
 #include "dat_api/core/ia.h"
 
-namespace emudat {
+namespace dat_api {
 
 // What an EP gets when dat_ep_create is given no attributes.
 void ep_default_attr(const Ia& ia, DAT_EP_ATTR* out);
@@ -20,4 +20,4 @@ DAT_RETURN ep_check_attr(const Ia& ia, const DAT_EP_ATTR& attr, bool with_srq, i
 DAT_COUNT ep_rdma_read_iov(const DAT_EP_ATTR& attr);
 DAT_COUNT ep_rdma_write_iov(const DAT_EP_ATTR& attr);
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -7,7 +7,7 @@
 // dat_registry.h needs udat.h first; it defines DAT_PROVIDER.
 #include <dat2/dat_registry.h>
 
-namespace emudat::api {
+namespace dat_api::api {
 
 // ep.cpp
 DAT_RETURN ep_create(DAT_IA_HANDLE ia, DAT_PZ_HANDLE pz, DAT_EVD_HANDLE recv_evd,
@@ -49,4 +49,4 @@ DAT_RETURN ep_post_rdma_write(DAT_EP_HANDLE ep, DAT_COUNT num_segments, DAT_LMR_
                               DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET* remote_iov,
                               DAT_COMPLETION_FLAGS flags);
 
-}  // namespace emudat::api
+}  // namespace dat_api::api

@@ -8,7 +8,7 @@
 #include "dat_api/ep/ep_attr.h"
 #include "dat_api/ep/ep_entry_points.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -273,4 +273,4 @@ DAT_RETURN ep_reset(DAT_EP_HANDLE h) {
 
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -2,7 +2,7 @@
 #include "dat_api/core/provider_slots.h"
 #include "dat_api/ep/ep_entry_points.h"
 
-namespace emudat {
+namespace dat_api {
 
 void fill_ep_dto(DAT_PROVIDER* t) {
   t->ep_create_func = api::ep_create;
@@ -22,4 +22,4 @@ void fill_ep_dto(DAT_PROVIDER* t) {
   t->ep_post_rdma_write_func = api::ep_post_rdma_write;
 }
 
-}  // namespace emudat
+}  // namespace dat_api

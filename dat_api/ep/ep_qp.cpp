@@ -11,7 +11,7 @@
 #include "dat_api/ep/ep_attr.h"
 #include "dat_api/ep/ep_state.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -124,4 +124,4 @@ DAT_RETURN ep_configure_locked(Ep& ep) {
   return DAT_SUCCESS;
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -4,7 +4,7 @@
 #include "dat_api/ep/ep.h"
 #include "dat_api/ep/ep_entry_points.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -115,4 +115,4 @@ DAT_RETURN ep_set_watermark(DAT_EP_HANDLE h, DAT_COUNT soft_high_watermark,
 
 }  // namespace api
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -3,7 +3,7 @@
 
 #include "dat_api/core/errors.h"
 
-namespace emudat {
+namespace dat_api {
 
 DAT_EP_STATE ep_configured_twin(DAT_EP_STATE s) {
   switch (s) {
@@ -69,4 +69,4 @@ DAT_RETURN ep_invalid_state(DAT_EP_STATE state) {
   return invalid_state(DAT_INVALID_STATE_EP_NOTREADY);
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -4,7 +4,7 @@
 
 #include <dat2/udat.h>
 
-namespace emudat {
+namespace dat_api {
 
 // UNCONFIGURED_* -> the state it is the unconfigured twin of; any other state unchanged.
 DAT_EP_STATE ep_configured_twin(DAT_EP_STATE state);
@@ -18,4 +18,4 @@ DAT_EP_STATE ep_unconfigured_twin(DAT_EP_STATE state);
 // EP_CONNECTED, and a value outside DAT_EP_STATE EP_NOTREADY.
 DAT_RETURN ep_invalid_state(DAT_EP_STATE state);
 
-}  // namespace emudat
+}  // namespace dat_api

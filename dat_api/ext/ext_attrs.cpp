@@ -4,7 +4,7 @@
 // compare-and-swap and fetch-and-add tests only when those read "TRUE").
 #include "dat_api/ext/ib_extensions.h"
 
-namespace emudat {
+namespace dat_api {
 
 void ext_fill_ia_attr(DAT_IA_ATTR* attr) {
   attr->extension_supported = DAT_EXTENSION_IB;
@@ -25,4 +25,4 @@ std::vector<std::pair<const char*, std::string>> ext_provider_attrs(const ibv_de
   };
 }
 
-}  // namespace emudat
+}  // namespace dat_api

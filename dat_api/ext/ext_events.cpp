@@ -11,7 +11,7 @@
 
 #include "dat_api/ext/ib_extensions.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -114,4 +114,4 @@ void ext_ud_connection_event(DAT_IB_EXT_TYPE type, ibv_ah* ah, uint32_t qpn,
   std::memcpy(out->event_extension_data, &ext, sizeof(ext));
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -12,7 +12,7 @@
 #include "dat_api/ep/ep.h"
 #include "dat_api/ext/ib_extensions.h"
 
-namespace emudat {
+namespace dat_api {
 
 namespace {
 
@@ -127,4 +127,4 @@ DAT_RETURN ext_extension_op(DAT_HANDLE handle, DAT_EXTENDED_OP op, va_list args)
   }
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -11,7 +11,7 @@
 #include "dat_api/ep/ep.h"
 #include "dat_api/ext/ib_extensions.h"
 
-namespace emudat {
+namespace dat_api {
 
 bool ep_attr_is_ud(const DAT_EP_ATTR& a) {
   return raw(a.service_type) == static_cast<uint64_t>(DAT_IB_SERVICE_TYPE_UD);
@@ -43,4 +43,4 @@ void ep_destroy_ud_ahs_locked(Ep& ep) {
   ep.ud_ahs.clear();
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -9,7 +9,7 @@
 #include "dat_api/ep/ep.h"
 #include "dat_api/ext/ib_extensions.h"
 
-namespace emudat {
+namespace dat_api {
 
 // dat_ib_post_send_ud(ep, segments, lbuf, ah_ptr, cookie, flags)
 DAT_RETURN ext_post_send_ud(const std::shared_ptr<Ep>& ep, va_list args) {
@@ -62,4 +62,4 @@ DAT_RETURN ext_ud_ah_free(const std::shared_ptr<Ep>& ep, va_list args) {
   return DAT_SUCCESS;
 }
 
-}  // namespace emudat
+}  // namespace dat_api

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-namespace emudat {
+namespace dat_api {
 
 class Ep;
 
@@ -65,4 +65,4 @@ void ext_fill_ia_attr(DAT_IA_ATTR* attr);
 // operations this device supports (DAT_IB_ATTR_* names).
 std::vector<std::pair<const char*, std::string>> ext_provider_attrs(const ibv_device_attr& d);
 
-}  // namespace emudat
+}  // namespace dat_api
