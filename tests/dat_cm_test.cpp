@@ -1,5 +1,5 @@
-// The DAT connection manager (dat_api/cm*.cpp, psp.cpp, rsp.cpp, csp.cpp, cr.cpp) through
-// Debian's libdat2 registry, as a uDAPL program uses it. Expectations quote the man pages of
+// The DAT connection manager (dat_api/cm/) through Debian's libdat2 registry, as a uDAPL
+// program uses it. Expectations quote the man pages of
 // dat_psp_create(_any), dat_psp_free, dat_rsp_create, dat_cr_accept, dat_cr_reject,
 // dat_cr_query, dat_ep_connect, dat_ep_dup_connect and dat_ep_disconnect (DAT 1.2/2.0).
 //

@@ -1,7 +1,7 @@
-// DAT data transfer operations (dat_api/dto*.cpp, evd.cpp) between two connected endpoints of
-// one process, connected through the DAT API itself (a PSP, dat_ep_connect, dat_cr_accept): no
-// back door. The expectations quote the pages of dat_ep_post_send, dat_ep_post_recv,
-// dat_ep_post_rdma_write, dat_ep_post_rdma_read, dat_evd_wait and DAT 2.0's
+// DAT data transfer operations (dat_api/ep/dto*.cpp, dat_api/core/evd.cpp) between two
+// connected endpoints of one process, connected through the DAT API itself (a PSP, dat_ep_connect,
+// dat_cr_accept): no back door. The expectations quote the pages of dat_ep_post_send,
+// dat_ep_post_recv, dat_ep_post_rdma_write, dat_ep_post_rdma_read, dat_evd_wait and DAT 2.0's
 // DAT_DTO_COMPLETION_EVENT_DATA. ctest sets DAT_OVERRIDE, LD_LIBRARY_PATH and EMURDMA_DEVICES.
 #include <dat2/udat.h>
 #include <gtest/gtest.h>

@@ -195,9 +195,11 @@ DAT_EP_STATE Configured(DAT_EP_STATE s) {
 //   Provider never creates Endpoints and refuses the flag with DAT_MODEL_NOT_SUPPORTED, which
 //   dat_psp_create allows (TentativeConnectionPendingIsUnreachable pins that down; BringTo
 //   already reaches the state, so it is one line of kStates away when that changes).
-// - DAT_EP_STATE_UNCONFIGURED_RESERVED / UNCONFIGURED_PASSIVE: only if dat_rsp_create takes an
-//   unconfigured Endpoint, which its page does not promise ("an Endpoint was not in the Idle
-//   state" is DAT_INVALID_STATE); their rows are those of RESERVED / PASSIVE (Configured()).
+// - DAT_EP_STATE_UNCONFIGURED_RESERVED / UNCONFIGURED_PASSIVE: dat_rsp_create takes no
+//   unconfigured Endpoint ("an Endpoint was not in the Idle state" is DAT_INVALID_STATE); a
+//   RESERVED or PASSIVE Endpoint whose In DTO Event Dispatcher dat_ep_modify takes away reaches
+//   them (AnUnconfiguredEndpointIsRefusedWithTheSubtypeOfItsState); their rows are those of
+//   RESERVED / PASSIVE (Configured()).
 // - DAT_EP_STATE_CONNECTED_SINGLE_PATH / MULTI_PATH: multipath connections are not offered.
 
 enum class Setup {
@@ -222,7 +224,7 @@ struct StateCase {
 constexpr StateCase kStates[] = {
     // dat_ep_create with a PZ and every Event Dispatcher.
     {Setup::kUnconnected, "Unconnected", DAT_EP_STATE_UNCONNECTED},
-    // dat_ep_create without a PZ (dat_api/ep.h: the EP stays UNCONFIGURED until it has one).
+    // dat_ep_create without a PZ (dat_api/ep/ep.h: the EP stays UNCONFIGURED until it has one).
     {Setup::kUnconfiguredUnconnected, "UnconfiguredUnconnected",
      DAT_EP_STATE_UNCONFIGURED_UNCONNECTED},
     // dat_rsp_create on the Endpoint.
@@ -1361,6 +1363,59 @@ TEST_F(DatEpModify, ProvidingTheProtectionZoneConfiguresAnUnconfiguredEndpoint) 
   const DAT_EP_PARAM after = Query(ep_);
   EXPECT_EQ(after.pz_handle, pz_);
   EXPECT_EQ(after.ep_state, DAT_EP_STATE_UNCONNECTED);
+}
+
+// One answer for an Endpoint whose state forbids a call, whichever part of the Provider refuses
+// it: DAT_INVALID_STATE with the subtype that names the Endpoint's state (dat_error.h has one
+// per state, the UNCONFIGURED twins included). An Endpoint that lost its In DTO Event
+// Dispatcher while RESERVED or PASSIVE_CONNECTION_PENDING is in the UNCONFIGURED twin of that
+// state; dat_ep_connect ("Endpoint was not in DAT_EP_STATE_UNCONNECTED state"), dat_cr_accept,
+// dat_ep_free ("any Endpoint state except Reserved, Passive Connection Pending, ...") and the
+// posts all name that twin, not DAT_INVALID_STATE_EP_UNCONFIGURED (the twin of UNCONNECTED)
+// nor the configured state.
+TEST_F(DatEpModify, AnUnconfiguredEndpointIsRefusedWithTheSubtypeOfItsState) {
+  auto expect_refused = [this](DAT_RETURN_SUBTYPE subtype) {
+    const auto expected = static_cast<DAT_RETURN>(DAT_CLASS_ERROR | DAT_INVALID_STATE | subtype);
+    DAT_DTO_COOKIE cookie;
+    cookie.as_64 = 1;
+    EXPECT_EQ(dat_ep_connect(ep_, ia_attr_.ia_address_ptr, silent_.port(), DAT_TIMEOUT_INFINITE, 0,
+                             nullptr, DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG),
+              expected)
+        << "dat_ep_connect";
+    EXPECT_EQ(dat_ep_post_send(ep_, 0, nullptr, cookie, DAT_COMPLETION_DEFAULT_FLAG), expected)
+        << "dat_ep_post_send";
+    EXPECT_EQ(dat_ep_post_recv(ep_, 0, nullptr, cookie, DAT_COMPLETION_DEFAULT_FLAG), expected)
+        << "dat_ep_post_recv";
+    EXPECT_EQ(dat_ep_free(ep_), expected) << "dat_ep_free";
+  };
+  DAT_EP_PARAM no_recv_evd{};
+  no_recv_evd.recv_evd_handle = DAT_HANDLE_NULL;
+
+  // RESERVED -> UNCONFIGURED_RESERVED.
+  ASSERT_NO_FATAL_FAILURE(BringTo(kStates[2]));
+  ASSERT_EQ(kStates[2].state, DAT_EP_STATE_RESERVED);
+  ASSERT_DAT_OK(dat_ep_modify(ep_, DAT_EP_FIELD_RECV_EVD_HANDLE, &no_recv_evd));
+  ASSERT_EQ(Query(ep_).ep_state, DAT_EP_STATE_UNCONFIGURED_RESERVED);
+  expect_refused(DAT_INVALID_STATE_EP_UNCONFRESERVED);
+
+  // PASSIVE_CONNECTION_PENDING (a request on an RSP) -> UNCONFIGURED_PASSIVE; the accept too.
+  DAT_EVD_HANDLE connect_evd = DAT_HANDLE_NULL;
+  DAT_EP_HANDLE passive = NewEp(pz_, &connect_evd);
+  DAT_CONN_QUAL conn_qual = 0;
+  ASSERT_NO_FATAL_FAILURE(Reserve(passive, &conn_qual));
+  DAT_EP_HANDLE active = NewEp(pz_);
+  ASSERT_NO_FATAL_FAILURE(Connect(active, conn_qual));
+  DAT_EVENT event;
+  ASSERT_NO_FATAL_FAILURE(WaitFor(cr_evd_, DAT_CONNECTION_REQUEST_EVENT, &event));
+  ASSERT_EQ(Query(passive).ep_state, DAT_EP_STATE_PASSIVE_CONNECTION_PENDING);
+  ASSERT_DAT_OK(dat_ep_modify(passive, DAT_EP_FIELD_RECV_EVD_HANDLE, &no_recv_evd));
+  ASSERT_EQ(Query(passive).ep_state, DAT_EP_STATE_UNCONFIGURED_PASSIVE);
+  ep_ = passive;
+  expect_refused(DAT_INVALID_STATE_EP_UNCONFPASSIVE);
+  EXPECT_EQ(dat_cr_accept(event.event_data.cr_arrival_event_data.cr_handle, passive, 0, nullptr),
+            static_cast<DAT_RETURN>(DAT_CLASS_ERROR | DAT_INVALID_STATE |
+                                    DAT_INVALID_STATE_EP_UNCONFPASSIVE))
+      << "dat_cr_accept";
 }
 
 TEST_F(DatEpModify, TentativeConnectionPendingIsUnreachable) {

@@ -1,4 +1,4 @@
-// DAT endpoints (dat_api/ep*.cpp) as a uDAPL program sees them through Debian's libdat2:
+// DAT endpoints (dat_api/ep/ep*.cpp) as a uDAPL program sees them through Debian's libdat2:
 // dat_ep_create, dat_ep_create_with_srq, dat_ep_free, dat_ep_query, dat_ep_get_status,
 // dat_ep_recv_query, dat_ep_reset, dat_ep_set_watermark and the basics of dat_ep_modify (its
 // full state table: tests/dat_ep_modify_test.cpp). Everything here needs no connection; the

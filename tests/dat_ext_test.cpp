@@ -1,4 +1,4 @@
-// The DAT IB extensions (dat_api/ext_*.cpp) through the public API, as dapl2-utils' dtestx uses
+// The DAT IB extensions (dat_api/ext/) through the public API, as dapl2-utils' dtestx uses
 // them: dat_ia_query's extension attributes, and dat_ib_post_rdma_write_immed,
 // dat_ib_post_cmp_and_swap and dat_ib_post_fetch_and_add (dat_extension_op) between two
 // endpoints of one process connected through a PSP, and the unreliable datagram endpoints of

@@ -1,4 +1,4 @@
-// CNOs and RMRs of the DAT 2.0 provider (dat_api/cno*.cpp, rmr*.cpp), through Debian's libdat2
+// CNOs and RMRs of the DAT 2.0 provider (dat_api/core/cno*.cpp, rmr*.cpp), through Debian's libdat2
 // registry as a uDAPL program calls them (ctest sets DAT_OVERRIDE and LD_LIBRARY_PATH). The
 // expectations quote the man pages: dat_cno_create, dat_cno_wait ("On a timeout, evd_handle is
 // explicitly set to a null handle"; "An Event Dispatcher that is disabled or in the Waited

@@ -1,0 +1,444 @@
+// The protocol state machine of one connection (cm_connection.h), run on the IA's CM thread.
+#include "dat_api/cm/cm_connection.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
+#include <cstring>
+
+#include "dat_api/cm/cm_qp.h"
+#include "dat_api/cm/cm_service.h"
+#include "dat_api/core/log.h"
+
+namespace dat_api {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+namespace {
+// How long a graceful disconnect waits for the peer's DREP before it completes alone.
+constexpr auto kDrepTimeout = std::chrono::seconds(2);
+}  // namespace
+
+Connection::Connection(std::shared_ptr<CmService> service, Role role)
+    : service_(std::move(service)),
+      role_(role),
+      phase_(role == Role::kActive ? Phase::kConnecting : Phase::kCrPending),
+      socket_(service_->io()),
+      timer_(service_->io()) {}
+
+Connection::~Connection() = default;
+
+// ---------------------------------------------------------------------------------------------
+// Events to the endpoint
+
+bool Connection::deliver(std::initializer_list<DAT_EP_STATE> from, DAT_EP_STATE to,
+                         DAT_EVENT_NUMBER event, bool flush, bool with_private_data) {
+  std::shared_ptr<Ep> e = ep.lock();
+  if (!e) return false;
+  std::lock_guard<std::mutex> guard(e->mutex);
+  if (e->connection.get() != this) return false;
+  bool expected = false;
+  for (DAT_EP_STATE s : from) expected = expected || e->state == s;
+  if (!expected) return false;
+  e->state = to;
+  if (flush) ep_qp_to_error_locked(*e);
+  if (e->connect_evd) {
+    DAT_EVENT ev{};
+    ev.event_number = event;
+    ev.event_data.connect_event_data.ep_handle = e->handle();
+    if (with_private_data && !peer_private_data.empty()) {
+      ev.event_data.connect_event_data.private_data_size =
+          static_cast<DAT_COUNT>(peer_private_data.size());
+      ev.event_data.connect_event_data.private_data = peer_private_data.data();
+    }
+    if (!e->connect_evd->post(ev)) {
+      log_warn("CM: connect EVD of EP {} full, event 0x{:x} lost", e->handle(),
+               static_cast<unsigned>(event));
+    }
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Active side
+
+void Connection::start_active(const asio::ip::tcp::endpoint& to, DAT_TIMEOUT timeout_us,
+                              cm::Message request) {
+  service_->track(shared_from_this());
+  auto self = shared_from_this();
+  if (timeout_us != DAT_TIMEOUT_INFINITE) {
+    timer_.expires_after(std::chrono::microseconds(timeout_us));
+    timer_.async_wait([self](const error_code& ec) {
+      if (ec) return;  // cancelled: the connection completed or failed first
+      if (self->phase_ == Phase::kConnecting || self->phase_ == Phase::kRequested) {
+        self->on_active_failure(DAT_CONNECTION_EVENT_TIMED_OUT);
+      }
+    });
+  }
+  if (ud) ud_retry_until_ = std::chrono::steady_clock::now() + kUdRefusedRetryWindow;
+  connect_attempt(to, std::move(request));
+}
+
+void Connection::connect_attempt(const asio::ip::tcp::endpoint& to, cm::Message request) {
+  auto self = shared_from_this();
+  socket_.async_connect(to, [self, to, request = std::move(request)](const error_code& ec) mutable {
+    if (self->phase_ != Phase::kConnecting) return;  // timed out or aborted meanwhile
+    if (ec && self->ud && ec == asio::error::connection_refused &&
+        self->retry_refused_ud(to, std::move(request))) {
+      return;
+    }
+    if (ec) {
+      // Nobody listens (refused, or reset by a dying listener): the remote consumer is not
+      // there, DAT_CONNECTION_EVENT_NON_PEER_REJECTED. No route: UNREACHABLE.
+      if (ec == asio::error::host_unreachable || ec == asio::error::network_unreachable ||
+          ec == asio::error::timed_out) {
+        self->on_active_failure(DAT_CONNECTION_EVENT_UNREACHABLE);
+      } else {
+        self->on_active_failure(DAT_CONNECTION_EVENT_NON_PEER_REJECTED);
+      }
+      return;
+    }
+    error_code ignored;
+    self->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+    self->phase_ = Phase::kRequested;
+    self->send(request);
+    self->read_header();
+  });
+}
+
+void Connection::on_active_failure(DAT_EVENT_NUMBER event) {
+  if (ud) {
+    on_ud_failure(event);
+    return;
+  }
+  phase_ = Phase::kClosed;
+  timer_.cancel();
+  deliver({DAT_EP_STATE_ACTIVE_CONNECTION_PENDING}, DAT_EP_STATE_DISCONNECTED, event, true,
+          event == DAT_CONNECTION_EVENT_PEER_REJECTED);
+  close_socket();
+}
+
+void Connection::on_rep(const cm::Message& m) {
+  timer_.cancel();
+  peer = m.qp;
+  peer_private_data = m.private_data;
+  bool established = false;
+  bool failed = false;
+  if (std::shared_ptr<Ep> e = ep.lock()) {
+    std::lock_guard<std::mutex> guard(e->mutex);
+    if (e->connection.get() == this && e->state == DAT_EP_STATE_ACTIVE_CONNECTION_PENDING) {
+      if (qp_connect(e->qp, service_->port(), service_->mtu(), local, peer) != 0) {
+        failed = true;
+      } else {
+        e->state = DAT_EP_STATE_CONNECTED;
+        e->broken_reported = false;  // a new connection can break again
+        established = true;
+        if (e->connect_evd) {
+          DAT_EVENT ev{};
+          ev.event_number = DAT_CONNECTION_EVENT_ESTABLISHED;
+          ev.event_data.connect_event_data.ep_handle = e->handle();
+          if (!peer_private_data.empty()) {
+            ev.event_data.connect_event_data.private_data_size =
+                static_cast<DAT_COUNT>(peer_private_data.size());
+            ev.event_data.connect_event_data.private_data = peer_private_data.data();
+          }
+          if (!e->connect_evd->post(ev)) log_warn("CM: connect EVD full, ESTABLISHED lost");
+        }
+      }
+    }
+  }
+  if (failed) {
+    // Our QP would not take the peer's parameters: a transport error on our side.
+    send(cm::bare(cm::Type::kDreq));
+    on_active_failure(DAT_CONNECTION_EVENT_NON_PEER_REJECTED);
+    return;
+  }
+  if (!established) {  // disconnected or freed while the REP was on its way
+    abort();
+    return;
+  }
+  phase_ = Phase::kEstablished;
+  send(cm::bare(cm::Type::kRtu));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Passive side
+
+void Connection::start_passive() {
+  service_->track(shared_from_this());
+  error_code ec;
+  auto remote = socket_.remote_endpoint(ec);
+  if (!ec) {
+    std::memcpy(&peer_address, remote.data(), remote.size());
+  }
+  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  phase_ = Phase::kCrPending;
+  read_header();
+}
+
+void Connection::send_accept(std::vector<uint8_t> private_data) {
+  if (ud) {
+    send_ud_accept(std::move(private_data));
+    return;
+  }
+  if (peer_gone || phase_ != Phase::kCrPending) {
+    // The requester went away before the accept: the accept cannot complete.
+    deliver({DAT_EP_STATE_COMPLETION_PENDING}, DAT_EP_STATE_DISCONNECTED,
+            DAT_CONNECTION_EVENT_ACCEPT_COMPLETION_ERROR, true, false);
+    close_socket();
+    return;
+  }
+  cm::Message rep;
+  rep.type = cm::Type::kRep;
+  rep.qp = local;
+  rep.private_data = std::move(private_data);
+  phase_ = Phase::kAccepted;
+  send(rep);
+}
+
+void Connection::send_reject(cm::RejectReason reason, std::vector<uint8_t> private_data) {
+  if (phase_ == Phase::kClosed) return;
+  cm::Message rej;
+  rej.type = cm::Type::kRej;
+  rej.reason = reason;
+  rej.private_data = std::move(private_data);
+  phase_ = Phase::kClosing;
+  close_after_write_ = true;
+  send(rej);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Both sides
+
+void Connection::send_disconnect(bool graceful) {
+  if (phase_ != Phase::kEstablished && phase_ != Phase::kAccepted) {
+    // The socket is gone already (the peer broke or disconnected first): only our side is
+    // left to finish.
+    deliver({DAT_EP_STATE_DISCONNECT_PENDING}, DAT_EP_STATE_DISCONNECTED,
+            DAT_CONNECTION_EVENT_DISCONNECTED, true, false);
+    return;
+  }
+  graceful_ = graceful;
+  phase_ = Phase::kClosing;
+  send(cm::bare(cm::Type::kDreq));
+  if (!graceful) {
+    deliver({DAT_EP_STATE_DISCONNECT_PENDING}, DAT_EP_STATE_DISCONNECTED,
+            DAT_CONNECTION_EVENT_DISCONNECTED, true, false);
+    return;
+  }
+  // Graceful: the QP is flushed and the event posted when the DREP (or the peer's close)
+  // comes, or after kDrepTimeout when the peer is alive but silent.
+  auto self = shared_from_this();
+  timer_.expires_after(kDrepTimeout);
+  timer_.async_wait([self](const error_code& ec) {
+    if (ec || self->phase_ != Phase::kClosing) return;
+    self->deliver({DAT_EP_STATE_DISCONNECT_PENDING}, DAT_EP_STATE_DISCONNECTED,
+                  DAT_CONNECTION_EVENT_DISCONNECTED, true, false);
+    self->abort();
+  });
+}
+
+void Connection::on_peer_disconnect() {
+  // The peer's DREQ: both sides end DISCONNECTED (a DREQ crossing ours finds us pending).
+  deliver({DAT_EP_STATE_CONNECTED, DAT_EP_STATE_DISCONNECT_PENDING}, DAT_EP_STATE_DISCONNECTED,
+          DAT_CONNECTION_EVENT_DISCONNECTED, true, false);
+  phase_ = Phase::kClosing;
+  close_after_write_ = true;
+  send(cm::bare(cm::Type::kDrep));
+}
+
+void Connection::abort() {
+  timer_.cancel();
+  phase_ = Phase::kClosed;
+  close_socket();
+}
+
+void Connection::break_locally() {
+  if (phase_ != Phase::kEstablished && phase_ != Phase::kClosing) return;
+  deliver({DAT_EP_STATE_CONNECTED, DAT_EP_STATE_DISCONNECT_PENDING}, DAT_EP_STATE_DISCONNECTED,
+          DAT_CONNECTION_EVENT_BROKEN, true, false);
+  abort();
+}
+
+void Connection::close_socket() {
+  error_code ignored;
+  timer_.cancel();
+  if (ud_retry_timer_) ud_retry_timer_->cancel();
+  if (socket_.is_open()) {
+    socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
+  out_.clear();
+}
+
+void Connection::send(const cm::Message& m) {
+  if (!socket_.is_open()) return;
+  out_.push_back(cm::encode(m));
+  if (!writing_) write_next();
+}
+
+void Connection::write_next() {
+  if (out_.empty()) {
+    writing_ = false;
+    if (close_after_write_) {
+      phase_ = Phase::kClosed;
+      close_socket();
+    }
+    return;
+  }
+  writing_ = true;
+  auto self = shared_from_this();
+  asio::async_write(socket_, asio::buffer(out_.front()), [self](const error_code& ec, size_t) {
+    if (ec) {
+      self->writing_ = false;
+      return;  // the read side reports the broken socket
+    }
+    if (!self->out_.empty()) self->out_.pop_front();
+    self->write_next();
+  });
+}
+
+void Connection::read_header() {
+  auto self = shared_from_this();
+  asio::async_read(socket_, asio::buffer(header_), [self](const error_code& ec, size_t) {
+    if (ec) {
+      self->on_socket_error(ec);
+      return;
+    }
+    cm::Type type{};
+    std::optional<uint32_t> length = cm::parse_header(self->header_.data(), &type);
+    if (!length) {
+      log_warn("CM: malformed frame header from the peer; closing the connection");
+      self->on_socket_error(asio::error::invalid_argument);
+      return;
+    }
+    self->read_body(type, *length);
+  });
+}
+
+void Connection::read_body(cm::Type type, uint32_t length) {
+  body_.resize(length);
+  auto self = shared_from_this();
+  asio::async_read(socket_, asio::buffer(body_), [self, type](const error_code& ec, size_t) {
+    if (ec) {
+      self->on_socket_error(ec);
+      return;
+    }
+    std::optional<cm::Message> m = cm::parse_body(type, self->body_.data(), self->body_.size());
+    if (!m) {
+      log_warn("CM: malformed {} frame from the peer; closing the connection",
+               static_cast<int>(type));
+      self->on_socket_error(asio::error::invalid_argument);
+      return;
+    }
+    self->on_message(*m);
+    if (self->socket_.is_open()) self->read_header();
+  });
+}
+
+void Connection::on_message(const cm::Message& m) {
+  switch (phase_) {
+    case Phase::kRequested:  // active, waiting for the answer
+      if (m.type == cm::Type::kRep && !ud) {
+        on_rep(m);
+      } else if (m.type == cm::Type::kUdRep && ud) {
+        on_ud_rep(m);
+      } else if (m.type == cm::Type::kRej) {
+        peer_private_data = m.private_data;
+        on_active_failure(m.reason == cm::RejectReason::kConsumer
+                              ? DAT_CONNECTION_EVENT_PEER_REJECTED
+                              : DAT_CONNECTION_EVENT_NON_PEER_REJECTED);
+      } else {
+        on_active_failure(DAT_CONNECTION_EVENT_NON_PEER_REJECTED);
+      }
+      return;
+    case Phase::kCrPending:  // passive: the first frame must be the REQ
+      if (m.type == cm::Type::kReq || m.type == cm::Type::kUdReq) {
+        if (!service_point) return;  // REQ handled already
+        ud = m.type == cm::Type::kUdReq;
+        peer_ia_address = m.requester;
+        peer = m.qp;
+        peer_private_data = m.private_data;
+        service_->on_request(shared_from_this());
+        service_point.reset();  // the CR keeps what it needs
+        return;
+      }
+      break;
+    case Phase::kAccepted:  // passive, REP sent
+      if (m.type == cm::Type::kRtu) {
+        phase_ = Phase::kEstablished;
+        deliver({DAT_EP_STATE_COMPLETION_PENDING}, DAT_EP_STATE_CONNECTED,
+                DAT_CONNECTION_EVENT_ESTABLISHED, false, false);
+        return;
+      }
+      if (m.type == cm::Type::kDreq) {  // the active side gave up before its RTU
+        deliver({DAT_EP_STATE_COMPLETION_PENDING}, DAT_EP_STATE_DISCONNECTED,
+                DAT_CONNECTION_EVENT_ACCEPT_COMPLETION_ERROR, true, false);
+        abort();
+        return;
+      }
+      break;
+    case Phase::kEstablished:
+      if (m.type == cm::Type::kDreq) {
+        on_peer_disconnect();
+        return;
+      }
+      break;
+    case Phase::kClosing:
+      if (m.type == cm::Type::kDrep || m.type == cm::Type::kDreq) {
+        if (graceful_) {
+          deliver({DAT_EP_STATE_DISCONNECT_PENDING}, DAT_EP_STATE_DISCONNECTED,
+                  DAT_CONNECTION_EVENT_DISCONNECTED, true, false);
+        }
+        abort();
+        return;
+      }
+      return;  // anything else while closing is late traffic
+    case Phase::kConnecting:
+    case Phase::kClosed:
+      return;
+  }
+  log_warn("CM: unexpected frame {} in phase {}; closing the connection", static_cast<int>(m.type),
+           static_cast<int>(phase_));
+  on_socket_error(asio::error::invalid_argument);
+}
+
+void Connection::on_socket_error(const error_code& ec) {
+  if (ec == asio::error::operation_aborted) return;  // we closed it
+  const Phase was = phase_;
+  phase_ = Phase::kClosed;
+  switch (was) {
+    case Phase::kRequested:
+      // The listener went away (PSP freed, process died) before answering.
+      on_active_failure(DAT_CONNECTION_EVENT_NON_PEER_REJECTED);
+      return;
+    case Phase::kCrPending:
+      // The requester left while its CR waits for the consumer: dat_cr_accept will report
+      // DAT_CONNECTION_EVENT_ACCEPT_COMPLETION_ERROR.
+      peer_gone = true;
+      break;
+    case Phase::kAccepted:
+      deliver({DAT_EP_STATE_COMPLETION_PENDING}, DAT_EP_STATE_DISCONNECTED,
+              DAT_CONNECTION_EVENT_ACCEPT_COMPLETION_ERROR, true, false);
+      break;
+    case Phase::kEstablished:
+      // No DREQ came first: the peer died or its endpoint was freed.
+      deliver({DAT_EP_STATE_CONNECTED, DAT_EP_STATE_DISCONNECT_PENDING}, DAT_EP_STATE_DISCONNECTED,
+              DAT_CONNECTION_EVENT_BROKEN, true, false);
+      break;
+    case Phase::kClosing:
+      if (graceful_) {
+        deliver({DAT_EP_STATE_DISCONNECT_PENDING}, DAT_EP_STATE_DISCONNECTED,
+                DAT_CONNECTION_EVENT_DISCONNECTED, true, false);
+      }
+      break;
+    case Phase::kConnecting:
+    case Phase::kClosed:
+      break;
+  }
+  close_socket();
+}
+
+}  // namespace dat_api

@@ -1,0 +1,23 @@
+// The QP moves the connection manager makes: INIT -> RTR -> RTS towards the peer's QP when a
+// connection is made, any state -> ERR when it ends (which flushes every outstanding work
+// request; the EP code turns the flushes into DAT_DTO_ERR_FLUSHED completions).
+#pragma once
+
+#include <dat2/udat.h>
+#include <infiniband/verbs.h>
+
+#include "dat_api/cm/cm_wire.h"
+
+namespace dat_api {
+
+// Returns 0 or the errno of the failing ibv_modify_qp.
+int qp_connect(ibv_qp* qp, uint8_t port, ibv_mtu mtu, const cm::QpInfo& local,
+               const cm::QpInfo& peer);
+
+void qp_to_error(ibv_qp* qp);
+
+// The RDMA Read depth an EP's attribute asks for, as a verbs value within the device's limit:
+// the provider may choose when the consumer leaves it 0 (dat_ep_connect, USAGE).
+uint8_t rdma_read_depth(DAT_COUNT requested, int device_max);
+
+}  // namespace dat_api

@@ -1,0 +1,241 @@
+// Encoding and decoding of the connection manager's frames (cm_wire.h). All integers are
+// big-endian; addresses travel as {family u16, port u16, 16 address bytes}.
+#include "dat_api/cm/cm_wire.h"
+
+#include <netinet/in.h>
+
+#include <cstring>
+
+namespace dat_api::cm {
+
+namespace {
+
+constexpr uint8_t kMagic[4] = {'E', 'M', 'C', 'M'};
+constexpr size_t kQpInfoSize = 4 + 4 + 16 + 2;
+constexpr size_t kAddressSize = 20;
+
+class Writer {
+ public:
+  explicit Writer(std::vector<uint8_t>* out) : out_(out) {}
+  void u8(uint8_t v) { out_->push_back(v); }
+  void u16(uint16_t v) {
+    u8(static_cast<uint8_t>(v >> 8));
+    u8(static_cast<uint8_t>(v));
+  }
+  void u32(uint32_t v) {
+    u16(static_cast<uint16_t>(v >> 16));
+    u16(static_cast<uint16_t>(v));
+  }
+  void u64(uint64_t v) {
+    u32(static_cast<uint32_t>(v >> 32));
+    u32(static_cast<uint32_t>(v));
+  }
+  void bytes(const void* p, size_t n) {
+    if (n == 0) return;
+    const size_t at = out_->size();
+    out_->resize(at + n);
+    std::memcpy(out_->data() + at, p, n);
+  }
+
+ private:
+  std::vector<uint8_t>* out_;
+};
+
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+  bool ok() const { return ok_; }
+  size_t left() const { return n_; }
+  uint8_t u8() {
+    if (!take(1)) return 0;
+    return p_[-1];
+  }
+  uint16_t u16() {
+    uint16_t hi = u8();
+    return static_cast<uint16_t>((hi << 8) | u8());
+  }
+  uint32_t u32() {
+    uint32_t hi = u16();
+    return (hi << 16) | u16();
+  }
+  uint64_t u64() {
+    uint64_t hi = u32();
+    return (hi << 32) | u32();
+  }
+  void bytes(void* out, size_t n) {
+    if (n == 0 || !take(n)) return;  // an empty vector's data() may be null
+    std::memcpy(out, p_ - n, n);
+  }
+
+ private:
+  bool take(size_t n) {
+    if (!ok_ || n > n_) {
+      ok_ = false;
+      return false;
+    }
+    p_ += n;
+    n_ -= n;
+    return true;
+  }
+  const uint8_t* p_;
+  size_t n_;
+  bool ok_ = true;
+};
+
+void write_qp(Writer& w, const QpInfo& qp) {
+  w.u32(qp.qpn);
+  w.u32(qp.psn);
+  w.bytes(qp.gid.raw, sizeof(qp.gid.raw));
+  w.u8(qp.rdma_read_in);
+  w.u8(qp.rdma_read_out);
+}
+
+QpInfo read_qp(Reader& r) {
+  QpInfo qp;
+  qp.qpn = r.u32();
+  qp.psn = r.u32();
+  r.bytes(qp.gid.raw, sizeof(qp.gid.raw));
+  qp.rdma_read_in = r.u8();
+  qp.rdma_read_out = r.u8();
+  return qp;
+}
+
+void write_address(Writer& w, const sockaddr_storage& a) {
+  uint8_t raw[16] = {};
+  uint16_t port = 0;
+  if (a.ss_family == AF_INET) {
+    const auto* sin = reinterpret_cast<const sockaddr_in*>(&a);
+    std::memcpy(raw, &sin->sin_addr, 4);
+    port = ntohs(sin->sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(&a);
+    std::memcpy(raw, &sin6->sin6_addr, 16);
+    port = ntohs(sin6->sin6_port);
+  }
+  w.u16(a.ss_family);
+  w.u16(port);
+  w.bytes(raw, sizeof(raw));
+}
+
+sockaddr_storage read_address(Reader& r) {
+  sockaddr_storage a{};
+  uint16_t family = r.u16();
+  uint16_t port = r.u16();
+  uint8_t raw[16] = {};
+  r.bytes(raw, sizeof(raw));
+  if (family == AF_INET) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&a);
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(port);
+    std::memcpy(&sin->sin_addr, raw, 4);
+  } else if (family == AF_INET6) {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&a);
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(port);
+    std::memcpy(&sin6->sin6_addr, raw, 16);
+  }
+  return a;
+}
+
+void write_private_data(Writer& w, const std::vector<uint8_t>& pd) {
+  w.u16(static_cast<uint16_t>(pd.size()));
+  w.bytes(pd.data(), pd.size());
+}
+
+bool read_private_data(Reader& r, std::vector<uint8_t>* pd) {
+  uint16_t size = r.u16();
+  if (!r.ok() || size > kMaxPrivateData || size > r.left()) return false;
+  pd->resize(size);
+  r.bytes(pd->data(), size);
+  return r.ok();
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode(const Message& m) {
+  std::vector<uint8_t> frame;
+  frame.reserve(kHeaderSize + kQpInfoSize + 8 + kAddressSize + 2 + m.private_data.size());
+  Writer w(&frame);
+  w.bytes(kMagic, sizeof(kMagic));
+  w.u8(kVersion);
+  w.u8(static_cast<uint8_t>(m.type));
+  w.u16(0);
+  w.u32(0);  // body length, patched below
+  switch (m.type) {
+    case Type::kReq:
+    case Type::kUdReq:
+      write_qp(w, m.qp);
+      w.u64(m.conn_qual);
+      write_address(w, m.requester);
+      write_private_data(w, m.private_data);
+      break;
+    case Type::kRep:
+    case Type::kUdRep:
+      write_qp(w, m.qp);
+      write_private_data(w, m.private_data);
+      break;
+    case Type::kRej:
+      w.u8(static_cast<uint8_t>(m.reason));
+      write_private_data(w, m.private_data);
+      break;
+    case Type::kRtu:
+    case Type::kDreq:
+    case Type::kDrep:
+      break;
+  }
+  auto body = static_cast<uint32_t>(frame.size() - kHeaderSize);
+  for (int i = 0; i < 4; ++i) frame[8 + i] = static_cast<uint8_t>(body >> (24 - 8 * i));
+  return frame;
+}
+
+std::optional<uint32_t> parse_header(const uint8_t* header, Type* type) {
+  if (std::memcmp(header, kMagic, sizeof(kMagic)) != 0) return std::nullopt;
+  if (header[4] != kVersion) return std::nullopt;
+  uint8_t t = header[5];
+  if (t < static_cast<uint8_t>(Type::kReq) || t > static_cast<uint8_t>(Type::kUdRep)) {
+    return std::nullopt;
+  }
+  *type = static_cast<Type>(t);
+  uint32_t length = (uint32_t{header[8]} << 24) | (uint32_t{header[9]} << 16) |
+                    (uint32_t{header[10]} << 8) | header[11];
+  if (length > kMaxBody) return std::nullopt;
+  return length;
+}
+
+std::optional<Message> parse_body(Type type, const uint8_t* body, size_t size) {
+  Reader r(body, size);
+  Message m;
+  m.type = type;
+  switch (type) {
+    case Type::kReq:
+    case Type::kUdReq:
+      m.qp = read_qp(r);
+      m.conn_qual = r.u64();
+      m.requester = read_address(r);
+      if (!read_private_data(r, &m.private_data)) return std::nullopt;
+      break;
+    case Type::kRep:
+    case Type::kUdRep:
+      m.qp = read_qp(r);
+      if (!read_private_data(r, &m.private_data)) return std::nullopt;
+      break;
+    case Type::kRej: {
+      uint8_t reason = r.u8();
+      if (reason != static_cast<uint8_t>(RejectReason::kConsumer) &&
+          reason != static_cast<uint8_t>(RejectReason::kNonPeer)) {
+        return std::nullopt;
+      }
+      m.reason = static_cast<RejectReason>(reason);
+      if (!read_private_data(r, &m.private_data)) return std::nullopt;
+      break;
+    }
+    case Type::kRtu:
+    case Type::kDreq:
+    case Type::kDrep:
+      break;
+  }
+  if (!r.ok()) return std::nullopt;
+  return m;
+}
+
+}  // namespace dat_api::cm

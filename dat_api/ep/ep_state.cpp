@@ -1,0 +1,72 @@
+// The endpoint's states (ep_state.h).
+#include "dat_api/ep/ep_state.h"
+
+#include "dat_api/core/errors.h"
+
+namespace dat_api {
+
+DAT_EP_STATE ep_configured_twin(DAT_EP_STATE s) {
+  switch (s) {
+    case DAT_EP_STATE_UNCONFIGURED_UNCONNECTED:
+      return DAT_EP_STATE_UNCONNECTED;
+    case DAT_EP_STATE_UNCONFIGURED_RESERVED:
+      return DAT_EP_STATE_RESERVED;
+    case DAT_EP_STATE_UNCONFIGURED_PASSIVE:
+      return DAT_EP_STATE_PASSIVE_CONNECTION_PENDING;
+    case DAT_EP_STATE_UNCONFIGURED_TENTATIVE:
+      return DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING;
+    default:
+      return s;
+  }
+}
+
+DAT_EP_STATE ep_unconfigured_twin(DAT_EP_STATE s) {
+  switch (s) {
+    case DAT_EP_STATE_UNCONNECTED:
+      return DAT_EP_STATE_UNCONFIGURED_UNCONNECTED;
+    case DAT_EP_STATE_RESERVED:
+      return DAT_EP_STATE_UNCONFIGURED_RESERVED;
+    case DAT_EP_STATE_PASSIVE_CONNECTION_PENDING:
+      return DAT_EP_STATE_UNCONFIGURED_PASSIVE;
+    case DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING:
+      return DAT_EP_STATE_UNCONFIGURED_TENTATIVE;
+    default:
+      return s;
+  }
+}
+
+DAT_RETURN ep_invalid_state(DAT_EP_STATE state) {
+  switch (state) {
+    case DAT_EP_STATE_UNCONNECTED:
+      return invalid_state(DAT_INVALID_STATE_EP_UNCONNECTED);
+    case DAT_EP_STATE_UNCONFIGURED_UNCONNECTED:
+      return invalid_state(DAT_INVALID_STATE_EP_UNCONFIGURED);
+    case DAT_EP_STATE_RESERVED:
+      return invalid_state(DAT_INVALID_STATE_EP_RESERVED);
+    case DAT_EP_STATE_UNCONFIGURED_RESERVED:
+      return invalid_state(DAT_INVALID_STATE_EP_UNCONFRESERVED);
+    case DAT_EP_STATE_PASSIVE_CONNECTION_PENDING:
+      return invalid_state(DAT_INVALID_STATE_EP_PASSCONNPENDING);
+    case DAT_EP_STATE_UNCONFIGURED_PASSIVE:
+      return invalid_state(DAT_INVALID_STATE_EP_UNCONFPASSIVE);
+    case DAT_EP_STATE_ACTIVE_CONNECTION_PENDING:
+      return invalid_state(DAT_INVALID_STATE_EP_ACTCONNPENDING);
+    case DAT_EP_STATE_TENTATIVE_CONNECTION_PENDING:
+      return invalid_state(DAT_INVALID_STATE_EP_TENTCONNPENDING);
+    case DAT_EP_STATE_UNCONFIGURED_TENTATIVE:
+      return invalid_state(DAT_INVALID_STATE_EP_UNCONFTENTATIVE);
+    case DAT_EP_STATE_CONNECTED:
+    case DAT_EP_STATE_CONNECTED_SINGLE_PATH:
+    case DAT_EP_STATE_CONNECTED_MULTI_PATH:
+      return invalid_state(DAT_INVALID_STATE_EP_CONNECTED);
+    case DAT_EP_STATE_DISCONNECT_PENDING:
+      return invalid_state(DAT_INVALID_STATE_EP_DISCPENDING);
+    case DAT_EP_STATE_DISCONNECTED:
+      return invalid_state(DAT_INVALID_STATE_EP_DISCONNECTED);
+    case DAT_EP_STATE_COMPLETION_PENDING:
+      return invalid_state(DAT_INVALID_STATE_EP_COMPLPENDING);
+  }
+  return invalid_state(DAT_INVALID_STATE_EP_NOTREADY);
+}
+
+}  // namespace dat_api
