@@ -720,25 +720,6 @@ TEST_F(QpStateMachine, ResetDiscardsWorkRequestsWithoutCompletions) {
   for (char ch : old_rx) EXPECT_EQ(ch, 0x5a);
 }
 
-}  // namespace
-}  // namespace emu_test
-
-namespace emu {
-
-// The test hook emu/qp.h befriends. An RC QP never enters SQE by itself, so the test that
-// checks the RC row of the table puts one there through the routine a failed UC or UD send runs.
-struct QpTestPeer {
-  static void enter_sqe(Qp& qp) {
-    std::lock_guard lock(qp.lock_);
-    qp.to_sq_error_locked();
-  }
-};
-
-}  // namespace emu
-
-namespace emu_test {
-namespace {
-
 // ---------------------------------------------------------------------------------------------
 // RESET -> ERR, and the Send Queue Error state (SQE) of UC and UD QPs.
 
@@ -951,7 +932,8 @@ TEST_F(QpStateMachine, RcSendErrorEntersErrorNotSqeAndRcSqeToRtsIsRefused) {
 
   Qp* qp = qp_in(IBV_QPT_RC, IBV_QPS_RTS);
   ASSERT_NE(qp, nullptr);
-  emu::QpTestPeer::enter_sqe(*qp);
+  // An RC QP never enters SQE by itself: put there by the routine a failed UC or UD send runs.
+  qp->enter_sqe_for_test();
   ASSERT_EQ(state_of(qp), IBV_QPS_SQE);
   attr.cur_qp_state = IBV_QPS_SQE;
   EXPECT_EQ(qp->modify(attr, IBV_QP_STATE), EINVAL);
