@@ -1,4 +1,6 @@
-// Completer: matches the peer's answers to send WQEs, in order, and writes completions.
+// Completer: matches the peer's answers to send WQEs, in order, and retires them.
+#include "emu/completer.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -6,29 +8,79 @@
 #include <cstring>
 
 #include "emu/context.h"
+#include "emu/names.h"
 #include "emu/node.h"
 #include "emu/qp.h"
 #include "emu/sge.h"
 
 namespace emu {
 
-void Qp::retire_head_locked(ibv_wc_status status, uint32_t byte_len) {
-  SendWqe& w = sq_[sq_head_ & sq_mask_];
+void Completer::retire_head_locked(ibv_wc_status status, uint32_t byte_len) {
+  Requester& requester = qp_.requester_;
+  SendWqe& w = requester.head();
   // A request that ends in error (retries exhausted, a NAK) may still sit in a transport's
   // queue with later ones: the program may free its buffer once it sees the completion.
-  if (status != IBV_WC_SUCCESS) node().transport().release_payloads();
-  if (is_rd_atomic(w.opcode) && rd_atomic_in_flight_ > 0) --rd_atomic_in_flight_;
-  complete_send(w, status, byte_len);
-  ++sq_head_;
+  if (status != IBV_WC_SUCCESS) qp_.node().transport().release_payloads();
+  requester.rd_atomic_answered(w);
+  qp_.completions_.complete_send(w, status, byte_len);
+  requester.pop_head();
   // Progress was made: the retry budgets apply per message, as in IBA 9.7.5.
-  rnr_retries_left_ = attr_.rnr_retry;
-  retries_left_ = attr_.retry_cnt;
+  reset_budgets_locked();
 }
 
-void Qp::schedule_retry_locked(std::chrono::nanoseconds delay) {
+void Completer::reset_budgets_locked() {
+  rnr_retries_left_ = qp_.attr_.rnr_retry;
+  retries_left_ = qp_.attr_.retry_cnt;
+}
+
+void Completer::fail_locked(SendWqe& w, ibv_wc_status status) {
+  spdlog::debug("QP {:#x}: wr_id {} completes with {}", qp_.qpn_, w.wr_id, wc_status_name(status));
+  // w is the head: completed in error it is retired, and the rest of the queue is flushed.
+  qp_.completions_.complete_send(w, status, 0);
+  qp_.requester_.pop_head();
+  qp_.requester_.rd_atomic_answered(w);
+  if (qp_.type_ == IBV_QPT_RC) {
+    qp_.to_error_locked();
+  } else {
+    qp_.to_sq_error_locked();
+  }
+}
+
+void Completer::retire_local_answers_locked() {
+  Requester& requester = qp_.requester_;
+  while (!requester.nothing_unanswered()) {
+    SendWqe& head = requester.head();
+    if (!head.answered_locally) return;
+    if (head.local_status != IBV_WC_SUCCESS) {
+      fail_locked(head, head.local_status);
+      return;
+    }
+    qp_.completions_.complete_send(head, IBV_WC_SUCCESS, head.length);
+    requester.pop_head();
+  }
+}
+
+void Completer::on_timer_locked(uint64_t token) {
+  if (token & kAckTimerTag) {
+    on_ack_timer_locked(token);
+    return;
+  }
+  if (token != timer_token_ || !waiting_retry_) return;
+  waiting_retry_ = false;
+  ++ack_epoch_;  // a retransmission after an RNR or retry delay: the ACK timer starts over
+  qp_.requester_.transmit_locked();
+}
+
+void Completer::stop_timers_locked() {
+  ++timer_token_;
+  waiting_retry_ = false;
+  disarm_ack_timer_locked();
+}
+
+void Completer::schedule_retry_locked(std::chrono::nanoseconds delay) {
   waiting_retry_ = true;
   ++timer_token_;
-  node().schedule(Node::Clock::now() + delay, qpn_, timer_token_);
+  qp_.node().schedule(Node::Clock::now() + delay, qp_.qpn_, timer_token_);
 }
 
 namespace {
@@ -62,48 +114,44 @@ std::chrono::nanoseconds ack_timeout(uint8_t timeout, uint64_t unanswered_bytes)
 // timeout, where hardware would interleave packets and keep acknowledging. If not, nothing
 // was heard for a whole timeout: retransmit from the oldest unanswered request (go-back-N),
 // spending one of retry_cnt, or once they are spent complete it with IBV_WC_RETRY_EXC_ERR
-// (fail_send_locked then flushes the rest and moves the QP to ERR). So each retry follows a
+// (fail_locked then flushes the rest and moves the QP to ERR). So each retry follows a
 // silence of at least one timeout after the last answer or retransmission, and at most about
 // two (plus the short second look below); hardware transport timers are as coarse.
-void Qp::arm_ack_timer_locked() {
+void Completer::arm_ack_timer_locked() {
   // timeout 0 is infinite (ibv_modify_qp(3)); UC and UD are never acknowledged.
-  if (type_ != IBV_QPT_RC || attr_.timeout == 0 || ack_timer_pending_) return;
-  if (sq_head_ == sq_next_) return;  // nothing unanswered to time
+  if (qp_.type_ != IBV_QPT_RC || qp_.attr_.timeout == 0 || ack_timer_pending_) return;
+  if (qp_.requester_.nothing_unanswered()) return;  // nothing unanswered to time
   ack_timer_pending_ = true;
   ack_confirming_ = false;
   ack_epoch_armed_ = ack_epoch_;
   // O(unanswered), but armed at most once a timeout, never per message.
-  uint64_t bytes = 0;
-  for (uint64_t i = sq_head_; i != sq_next_; ++i) {
-    const SendWqe& w = sq_[i & sq_mask_];
-    if (!w.answered_locally) bytes += w.length;
-  }
+  const uint64_t bytes = qp_.requester_.unanswered_bytes();
   // The deadline is rounded up to a grid of about a sixteenth of the timeout, so that the
   // timers of many busy QPs fall due together and the progress thread wakes once for all of
   // them instead of once per QP (1,000 QPs sharing an SRQ armed 15,000 wake-ups a second).
   // Never early, at most 1/16 late: the timeout is a lower bound in IBA too.
-  const uint64_t base_ns = uint64_t{4096} << (attr_.timeout & 31);
+  const uint64_t base_ns = uint64_t{4096} << (qp_.attr_.timeout & 31);
   const uint64_t grid = std::bit_floor(std::max<uint64_t>(base_ns / 16, 1024));
-  const auto due = Node::Clock::now() + ack_timeout(attr_.timeout, bytes);
+  const auto due = Node::Clock::now() + ack_timeout(qp_.attr_.timeout, bytes);
   const uint64_t due_ns = static_cast<uint64_t>(due.time_since_epoch().count());
   const Node::Clock::time_point rounded{
       std::chrono::nanoseconds((due_ns + grid - 1) & ~(grid - 1))};
-  node().schedule(rounded, qpn_, kAckTimerTag | ++ack_timer_token_);
+  qp_.node().schedule(rounded, qp_.qpn_, kAckTimerTag | ++ack_timer_token_);
 }
 
-void Qp::disarm_ack_timer_locked() {
+void Completer::disarm_ack_timer_locked() {
   ack_timer_pending_ = false;
   ack_confirming_ = false;
   ++ack_timer_token_;  // the node timer already queued finds a stale token and does nothing
 }
 
-void Qp::on_ack_timer_locked(uint64_t token) {
+void Completer::on_ack_timer_locked(uint64_t token) {
   if (!ack_timer_pending_ || token != (kAckTimerTag | ack_timer_token_)) return;
   ack_timer_pending_ = false;
-  const ibv_qp_state st = state();
+  const ibv_qp_state st = qp_.state();
   if (st != IBV_QPS_RTS && st != IBV_QPS_SQD) return;  // ERR, RESET: all was flushed or dropped
   // Nothing unanswered; or an RNR / retry delay runs, whose retransmission re-arms the timer.
-  if (sq_head_ == sq_next_ || waiting_retry_) return;
+  if (qp_.requester_.nothing_unanswered() || waiting_retry_) return;
   if (ack_epoch_ != ack_epoch_armed_) {  // the peer answered meanwhile: time afresh from now
     arm_ack_timer_locked();
     return;
@@ -116,85 +164,84 @@ void Qp::on_ack_timer_locked(uint64_t token) {
     ack_confirming_ = true;
     ack_timer_pending_ = true;
     const auto grace = std::min<std::chrono::nanoseconds>(
-        std::chrono::nanoseconds(uint64_t{4096} << (attr_.timeout & 31)),
+        std::chrono::nanoseconds(uint64_t{4096} << (qp_.attr_.timeout & 31)),
         std::chrono::milliseconds(1));
-    node().schedule(Node::Clock::now() + grace, qpn_, kAckTimerTag | ++ack_timer_token_);
+    qp_.node().schedule(Node::Clock::now() + grace, qp_.qpn_, kAckTimerTag | ++ack_timer_token_);
     return;
   }
   ack_confirming_ = false;
-  SendWqe& oldest = sq_[sq_head_ & sq_mask_];
+  SendWqe& oldest = qp_.requester_.head();
   if (retries_left_ == 0) {
-    spdlog::debug("QP {:#x}: local ACK timeout, retry_cnt {} exhausted", qpn_, attr_.retry_cnt);
-    fail_send_locked(oldest, IBV_WC_RETRY_EXC_ERR);
+    spdlog::debug("QP {:#x}: local ACK timeout, retry_cnt {} exhausted", qp_.qpn_,
+                  qp_.attr_.retry_cnt);
+    fail_locked(oldest, IBV_WC_RETRY_EXC_ERR);
     return;
   }
   --retries_left_;
-  spdlog::debug("QP {:#x}: local ACK timeout, retransmitting from psn {} ({} retries left)", qpn_,
-                oldest.psn, retries_left_);
+  spdlog::debug("QP {:#x}: local ACK timeout, retransmitting from psn {} ({} retries left)",
+                qp_.qpn_, oldest.psn, retries_left_);
   ++ack_epoch_;
-  sq_next_ = sq_head_;  // go back to the oldest unanswered request
-  rd_atomic_in_flight_ = 0;
-  transmit_locked();  // arms the timer again
+  qp_.requester_.go_back_to_head();  // the oldest unanswered request goes again
+  qp_.requester_.transmit_locked();  // arms the timer again
 }
 
-void Qp::handle_nak_locked(const FrameHeader& h) {
-  SendWqe& w = sq_[sq_head_ & sq_mask_];
+void Completer::handle_nak_locked(const FrameHeader& h) {
+  Requester& requester = qp_.requester_;
+  SendWqe& w = requester.head();
   switch (h.nak) {
     case NakCode::kReceiverNotReady:
-      if (attr_.rnr_retry != 7) {  // 7 means retry for ever
+      if (qp_.attr_.rnr_retry != 7) {  // 7 means retry for ever
         if (rnr_retries_left_ == 0) {
-          fail_send_locked(w, IBV_WC_RNR_RETRY_EXC_ERR);
+          fail_locked(w, IBV_WC_RNR_RETRY_EXC_ERR);
           return;
         }
         --rnr_retries_left_;
       }
       // The responder answered: the silences timed so far were transient. retry_cnt bounds
       // consecutive silent timeouts, so its budget starts over (as after an ACK).
-      retries_left_ = attr_.retry_cnt;
+      retries_left_ = qp_.attr_.retry_cnt;
       // Go back to the refused message: later ones were dropped by the responder.
-      sq_next_ = sq_head_;
-      rd_atomic_in_flight_ = 0;
+      requester.go_back_to_head();
       schedule_retry_locked(std::chrono::nanoseconds(rnr_timer_ns(h.rnr_timer)));
       return;
     case NakCode::kUnavailable:
-      if (attr_.timeout == 0) {
+      if (qp_.attr_.timeout == 0) {
         // timeout 0 is infinite: hardware would wait for ever, retry_cnt is never spent.
-        sq_next_ = sq_head_;
-        rd_atomic_in_flight_ = 0;
+        requester.go_back_to_head();
         waiting_retry_ = true;
         return;
       }
       if (retries_left_ == 0) {
-        fail_send_locked(w, IBV_WC_RETRY_EXC_ERR);
+        fail_locked(w, IBV_WC_RETRY_EXC_ERR);
         return;
       }
       --retries_left_;
-      sq_next_ = sq_head_;
-      rd_atomic_in_flight_ = 0;
+      requester.go_back_to_head();
       // Local ACK timeout: 4.096 us * 2^timeout.
-      schedule_retry_locked(std::chrono::nanoseconds(uint64_t{4096} << attr_.timeout));
+      schedule_retry_locked(std::chrono::nanoseconds(uint64_t{4096} << qp_.attr_.timeout));
       return;
     case NakCode::kRemoteAccess:
-      fail_send_locked(w, IBV_WC_REM_ACCESS_ERR);
+      fail_locked(w, IBV_WC_REM_ACCESS_ERR);
       return;
     case NakCode::kInvalidRequest:
-      fail_send_locked(w, IBV_WC_REM_INV_REQ_ERR);
+      fail_locked(w, IBV_WC_REM_INV_REQ_ERR);
       return;
     case NakCode::kRemoteOperation:
-      fail_send_locked(w, IBV_WC_REM_OP_ERR);
+      fail_locked(w, IBV_WC_REM_OP_ERR);
       return;
     case NakCode::kNone:
       break;
   }
-  spdlog::warn("QP {:#x}: NAK with unknown code {} ignored", qpn_, static_cast<int>(h.nak));
+  spdlog::warn("QP {:#x}: NAK with unknown code {} ignored", qp_.qpn_, static_cast<int>(h.nak));
 }
 
-void Qp::complete_locked(Link& /*from*/, const FrameHeader& h, PayloadSource& payload) {
-  ibv_qp_state st = state();
+void Completer::complete_locked(const FrameHeader& h, PayloadSource& payload) {
+  ibv_qp_state st = qp_.state();
   if (st == IBV_QPS_RESET || st == IBV_QPS_ERR) return;  // everything was flushed already
+  Requester& requester = qp_.requester_;
   // An answer for psn p also acknowledges every earlier SEND and WRITE (IBA 9.7.5.1.1).
-  while (sq_head_ != sq_next_) {
-    SendWqe& w = sq_[sq_head_ & sq_mask_];
+  while (!requester.nothing_unanswered()) {
+    SendWqe& w = requester.head();
     int32_t d = psn_diff(w.psn, h.psn);
     if (d > 0) return;  // stale answer to a message already completed
     if (d == 0) break;
@@ -205,28 +252,27 @@ void Qp::complete_locked(Link& /*from*/, const FrameHeader& h, PayloadSource& pa
     if (is_rd_atomic(w.opcode)) return;  // a READ or atomic completes only with its data
     retire_head_locked(IBV_WC_SUCCESS, w.length);
   }
-  if (sq_head_ == sq_next_) return;
-  SendWqe& w = sq_[sq_head_ & sq_mask_];
+  if (requester.nothing_unanswered()) return;
+  SendWqe& w = requester.head();
 
   switch (h.op) {
     case FrameOp::kAck:
       if (is_rd_atomic(w.opcode)) {
-        spdlog::warn("QP {:#x}: ACK for a READ/atomic (psn {}) ignored", qpn_, h.psn);
+        spdlog::warn("QP {:#x}: ACK for a READ/atomic (psn {}) ignored", qp_.qpn_, h.psn);
         return;
       }
       retire_head_locked(IBV_WC_SUCCESS, w.length);
       break;
     case FrameOp::kReadResponse: {
       if (w.opcode != IBV_WR_RDMA_READ || payload.size() != w.length) {
-        spdlog::error("QP {:#x}: malformed READ response (psn {}, {} bytes for {})", qpn_, h.psn,
-                      payload.size(), w.length);
-        fail_send_locked(w, IBV_WC_BAD_RESP_ERR);
+        spdlog::error("QP {:#x}: malformed READ response (psn {}, {} bytes for {})", qp_.qpn_,
+                      h.psn, payload.size(), w.length);
+        fail_locked(w, IBV_WC_BAD_RESP_ERR);
         return;
       }
-      ScatterResult r = scatter(node().mrs(), pd_, w.sge, w.num_sge, 0, payload, w.length);
+      ScatterResult r = scatter(qp_.node().mrs(), qp_.pd_, w.sge, w.num_sge, 0, payload, w.length);
       if (r != ScatterResult::kOk) {
-        fail_send_locked(w,
-                         r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR);
+        fail_locked(w, r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR);
         return;
       }
       retire_head_locked(IBV_WC_SUCCESS, w.length);
@@ -234,15 +280,15 @@ void Qp::complete_locked(Link& /*from*/, const FrameHeader& h, PayloadSource& pa
     }
     case FrameOp::kAtomicResponse: {
       if (w.opcode != IBV_WR_ATOMIC_CMP_AND_SWP && w.opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) {
-        fail_send_locked(w, IBV_WC_BAD_RESP_ERR);
+        fail_locked(w, IBV_WC_BAD_RESP_ERR);
         return;
       }
       uint64_t original = h.compare_add;
-      BytesSource src(&original, sizeof(original));
-      ScatterResult r = scatter(node().mrs(), pd_, w.sge, w.num_sge, 0, src, sizeof(original));
+      LocalPayload src(&original, sizeof(original));
+      ScatterResult r =
+          scatter(qp_.node().mrs(), qp_.pd_, w.sge, w.num_sge, 0, src, sizeof(original));
       if (r != ScatterResult::kOk) {
-        fail_send_locked(w,
-                         r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR);
+        fail_locked(w, r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR);
         return;
       }
       retire_head_locked(IBV_WC_SUCCESS, sizeof(original));
@@ -255,8 +301,8 @@ void Qp::complete_locked(Link& /*from*/, const FrameHeader& h, PayloadSource& pa
       return;
   }
   retire_local_answers_locked();
-  transmit_locked();
-  maybe_sq_drained_locked();
+  requester.transmit_locked();
+  requester.maybe_sq_drained_locked();
 }
 
 }  // namespace emu

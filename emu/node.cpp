@@ -34,7 +34,7 @@ Node::Node(std::unique_ptr<Transport> transport)
 
 Node::~Node() {
   // A program that ends without destroying its QPs still acknowledges what they executed (a
-  // responder may owe the ACK of its last unsignaled-request: Qp::acknowledge_locked).
+  // responder may owe the ACK of its last unsignaled-request: Responder::acknowledge_locked).
   for (uint32_t slot = 0; slot < kMaxQp; ++slot) {
     if (Qp* qp = qps_[slot].load(std::memory_order_acquire)) qp->flush_owed_ack();
   }

@@ -23,46 +23,6 @@ uint32_t round_up_pow2(uint32_t n) {
   return n <= 1 ? 1 : std::bit_ceil(n);
 }
 
-bool opcode_allowed(ibv_qp_type type, ibv_wr_opcode op) {
-  switch (op) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-      return true;
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return type != IBV_QPT_UD;
-    case IBV_WR_RDMA_READ:
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return type == IBV_QPT_RC;
-    case IBV_WR_BIND_MW:
-    case IBV_WR_LOCAL_INV:
-      return type != IBV_QPT_UD;  // memory windows (mw.h): connected QPs
-    default:
-      return false;  // TSO, send with invalidate, driver-specific: not offered by emu0
-  }
-}
-
-ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) {
-  switch (op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ:
-      return IBV_WC_RDMA_READ;
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-      return IBV_WC_COMP_SWAP;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return IBV_WC_FETCH_ADD;
-    case IBV_WR_BIND_MW:
-      return IBV_WC_BIND_MW;
-    case IBV_WR_LOCAL_INV:
-      return IBV_WC_LOCAL_INV;
-    default:
-      return IBV_WC_SEND;
-  }
-}
-
 }  // namespace
 
 int Qp::check_init_attr(const QpInitAttr& init) {
@@ -88,11 +48,9 @@ Qp::Qp(Context& context, Pd* pd, const QpInitAttr& init)
       recv_cq_(init.recv_cq),
       srq_(init.srq),
       qp_context_(init.qp_context),
-      sq_sig_all_(init.sq_sig_all) {
-  uint32_t sq_slots = round_up_pow2(init.cap.max_send_wr);
-  sq_.reset(new SendWqe[sq_slots]);
-  sq_mask_ = sq_slots - 1;
-  cap_.max_send_wr = init.cap.max_send_wr == 0 ? 0 : sq_slots;
+      sq_sig_all_(init.sq_sig_all),
+      requester_(*this, round_up_pow2(init.cap.max_send_wr)) {
+  cap_.max_send_wr = init.cap.max_send_wr == 0 ? 0 : requester_.slots();
   cap_.max_send_sge = std::max<uint32_t>(init.cap.max_send_sge, 1);
   cap_.max_inline_data = kMaxInline;
   if (srq_ == nullptr) {
@@ -132,111 +90,22 @@ int Qp::bind_mw(ibv_mw* mw, const ibv_mw_bind& bind) {
 }
 
 int Qp::post_send_impl(const ibv_send_wr* wr, ibv_send_wr** bad_wr, bool type1_bind) {
-  auto refuse = [&](const ibv_send_wr* w, int err) {
-    if (bad_wr) *bad_wr = const_cast<ibv_send_wr*>(w);
-    return err;
-  };
   int err = 0;
   {
     std::lock_guard lock(lock_);
     ibv_qp_state st = state();
-    if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR) return refuse(wr, EINVAL);
-    for (; wr != nullptr; wr = wr->next) {
-      if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > cap_.max_send_sge) {
-        err = refuse(wr, EINVAL);
-        break;
-      }
-      if (!opcode_allowed(type_, wr->opcode)) {
-        err = refuse(wr, EINVAL);
-        break;
-      }
-      if (type_ == IBV_QPT_UD && wr->wr.ud.ah == nullptr) {
-        err = refuse(wr, EINVAL);
-        break;
-      }
-      if (wr->opcode == IBV_WR_BIND_MW &&
-          (wr->bind_mw.mw == nullptr ||
-           (Mw::from_ibv(wr->bind_mw.mw)->type == IBV_MW_TYPE_1) != type1_bind)) {
-        err = refuse(wr, EINVAL);  // type 1 through ibv_bind_mw only, type 2 through a WR only
-        break;
-      }
-      if (sq_tail_ - sq_head_ >= cap_.max_send_wr) {
-        err = refuse(wr, ENOMEM);
-        break;
-      }
-      SendWqe& w = sq_[sq_tail_ & sq_mask_];
-      uint64_t length = 0;
-      for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
-      w.is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 && !is_rd_atomic(wr->opcode);
-      if (w.is_inline) {
-        if (length > cap_.max_inline_data) {
-          err = refuse(wr, EINVAL);
-          break;
-        }
-        // Inline data is copied now: the program may reuse its buffer when post returns.
-        uint32_t off = 0;
-        for (int i = 0; i < wr->num_sge; ++i) {
-          std::memcpy(w.inline_data + off, reinterpret_cast<const void*>(wr->sg_list[i].addr),
-                      wr->sg_list[i].length);
-          off += wr->sg_list[i].length;
-        }
-        w.num_sge = 0;
-      } else {
-        w.num_sge = static_cast<uint32_t>(wr->num_sge);
-        for (int i = 0; i < wr->num_sge; ++i) w.sge[i] = wr->sg_list[i];
-      }
-      w.wr_id = wr->wr_id;
-      w.opcode = wr->opcode;
-      w.send_flags = wr->send_flags;
-      w.answered_locally = false;
-      w.local_status = IBV_WC_SUCCESS;
-      w.signaled = sq_sig_all_ || (wr->send_flags & IBV_SEND_SIGNALED) != 0;
-      w.imm = wr->imm_data;
-      // Lengths beyond the message limit are reported as a completion error, as hardware does.
-      w.length = length > kMaxMsgSize ? kMaxMsgSize + 1u : static_cast<uint32_t>(length);
-      w.psn = next_psn_;
-      next_psn_ = (next_psn_ + 1) & kPsnMask;
-      w.ah = nullptr;
-      w.mw = nullptr;
-      if (wr->opcode == IBV_WR_BIND_MW) {
-        const ibv_mw_bind_info& b = wr->bind_mw.bind_info;
-        w.mw = Mw::from_ibv(wr->bind_mw.mw);
-        w.rkey = wr->bind_mw.rkey;
-        w.remote_addr = b.addr;
-        w.bind_mr_key = b.mr != nullptr ? b.mr->lkey : 0;
-        w.bind_length = b.length;
-        w.bind_access = static_cast<int>(b.mw_access_flags);
-        w.length = 0;
-        w.num_sge = 0;
-        w.is_inline = false;
-      } else if (wr->opcode == IBV_WR_LOCAL_INV) {
-        w.rkey = wr->invalidate_rkey;
-        w.length = 0;
-        w.num_sge = 0;
-        w.is_inline = false;
-      } else if (type_ == IBV_QPT_UD) {
-        w.ah = Ah::from_ibv(wr->wr.ud.ah);
-        w.remote_qpn = wr->wr.ud.remote_qpn;
-        w.remote_qkey = wr->wr.ud.remote_qkey;
-      } else if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-                 wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-        w.remote_addr = wr->wr.atomic.remote_addr;
-        w.rkey = wr->wr.atomic.rkey;
-        w.compare_add = wr->wr.atomic.compare_add;
-        w.swap = wr->wr.atomic.swap;
-      } else {
-        w.remote_addr = wr->wr.rdma.remote_addr;
-        w.rkey = wr->wr.rdma.rkey;
-      }
-      ++sq_tail_;
+    if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR) {
+      if (bad_wr) *bad_wr = const_cast<ibv_send_wr*>(wr);
+      return EINVAL;
     }
+    err = requester_.post_locked(wr, bad_wr, type1_bind);
     st = state();
     if (st == IBV_QPS_ERR) {
       flush_locked();  // posting in the error state completes with WR_FLUSH_ERR
     } else if (st == IBV_QPS_SQE) {
-      flush_send_locked();
+      requester_.flush_locked();
     } else {
-      transmit_locked();
+      requester_.transmit_locked();
     }
   }
   node().progress();
@@ -270,76 +139,31 @@ int Qp::post_recv(const ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return 0;
 }
 
-void Qp::complete_send(const SendWqe& w, ibv_wc_status status, uint32_t byte_len) {
-  if (status == IBV_WC_SUCCESS && !w.signaled) return;
-  ibv_wc wc{};
-  wc.wr_id = w.wr_id;
-  wc.status = status;
-  wc.opcode = wc_opcode_of(w.opcode);
-  wc.byte_len = byte_len;
-  wc.qp_num = qpn_;
-  send_cq_->push(wc, nullptr, false);
-}
-
-void Qp::complete_recv(const RecvWqe& w, ibv_wc_status status, ibv_wc_opcode opcode,
-                       uint32_t byte_len, const FrameHeader* h, bool from_srq) {
-  ibv_wc wc{};
-  wc.wr_id = w.wr_id;
-  wc.status = status;
-  wc.opcode = opcode;
-  wc.byte_len = byte_len;
-  wc.qp_num = qpn_;
-  bool solicited = false;
-  if (h != nullptr) {
-    wc.src_qp = h->src_qpn;
-    if (h->flags & kFrameImm) {
-      wc.wc_flags |= IBV_WC_WITH_IMM;
-      wc.imm_data = h->imm;
-    }
-    if (type_ == IBV_QPT_UD) wc.wc_flags |= IBV_WC_GRH;
-    solicited = (h->flags & kFrameSolicited) != 0;
-  }
-  recv_cq_->push(wc, from_srq ? srq_ : nullptr, solicited);
-}
-
 void Qp::flush_locked() {
-  flush_send_locked();
+  requester_.flush_locked();
   if (rq_) {
     RecvWqe w;
-    while (rq_->try_pop(w)) complete_recv(w, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr, false);
+    while (rq_->try_pop(w)) {
+      completions_.complete_recv(w, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr, false);
+    }
   }
-}
-
-void Qp::flush_send_locked() {
-  // Frames already handed to the transport may still be queued there, reading the buffers
-  // these completions give back to the program.
-  if (sq_head_ != sq_sent_high_) node().transport().release_payloads();
-  for (; sq_head_ != sq_tail_; ++sq_head_) {
-    complete_send(sq_[sq_head_ & sq_mask_], IBV_WC_WR_FLUSH_ERR, 0);
-  }
-  sq_next_ = sq_head_;
-  sq_sent_high_ = sq_head_;
-  rd_atomic_in_flight_ = 0;
 }
 
 void Qp::to_sq_error_locked() {
   // UD and UC: a send error stops the send queue only; receives go on (IBA 10.3.1.9).
   state_.store(IBV_QPS_SQE, std::memory_order_release);
   attr_.qp_state = IBV_QPS_SQE;
-  ++timer_token_;
-  waiting_retry_ = false;
-  disarm_ack_timer_locked();
-  flush_send_locked();
+  completer_.stop_timers_locked();
+  requester_.flush_locked();
 }
 
 void Qp::to_error_locked() {
   if (state() == IBV_QPS_ERR) return;
-  send_owed_ack_locked();  // what was executed before the error is acknowledged, as it was
+  // What was executed before the error is acknowledged, as it was.
+  responder_.send_owed_ack_locked();
   state_.store(IBV_QPS_ERR, std::memory_order_release);
   attr_.qp_state = IBV_QPS_ERR;
-  ++timer_token_;
-  waiting_retry_ = false;
-  disarm_ack_timer_locked();
+  completer_.stop_timers_locked();
   flush_locked();
   // The QP will take no more buffers from its SRQ: the program may now detach it safely.
   if (srq_ != nullptr) {
@@ -349,35 +173,20 @@ void Qp::to_error_locked() {
 
 void Qp::reset_locked() {
   // Moving to RESET discards every work request without a completion (ibv_modify_qp).
-  sq_head_ = sq_next_ = sq_tail_ = sq_sent_high_ = 0;
+  requester_.reset_locked();
   if (rq_) {
     RecvWqe w;
     while (rq_->try_pop(w)) {
     }
   }
-  rd_atomic_in_flight_ = 0;
-  waiting_retry_ = false;
-  sq_drained_pending_ = false;
-  ++timer_token_;
-  disarm_ack_timer_locked();
-  send_owed_ack_locked();
+  completer_.stop_timers_locked();
+  responder_.send_owed_ack_locked();
   link_.reset();
-  same_peer_link_id_ = 0;
-  next_psn_ = 0;
-  expected_psn_ = 0;
-  for (AtomicResult& r : atomic_results_) r = AtomicResult{};
-  atomic_results_next_ = 0;
+  responder_.reset_locked();
   ibv_qp_attr fresh{};
   fresh.cap = cap_;
   fresh.port_num = 1;
   attr_ = fresh;
-}
-
-void Qp::maybe_sq_drained_locked() {
-  if (sq_drained_pending_ && state() == IBV_QPS_SQD && sq_head_ >= sqd_limit_) {
-    sq_drained_pending_ = false;
-    context_.raise(AsyncEvent{IBV_EVENT_SQ_DRAINED, nullptr, this, nullptr, 0});
-  }
 }
 
 void Qp::fatal(ibv_event_type event) {
@@ -414,19 +223,19 @@ void Qp::on_link_down(const Link& link) {
 
 void Qp::on_frame(Link& from, const FrameHeader& h, PayloadSource& payload) {
   std::lock_guard lock(lock_);
-  ++ack_epoch_;  // the peer is alive: the local ACK timer starts over (completer.cpp)
+  completer_.restart_ack_timer();  // the peer is alive (completer.cpp)
   switch (h.op) {
     case FrameOp::kSend:
     case FrameOp::kWrite:
     case FrameOp::kReadRequest:
     case FrameOp::kAtomicRequest:
-      respond_locked(from, h, payload);
+      responder_.respond_locked(from, h, payload);
       break;
     case FrameOp::kReadResponse:
     case FrameOp::kAtomicResponse:
     case FrameOp::kAck:
     case FrameOp::kNak:
-      complete_locked(from, h, payload);
+      completer_.complete_locked(h, payload);
       break;
     default:
       spdlog::warn("QP {:#x}: frame with unknown operation {} dropped", qpn_,
@@ -436,27 +245,29 @@ void Qp::on_frame(Link& from, const FrameHeader& h, PayloadSource& payload) {
 }
 
 void Qp::on_timer(uint64_t token) {
-  {
-    std::lock_guard lock(lock_);
-    if (token == kOwedAckTimerTag) {
-      owed_ack_timer_pending_ = false;
-      send_owed_ack_locked();
-      return;
-    }
-    if (token & kAckTimerTag) {
-      on_ack_timer_locked(token);
-      return;
-    }
-    if (token != timer_token_ || !waiting_retry_) return;
-    waiting_retry_ = false;
-    ++ack_epoch_;  // a retransmission after an RNR or retry delay: the ACK timer starts over
-    transmit_locked();
+  std::lock_guard lock(lock_);
+  if (token == Responder::kOwedAckTimerTag) {
+    responder_.on_owed_ack_timer_locked();
+  } else {
+    completer_.on_timer_locked(token);
   }
 }
 
 void Qp::resume_send() {
   std::lock_guard lock(lock_);
-  transmit_locked();
+  requester_.transmit_locked();
+}
+
+bool Qp::direct_target(Link& /*from*/, const FrameHeader& h, DirectTarget* target) {
+  // Only an RC WRITE with a payload may be received in place: the rest without the lock.
+  if (h.op != FrameOp::kWrite || (h.flags & kFrameDatagram) != 0 || h.length == 0) return false;
+  std::lock_guard lock(lock_);
+  return responder_.direct_target_locked(h, target);
+}
+
+void Qp::flush_owed_ack() {
+  std::lock_guard lock(lock_);
+  responder_.send_owed_ack_locked();
 }
 
 }  // namespace emu

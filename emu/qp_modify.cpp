@@ -2,7 +2,6 @@
 // attribute value checked before anything changes.
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -102,7 +101,7 @@ void Qp::apply_modify_locked(const ibv_qp_attr& a, int mask, ibv_qp_state next,
     attr_.ah_attr = a.ah_attr;
     if (link) {
       link_ = std::move(link);
-      same_peer_link_id_ = 0;
+      responder_.forget_answer_path();
     }
   }
   if (mask & IBV_QP_PATH_MTU) attr_.path_mtu = a.path_mtu;
@@ -111,7 +110,7 @@ void Qp::apply_modify_locked(const ibv_qp_attr& a, int mask, ibv_qp_state next,
   if (mask & IBV_QP_RNR_RETRY) attr_.rnr_retry = a.rnr_retry;
   if (mask & IBV_QP_RQ_PSN) {
     attr_.rq_psn = a.rq_psn & kPsnMask;
-    expected_psn_ = attr_.rq_psn;
+    responder_.set_expected_psn(attr_.rq_psn);
   }
   if (mask & IBV_QP_MAX_QP_RD_ATOMIC) attr_.max_rd_atomic = a.max_rd_atomic;
   if (mask & IBV_QP_ALT_PATH) attr_.alt_ah_attr = a.alt_ah_attr;  // kept, never used
@@ -119,7 +118,7 @@ void Qp::apply_modify_locked(const ibv_qp_attr& a, int mask, ibv_qp_state next,
   if (mask & IBV_QP_SQ_PSN) {
     attr_.sq_psn = a.sq_psn & kPsnMask;
     // Nothing can have been posted before RTS, so numbering starts here.
-    next_psn_ = attr_.sq_psn;
+    requester_.set_first_psn(attr_.sq_psn);
   }
   if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
   if (mask & IBV_QP_PATH_MIG_STATE) attr_.path_mig_state = a.path_mig_state;
@@ -133,17 +132,12 @@ void Qp::apply_modify_locked(const ibv_qp_attr& a, int mask, ibv_qp_state next,
   state_.store(next, std::memory_order_release);
   attr_.qp_state = next;
   attr_.cur_qp_state = next;
-  if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
-    rnr_retries_left_ = attr_.rnr_retry;
-    retries_left_ = attr_.retry_cnt;
-  }
+  if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) completer_.reset_budgets_locked();
   if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD) {
-    sqd_limit_ = std::max(sq_next_, sq_sent_high_);
-    sq_drained_pending_ = attr_.en_sqd_async_notify != 0;
-    maybe_sq_drained_locked();
+    requester_.enter_sqd_locked(attr_.en_sqd_async_notify != 0);
   }
   attr_.sq_draining = 0;
-  if (next == IBV_QPS_RTS) transmit_locked();
+  if (next == IBV_QPS_RTS) requester_.transmit_locked();
 }
 
 int Qp::modify(const ibv_qp_attr& attr, int mask) {
@@ -183,7 +177,7 @@ int Qp::query(ibv_qp_attr* attr, int /*mask*/, QpInitAttr* init) {
   attr->qp_state = state();
   attr->cur_qp_state = attr->qp_state;
   attr->cap = cap_;
-  attr->sq_draining = state() == IBV_QPS_SQD && sq_head_ < sqd_limit_;
+  attr->sq_draining = state() == IBV_QPS_SQD && requester_.draining();
   if (init != nullptr) {
     init->send_cq = send_cq_;
     init->recv_cq = recv_cq_;

@@ -1,10 +1,15 @@
 // Requester: turns send work requests into frames, in order.
+#include "emu/requester.h"
+
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "emu/context.h"
 #include "emu/limits.h"
 #include "emu/mw.h"
-#include "emu/names.h"
 #include "emu/node.h"
 #include "emu/qp.h"
 
@@ -13,7 +18,117 @@ namespace emu {
 // Inline data is sent from the send queue slot: within what transports copy (transport.h).
 static_assert(kMaxInline <= kFrameInlineBytes);
 
-bool Qp::gather_locked(const SendWqe& w, iovec* iov, size_t* iovcnt, ibv_wc_status* status) {
+namespace {
+
+bool opcode_allowed(ibv_qp_type type, ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+      return true;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return type != IBV_QPT_UD;
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return type == IBV_QPT_RC;
+    case IBV_WR_BIND_MW:
+    case IBV_WR_LOCAL_INV:
+      return type != IBV_QPT_UD;  // memory windows (mw.h): connected QPs
+    default:
+      return false;  // TSO, send with invalidate, driver-specific: not offered by emu0
+  }
+}
+
+}  // namespace
+
+Requester::Requester(Qp& qp, uint32_t slots) : qp_(qp), sq_(new SendWqe[slots]), mask_(slots - 1) {}
+
+int Requester::post_locked(const ibv_send_wr* wr, ibv_send_wr** bad_wr, bool type1_bind) {
+  auto refuse = [&](const ibv_send_wr* w, int err) {
+    if (bad_wr) *bad_wr = const_cast<ibv_send_wr*>(w);
+    return err;
+  };
+  const ibv_qp_cap& cap = qp_.cap_;
+  for (; wr != nullptr; wr = wr->next) {
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > cap.max_send_sge) {
+      return refuse(wr, EINVAL);
+    }
+    if (!opcode_allowed(qp_.type_, wr->opcode)) return refuse(wr, EINVAL);
+    if (qp_.type_ == IBV_QPT_UD && wr->wr.ud.ah == nullptr) return refuse(wr, EINVAL);
+    if (wr->opcode == IBV_WR_BIND_MW &&
+        (wr->bind_mw.mw == nullptr ||
+         (Mw::from_ibv(wr->bind_mw.mw)->type == IBV_MW_TYPE_1) != type1_bind)) {
+      return refuse(wr, EINVAL);  // type 1 through ibv_bind_mw only, type 2 through a WR only
+    }
+    if (tail_ - head_ >= cap.max_send_wr) return refuse(wr, ENOMEM);
+    SendWqe& w = sq_[tail_ & mask_];
+    uint64_t length = 0;
+    for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
+    w.is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0 && !is_rd_atomic(wr->opcode);
+    if (w.is_inline) {
+      if (length > cap.max_inline_data) return refuse(wr, EINVAL);
+      // Inline data is copied now: the program may reuse its buffer when post returns.
+      uint32_t off = 0;
+      for (int i = 0; i < wr->num_sge; ++i) {
+        std::memcpy(w.inline_data + off, reinterpret_cast<const void*>(wr->sg_list[i].addr),
+                    wr->sg_list[i].length);
+        off += wr->sg_list[i].length;
+      }
+      w.num_sge = 0;
+    } else {
+      w.num_sge = static_cast<uint32_t>(wr->num_sge);
+      for (int i = 0; i < wr->num_sge; ++i) w.sge[i] = wr->sg_list[i];
+    }
+    w.wr_id = wr->wr_id;
+    w.opcode = wr->opcode;
+    w.send_flags = wr->send_flags;
+    w.answered_locally = false;
+    w.local_status = IBV_WC_SUCCESS;
+    w.signaled = qp_.sq_sig_all_ || (wr->send_flags & IBV_SEND_SIGNALED) != 0;
+    w.imm = wr->imm_data;
+    // Lengths beyond the message limit are reported as a completion error, as hardware does.
+    w.length = length > kMaxMsgSize ? kMaxMsgSize + 1u : static_cast<uint32_t>(length);
+    w.psn = next_psn_;
+    next_psn_ = (next_psn_ + 1) & kPsnMask;
+    w.ah = nullptr;
+    w.mw = nullptr;
+    if (wr->opcode == IBV_WR_BIND_MW) {
+      const ibv_mw_bind_info& b = wr->bind_mw.bind_info;
+      w.mw = Mw::from_ibv(wr->bind_mw.mw);
+      w.rkey = wr->bind_mw.rkey;
+      w.remote_addr = b.addr;
+      w.bind_mr_key = b.mr != nullptr ? b.mr->lkey : 0;
+      w.bind_length = b.length;
+      w.bind_access = static_cast<int>(b.mw_access_flags);
+      w.length = 0;
+      w.num_sge = 0;
+      w.is_inline = false;
+    } else if (wr->opcode == IBV_WR_LOCAL_INV) {
+      w.rkey = wr->invalidate_rkey;
+      w.length = 0;
+      w.num_sge = 0;
+      w.is_inline = false;
+    } else if (qp_.type_ == IBV_QPT_UD) {
+      w.ah = Ah::from_ibv(wr->wr.ud.ah);
+      w.remote_qpn = wr->wr.ud.remote_qpn;
+      w.remote_qkey = wr->wr.ud.remote_qkey;
+    } else if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+               wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      w.remote_addr = wr->wr.atomic.remote_addr;
+      w.rkey = wr->wr.atomic.rkey;
+      w.compare_add = wr->wr.atomic.compare_add;
+      w.swap = wr->wr.atomic.swap;
+    } else {
+      w.remote_addr = wr->wr.rdma.remote_addr;
+      w.rkey = wr->wr.rdma.rkey;
+    }
+    ++tail_;
+  }
+  return 0;
+}
+
+bool Requester::gather_locked(const SendWqe& w, iovec* iov, size_t* iovcnt, ibv_wc_status* status) {
   if (w.is_inline) {
     iov[0] = iovec{const_cast<uint8_t*>(w.inline_data), w.length};
     *iovcnt = w.length == 0 ? 0 : 1;
@@ -26,7 +141,7 @@ bool Qp::gather_locked(const SendWqe& w, iovec* iov, size_t* iovcnt, ibv_wc_stat
   size_t n = 0;
   for (uint32_t i = 0; i < w.num_sge; ++i) {
     const ibv_sge& s = w.sge[i];
-    if (!node().mrs().check(s.lkey, pd_, s.addr, s.length, access)) {
+    if (!qp_.node().mrs().check(s.lkey, qp_.pd_, s.addr, s.length, access)) {
       *status = IBV_WC_LOC_PROT_ERR;
       return false;
     }
@@ -36,46 +151,35 @@ bool Qp::gather_locked(const SendWqe& w, iovec* iov, size_t* iovcnt, ibv_wc_stat
   return true;
 }
 
-void Qp::fail_send_locked(SendWqe& w, ibv_wc_status status) {
-  spdlog::debug("QP {:#x}: wr_id {} completes with {}", qpn_, w.wr_id, wc_status_name(status));
-  // w is the head: completed in error it is retired, and the rest of the queue is flushed.
-  complete_send(w, status, 0);
-  ++sq_head_;
-  if (sq_next_ < sq_head_) sq_next_ = sq_head_;
-  if (is_rd_atomic(w.opcode) && rd_atomic_in_flight_ > 0) --rd_atomic_in_flight_;
-  if (type_ == IBV_QPT_RC) {
-    to_error_locked();
-  } else {
-    to_sq_error_locked();
-  }
-}
-
 // Whether an RC request asks for its own ACK (kFrameAckReq, IBA's AckReq bit). An ACK
 // acknowledges every earlier SEND and WRITE too, so the one of an unsignaled request, whose
 // completion the program never sees, can wait for a later one: in a ping-pong of unsignaled
 // sends no ACK then crosses per message (8 B one-way median over shm 0.275 -> 0.262 us), and
 // the peer's own messages keep this QP's ACK timer from expiring (completer.cpp). The
-// responder sends an owed ACK within 8 ms anyway (Qp::acknowledge_locked), so every request
-// asks when the ACK timeout is too short for that to be safe. Also asked for: signaled
+// responder sends an owed ACK within 8 ms anyway (Responder::acknowledge_locked), so every
+// request asks when the ACK timeout is too short for that to be safe. Also asked for: signaled
 // requests (the program waits for their completion), retransmissions, requests in SQD (a drain
 // waits for their ACKs), and a request that would leave half the send queue unanswered (the
 // slots of unsignaled WRs are freed by an ACK).
-bool Qp::wants_ack_locked(const SendWqe& w) const {
+bool Requester::wants_ack_locked(const SendWqe& w) const {
   constexpr uint8_t kAckCoalescingTimeout = 14;  // 4.096 us * 2^14 = 67 ms, what programs use
-  if (attr_.timeout != 0 && attr_.timeout < kAckCoalescingTimeout) return true;
-  return w.signaled || sq_next_ < sq_sent_high_ || state() == IBV_QPS_SQD ||
-         2 * (sq_next_ - sq_head_ + 1) >= cap_.max_send_wr;
+  const uint8_t timeout = qp_.attr_.timeout;
+  if (timeout != 0 && timeout < kAckCoalescingTimeout) return true;
+  return w.signaled || next_ < sent_high_ || qp_.state() == IBV_QPS_SQD ||
+         2 * (next_ - head_ + 1) >= qp_.cap_.max_send_wr;
 }
 
-bool Qp::transmit_one_locked(SendWqe& w) {
+bool Requester::transmit_one_locked(SendWqe& w) {
+  Completer& completer = qp_.completer_;
+  const ibv_qp_type type = qp_.type_;
   w.answered_locally = false;
   // A WR that needs no answer (an error found here, or a datagram) completes with the status
-  // given, once earlier WQEs have completed: retire_local_answers_locked retires from the head.
+  // given, once earlier WQEs have completed: the completer retires such WQEs from the head.
   auto complete_locally = [&](ibv_wc_status st) {
     w.answered_locally = true;
     w.local_status = st;
-    advance_next_locked();
-    retire_local_answers_locked();
+    advance_next();
+    completer.retire_local_answers_locked();
   };
   if (w.opcode == IBV_WR_BIND_MW || w.opcode == IBV_WR_LOCAL_INV) {
     // Executed here, in send-queue order; never leaves the node.
@@ -84,8 +188,8 @@ bool Qp::transmit_one_locked(SendWqe& w) {
     return st == IBV_WC_SUCCESS;
   }
   ibv_wc_status status = IBV_WC_SUCCESS;
-  const bool datagram = type_ != IBV_QPT_RC;
-  if (w.length > kMaxMsgSize || (type_ == IBV_QPT_UD && w.length > kMtuBytes)) {
+  const bool datagram = type != IBV_QPT_RC;
+  if (w.length > kMaxMsgSize || (type == IBV_QPT_UD && w.length > kMtuBytes)) {
     status = IBV_WC_LOC_LEN_ERR;
   } else if ((w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
              w.length != sizeof(uint64_t)) {
@@ -100,7 +204,7 @@ bool Qp::transmit_one_locked(SendWqe& w) {
   }
 
   FrameHeader h{};
-  h.src_qpn = qpn_;
+  h.src_qpn = qp_.qpn_;
   h.psn = w.psn;
   h.flags = datagram ? kFrameDatagram : 0;
   if (w.send_flags & IBV_SEND_SOLICITED) h.flags |= kFrameSolicited;
@@ -144,19 +248,19 @@ bool Qp::transmit_one_locked(SendWqe& w) {
       iovcnt = 0;
       break;
     default:
-      fail_send_locked(w, IBV_WC_LOC_QP_OP_ERR);
+      completer.fail_locked(w, IBV_WC_LOC_QP_OP_ERR);
       return false;
   }
 
   Link* link = nullptr;
-  if (type_ == IBV_QPT_UD) {
+  if (type == IBV_QPT_UD) {
     h.dst_qpn = w.remote_qpn;
     // A Q_Key with the high bit set means "use the QP's own Q_Key" (IBA 10.2.4).
-    h.qkey = (w.remote_qkey & 0x80000000u) ? attr_.qkey : w.remote_qkey;
+    h.qkey = (w.remote_qkey & 0x80000000u) ? qp_.attr_.qkey : w.remote_qkey;
     link = w.ah->link.get();
   } else {
-    h.dst_qpn = attr_.dest_qp_num;
-    link = link_.get();
+    h.dst_qpn = qp_.attr_.dest_qp_num;
+    link = qp_.link_.get();
   }
 
   if (link == nullptr || !link->up()) {
@@ -169,13 +273,13 @@ bool Qp::transmit_one_locked(SendWqe& w) {
     FrameHeader nak = h;
     nak.op = FrameOp::kNak;
     nak.nak = NakCode::kUnavailable;
-    advance_next_locked();
+    advance_next();
     if (is_rd_atomic(w.opcode)) ++rd_atomic_in_flight_;
-    handle_nak_locked(nak);
+    completer.handle_nak_locked(nak);
     return false;
   }
   if (!link->send(h, iov, iovcnt)) {
-    node().defer_send(qpn_);
+    qp_.node().defer_send(qp_.qpn_);
     return false;
   }
   if (datagram) {
@@ -184,49 +288,78 @@ bool Qp::transmit_one_locked(SendWqe& w) {
     complete_locally(IBV_WC_SUCCESS);
     return true;
   }
-  advance_next_locked();
+  advance_next();
   if (is_rd_atomic(w.opcode)) ++rd_atomic_in_flight_;
-  arm_ack_timer_locked();  // no-op when one is pending already: one node timer per QP
+  completer.arm_ack_timer_locked();  // no-op when one is pending already: one node timer per QP
   return true;
 }
 
-ibv_wc_status Qp::execute_mw_wqe_locked(const SendWqe& w) {
-  if (w.opcode == IBV_WR_LOCAL_INV) return invalidate_mw(node().mrs(), pd_, w.rkey);
+ibv_wc_status Requester::execute_mw_wqe_locked(const SendWqe& w) {
+  MrTable& mrs = qp_.node().mrs();
+  if (w.opcode == IBV_WR_LOCAL_INV) return invalidate_mw(mrs, qp_.pd_, w.rkey);
   MwBind bind;
   bind.new_rkey = w.rkey;
   bind.mr_key = w.bind_mr_key;
   bind.addr = w.remote_addr;
   bind.length = w.bind_length;
   bind.access = w.bind_access;
-  return emu::bind_mw(node().mrs(), *w.mw, pd_, qpn_, bind);
+  return emu::bind_mw(mrs, *w.mw, qp_.pd_, qp_.qpn_, bind);
 }
 
-void Qp::retire_local_answers_locked() {
-  while (sq_head_ != sq_next_) {
-    SendWqe& head = sq_[sq_head_ & sq_mask_];
-    if (!head.answered_locally) return;
-    if (head.local_status != IBV_WC_SUCCESS) {
-      fail_send_locked(head, head.local_status);
-      return;
-    }
-    complete_send(head, IBV_WC_SUCCESS, head.length);
-    ++sq_head_;
-  }
-}
-
-void Qp::transmit_locked() {
-  while (sq_next_ != sq_tail_ && !waiting_retry_) {
+void Requester::transmit_locked() {
+  while (next_ != tail_ && !qp_.completer_.waiting_retry()) {
     // In SQD only what was already transmitted may go again (after an RNR or a timeout).
-    ibv_qp_state st = state();
-    if (st != IBV_QPS_RTS && !(st == IBV_QPS_SQD && sq_next_ < sqd_limit_)) break;
-    SendWqe& w = sq_[sq_next_ & sq_mask_];
+    ibv_qp_state st = qp_.state();
+    if (st != IBV_QPS_RTS && !(st == IBV_QPS_SQD && next_ < sqd_limit_)) break;
+    SendWqe& w = sq_[next_ & mask_];
     // A fenced request waits until every earlier READ and atomic has been answered.
     if ((w.send_flags & IBV_SEND_FENCE) && rd_atomic_in_flight_ > 0) break;
     if (is_rd_atomic(w.opcode)) {
-      uint32_t depth = attr_.max_rd_atomic == 0 ? 1 : attr_.max_rd_atomic;
+      uint32_t depth = qp_.attr_.max_rd_atomic == 0 ? 1 : qp_.attr_.max_rd_atomic;
       if (rd_atomic_in_flight_ >= depth) break;  // initiator depth reached
     }
     if (!transmit_one_locked(w)) break;
+  }
+}
+
+uint64_t Requester::unanswered_bytes() const {
+  uint64_t bytes = 0;
+  for (uint64_t i = head_; i != next_; ++i) {
+    const SendWqe& w = sq_[i & mask_];
+    if (!w.answered_locally) bytes += w.length;
+  }
+  return bytes;
+}
+
+void Requester::flush_locked() {
+  // Frames already handed to the transport may still be queued there, reading the buffers
+  // these completions give back to the program.
+  if (head_ != sent_high_) qp_.node().transport().release_payloads();
+  for (; head_ != tail_; ++head_) {
+    qp_.completions_.complete_send(sq_[head_ & mask_], IBV_WC_WR_FLUSH_ERR, 0);
+  }
+  next_ = head_;
+  sent_high_ = head_;
+  rd_atomic_in_flight_ = 0;
+}
+
+void Requester::reset_locked() {
+  head_ = next_ = tail_ = sent_high_ = 0;
+  rd_atomic_in_flight_ = 0;
+  sq_drained_pending_ = false;
+  next_psn_ = 0;
+}
+
+void Requester::enter_sqd_locked(bool notify) {
+  sqd_limit_ = std::max(next_, sent_high_);
+  sq_drained_pending_ = notify;
+  maybe_sq_drained_locked();
+}
+
+void Requester::maybe_sq_drained_locked() {
+  if (sq_drained_pending_ && qp_.state() == IBV_QPS_SQD && head_ >= sqd_limit_) {
+    sq_drained_pending_ = false;
+    qp_.context_.raise(AsyncEvent{IBV_EVENT_SQ_DRAINED, nullptr, &qp_, nullptr, 0});
   }
 }
 

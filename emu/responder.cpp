@@ -1,5 +1,7 @@
 // Responder: executes incoming requests against receive buffers and registered memory, and
 // answers every one of them (ACK, NAK, READ or atomic response).
+#include "emu/responder.h"
+
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -31,8 +33,8 @@ void build_grh(uint8_t* grh, uint32_t payload_len, const Gid& sgid, const Gid& d
 
 }  // namespace
 
-void Qp::reply_locked(Link& to, const FrameHeader& request, FrameOp op, NakCode nak,
-                      const iovec* iov, size_t iovcnt, uint64_t value) {
+void Responder::reply_locked(Link& to, const FrameHeader& request, FrameOp op, NakCode nak,
+                             const iovec* iov, size_t iovcnt, uint64_t value) {
   // UC and UD are never answered (IBA 9.7.1: unreliable services have no ACK/NAK): their
   // requester completed the WR when the frame left; a dropped datagram is just lost.
   if (request.flags & kFrameDatagram) return;
@@ -43,8 +45,8 @@ void Qp::reply_locked(Link& to, const FrameHeader& request, FrameOp op, NakCode 
   r.op = op;
   r.nak = nak;
   r.flags = request.flags & kFrameDatagram;
-  r.rnr_timer = attr_.min_rnr_timer;
-  r.src_qpn = qpn_;
+  r.rnr_timer = qp_.attr_.min_rnr_timer;
+  r.src_qpn = qp_.qpn_;
   r.dst_qpn = request.src_qpn;
   r.psn = request.psn;
   r.compare_add = value;
@@ -53,7 +55,7 @@ void Qp::reply_locked(Link& to, const FrameHeader& request, FrameOp op, NakCode 
   to.send(r, iov, iovcnt);
 }
 
-void Qp::acknowledge_locked(Link& to, const FrameHeader& h) {
+void Responder::acknowledge_locked(Link& to, const FrameHeader& h) {
   if ((h.flags & (kFrameAckReq | kFrameDatagram)) != 0) {
     reply_locked(to, h, FrameOp::kAck, NakCode::kNone);
     return;
@@ -62,49 +64,57 @@ void Qp::acknowledge_locked(Link& to, const FrameHeader& h) {
   owed_ack_psn_ = h.psn;
   if (owed_ack_timer_pending_) return;
   // Within 8 ms, well below the shortest ACK timeout with which a requester leaves the flag
-  // off (67 ms, Qp::wants_ack_locked): one node timer per 8 ms, not one per message. Each
+  // off (67 ms, Requester::wants_ack_locked): one node timer per 8 ms, not one per message. Each
   // wakes the progress thread, which on two busy cores preempts a polling program: at 1 ms
   // the TCP 8 B ping-pong's p99 went from 5-6 to 12-16 us.
   owed_ack_timer_pending_ = true;
-  node().schedule(Node::Clock::now() + std::chrono::milliseconds(8), qpn_, kOwedAckTimerTag);
+  qp_.node().schedule(Node::Clock::now() + std::chrono::milliseconds(8), qp_.qpn_,
+                      kOwedAckTimerTag);
 }
 
-void Qp::send_owed_ack_locked() {
+void Responder::send_owed_ack_locked() {
   if (!owes_ack_) return;
   owes_ack_ = false;
-  Link* link = link_.get();
+  Link* link = qp_.link_.get();
   if (link == nullptr || !link->up()) return;  // the QPs on a lost link go to error anyway
   FrameHeader r{};
   r.op = FrameOp::kAck;
-  r.rnr_timer = attr_.min_rnr_timer;
-  r.src_qpn = qpn_;
-  r.dst_qpn = attr_.dest_qp_num;
+  r.rnr_timer = qp_.attr_.min_rnr_timer;
+  r.src_qpn = qp_.qpn_;
+  r.dst_qpn = qp_.attr_.dest_qp_num;
   r.psn = owed_ack_psn_;
   link->send(r, nullptr, 0);
 }
 
-void Qp::flush_owed_ack() {
-  std::lock_guard lock(lock_);
+void Responder::on_owed_ack_timer_locked() {
+  owed_ack_timer_pending_ = false;
   send_owed_ack_locked();
 }
 
-const RecvWqe* Qp::next_recv_locked(RecvWqe* srq_copy) {
-  if (srq_ != nullptr) return srq_->take(srq_copy) ? srq_copy : nullptr;
-  return rq_->front();
+void Responder::reset_locked() {
+  same_peer_link_id_ = 0;
+  expected_psn_ = 0;
+  for (AtomicResult& r : atomic_results_) r = AtomicResult{};
+  atomic_results_next_ = 0;
 }
 
-void Qp::pop_recv_locked() {
-  if (srq_ == nullptr) rq_->pop();
+const RecvWqe* Responder::next_recv_locked(RecvWqe* srq_copy) {
+  if (qp_.srq_ != nullptr) return qp_.srq_->take(srq_copy) ? srq_copy : nullptr;
+  return qp_.rq_->front();
 }
 
-void Qp::responder_error_locked(ibv_event_type event) {
-  spdlog::debug("QP {:#x}: responder error, {}", qpn_, event_name(event));
-  context_.raise(AsyncEvent{event, nullptr, this, nullptr, 0});
-  to_error_locked();
+void Responder::pop_recv_locked() {
+  if (qp_.srq_ == nullptr) qp_.rq_->pop();
 }
 
-Link& Qp::answer_path_locked(Link& arrived_on) {
-  Link* own = link_.get();
+void Responder::responder_error_locked(ibv_event_type event) {
+  spdlog::debug("QP {:#x}: responder error, {}", qp_.qpn_, event_name(event));
+  qp_.context_.raise(AsyncEvent{event, nullptr, &qp_, nullptr, 0});
+  qp_.to_error_locked();
+}
+
+Link& Responder::answer_path_locked(Link& arrived_on) {
+  Link* own = qp_.link_.get();
   if (own == nullptr || own == &arrived_on) return arrived_on;
   if (!own->up()) return arrived_on;
   // Two nodes that attach to each other at once hold two links, and every request then
@@ -116,20 +126,20 @@ Link& Qp::answer_path_locked(Link& arrived_on) {
   return *own;
 }
 
-void Qp::respond_locked(Link& arrived_on, const FrameHeader& h, PayloadSource& payload) {
+void Responder::respond_locked(Link& arrived_on, const FrameHeader& h, PayloadSource& payload) {
   const bool datagram = (h.flags & kFrameDatagram) != 0;
-  const ibv_qp_state st = state();
+  const ibv_qp_state st = qp_.state();
   const bool can_receive =
       st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
-  const bool type_ok =
-      datagram == (type_ != IBV_QPT_RC) && (type_ == IBV_QPT_UD || h.src_qpn == attr_.dest_qp_num);
+  const bool type_ok = datagram == (qp_.type_ != IBV_QPT_RC) &&
+                       (qp_.type_ == IBV_QPT_UD || h.src_qpn == qp_.attr_.dest_qp_num);
   if (!can_receive || !type_ok) {
     // Not for us, or not now: an RC requester hears nothing and retransmits after its
     // timeout (kUnavailable models that silence); an unreliable message is just lost.
     // From the connected peer, on the QP's own path (below): after a NAK that moved this QP to
     // ERR, the silence for the requests behind it must not overtake that NAK on another link
     // (the requester would take it as a cumulative ACK of the refused request).
-    Link& to = type_ok && type_ != IBV_QPT_UD ? answer_path_locked(arrived_on) : arrived_on;
+    Link& to = type_ok && qp_.type_ != IBV_QPT_UD ? answer_path_locked(arrived_on) : arrived_on;
     reply_locked(to, h, datagram ? FrameOp::kAck : FrameOp::kNak,
                  datagram ? NakCode::kNone : NakCode::kUnavailable);
     return;
@@ -141,16 +151,16 @@ void Qp::respond_locked(Link& arrived_on, const FrameHeader& h, PayloadSource& p
   // on another link, the answer could trail behind any number of them (that link's drainer
   // preempted), and a ping-pong peer would find its send queue full of WRs we had long
   // answered.
-  Link& from = type_ == IBV_QPT_UD ? arrived_on : answer_path_locked(arrived_on);
-  if (type_ == IBV_QPT_UD) {
-    if (h.op != FrameOp::kSend || h.qkey != attr_.qkey) {
+  Link& from = qp_.type_ == IBV_QPT_UD ? arrived_on : answer_path_locked(arrived_on);
+  if (qp_.type_ == IBV_QPT_UD) {
+    if (h.op != FrameOp::kSend || h.qkey != qp_.attr_.qkey) {
       reply_locked(from, h, FrameOp::kAck, NakCode::kNone);  // Q_Key violation: dropped
       return;
     }
     respond_send_locked(from, h, payload);
     return;
   }
-  if (type_ == IBV_QPT_RC) {
+  if (qp_.type_ == IBV_QPT_RC) {
     int32_t d = psn_diff(h.psn, expected_psn_);
     if (d > 0) return;  // behind a refused message: dropped, the requester goes back to it
     if (d < 0) {
@@ -182,19 +192,19 @@ void Qp::respond_locked(Link& arrived_on, const FrameHeader& h, PayloadSource& p
       respond_write_locked(from, h, payload);
       break;
     case FrameOp::kReadRequest:
-      if (type_ == IBV_QPT_RC) respond_read_locked(from, h);
+      if (qp_.type_ == IBV_QPT_RC) respond_read_locked(from, h);
       break;
     case FrameOp::kAtomicRequest:
-      if (type_ == IBV_QPT_RC) respond_atomic_locked(from, h);
+      if (qp_.type_ == IBV_QPT_RC) respond_atomic_locked(from, h);
       break;
     default:
       break;
   }
 }
 
-void Qp::respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& payload) {
+void Responder::respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& payload) {
   const bool datagram = (h.flags & kFrameDatagram) != 0;
-  const bool from_srq = srq_ != nullptr;
+  const bool from_srq = qp_.srq_ != nullptr;
   RecvWqe srq_copy;
   const RecvWqe* wqe = next_recv_locked(&srq_copy);
   if (wqe == nullptr) {
@@ -205,21 +215,21 @@ void Qp::respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& pa
     }
     return;
   }
-  Pd* buffer_pd = from_srq ? srq_->pd() : pd_;
-  const uint32_t grh = type_ == IBV_QPT_UD ? kGrhBytes : 0;
+  Pd* buffer_pd = from_srq ? qp_.srq_->pd() : qp_.pd_;
+  const uint32_t grh = qp_.type_ == IBV_QPT_UD ? kGrhBytes : 0;
   const uint32_t len = static_cast<uint32_t>(payload.size());
-  ScatterResult r = scatter(node().mrs(), buffer_pd, wqe->sge, wqe->num_sge, grh, payload, len);
+  ScatterResult r = scatter(qp_.node().mrs(), buffer_pd, wqe->sge, wqe->num_sge, grh, payload, len);
   if (r == ScatterResult::kOk && grh != 0) {
     uint8_t header[kGrhBytes];
-    build_grh(header, len, from.peer(), node().gid());
-    BytesSource src(header, sizeof(header));
-    r = scatter(node().mrs(), buffer_pd, wqe->sge, wqe->num_sge, 0, src, sizeof(header));
+    build_grh(header, len, from.peer(), qp_.node().gid());
+    LocalPayload src(header, sizeof(header));
+    r = scatter(qp_.node().mrs(), buffer_pd, wqe->sge, wqe->num_sge, 0, src, sizeof(header));
   }
   if (r != ScatterResult::kOk) {
     ibv_wc_status status = r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR;
-    spdlog::debug("QP {:#x}: receive wr_id {} fails with {}", qpn_, wqe->wr_id,
+    spdlog::debug("QP {:#x}: receive wr_id {} fails with {}", qp_.qpn_, wqe->wr_id,
                   wc_status_name(status));
-    complete_recv(*wqe, status, IBV_WC_RECV, 0, &h, from_srq);
+    qp_.completions_.complete_recv(*wqe, status, IBV_WC_RECV, 0, &h, from_srq);
     pop_recv_locked();  // before to_error_locked() flushes the queue
     if (datagram) {
       reply_locked(from, h, FrameOp::kAck, NakCode::kNone);
@@ -230,7 +240,7 @@ void Qp::respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& pa
         from, h, FrameOp::kNak,
         r == ScatterResult::kTooLong ? NakCode::kInvalidRequest : NakCode::kRemoteOperation);
     expected_psn_ = (h.psn + 1) & kPsnMask;
-    to_error_locked();
+    qp_.to_error_locked();
     return;
   }
   expected_psn_ = (h.psn + 1) & kPsnMask;
@@ -238,22 +248,22 @@ void Qp::respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& pa
   // program that reaps the receive and exits at once must not take the requester's answer
   // with it (an owed one goes when its node does: Node::~Node).
   acknowledge_locked(from, h);
-  complete_recv(*wqe, IBV_WC_SUCCESS, IBV_WC_RECV, grh + len, &h, from_srq);
+  qp_.completions_.complete_recv(*wqe, IBV_WC_SUCCESS, IBV_WC_RECV, grh + len, &h, from_srq);
   pop_recv_locked();
 }
 
-void Qp::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& payload) {
+void Responder::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& payload) {
   const bool datagram = (h.flags & kFrameDatagram) != 0;
-  const bool from_srq = srq_ != nullptr;
+  const bool from_srq = qp_.srq_ != nullptr;
   const uint32_t len = static_cast<uint32_t>(payload.size());
   // A zero-length WRITE touches no memory, so its rkey is not checked (IBA 9.4.4). The key is
   // held while the bytes move: a deregistration waits for them, so that no byte lands after
   // ibv_dereg_mr has returned (the program may unmap the memory then).
-  MrTable& mrs = node().mrs();
+  MrTable& mrs = qp_.node().mrs();
   const bool held = len != 0 && mrs.hold(h.rkey);
-  bool allowed = (attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) != 0 &&
-                 (len == 0 || (held && mrs.check_remote(h.rkey, pd_, qpn_, h.remote_addr, len,
-                                                        IBV_ACCESS_REMOTE_WRITE)));
+  bool allowed = (qp_.attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) != 0 &&
+                 (len == 0 || (held && mrs.check_remote(h.rkey, qp_.pd_, qp_.qpn_, h.remote_addr,
+                                                        len, IBV_ACCESS_REMOTE_WRITE)));
   struct Release {
     MrTable& mrs;
     uint32_t key;
@@ -287,29 +297,27 @@ void Qp::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& p
   expected_psn_ = (h.psn + 1) & kPsnMask;
   acknowledge_locked(from, h);  // before the completion (see above)
   if (with_imm) {
-    complete_recv(*wqe, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, len, &h, from_srq);
+    qp_.completions_.complete_recv(*wqe, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, len, &h,
+                                   from_srq);
     pop_recv_locked();
   }
 }
 
-bool Qp::direct_target(Link& from, const FrameHeader& h, DirectTarget* target) {
+bool Responder::direct_target_locked(const FrameHeader& h, DirectTarget* target) {
   // Only what respond_locked would write now, unchanged: an RC WRITE that is the next request
   // expected from the connected peer, into a region (a window's bounds may change under the
   // transfer) that grants it. Anything else is buffered and judged on delivery.
-  (void)from;
-  if (h.op != FrameOp::kWrite || (h.flags & kFrameDatagram) != 0 || h.length == 0) return false;
-  std::lock_guard lock(lock_);
-  const ibv_qp_state st = state();
+  const ibv_qp_state st = qp_.state();
   const bool can_receive =
       st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
-  if (!can_receive || type_ != IBV_QPT_RC || h.src_qpn != attr_.dest_qp_num ||
-      h.psn != expected_psn_ || (attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0) {
+  if (!can_receive || qp_.type_ != IBV_QPT_RC || h.src_qpn != qp_.attr_.dest_qp_num ||
+      h.psn != expected_psn_ || (qp_.attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0) {
     return false;
   }
   MrView view;
-  if (!node().mrs().lookup(h.rkey, &view) || view.window ||
-      !node().mrs().check_remote(h.rkey, pd_, qpn_, h.remote_addr, h.length,
-                                 IBV_ACCESS_REMOTE_WRITE)) {
+  if (!qp_.node().mrs().lookup(h.rkey, &view) || view.window ||
+      !qp_.node().mrs().check_remote(h.rkey, qp_.pd_, qp_.qpn_, h.remote_addr, h.length,
+                                     IBV_ACCESS_REMOTE_WRITE)) {
     return false;
   }
   target->addr = reinterpret_cast<uint8_t*>(h.remote_addr);
@@ -317,12 +325,13 @@ bool Qp::direct_target(Link& from, const FrameHeader& h, DirectTarget* target) {
   return true;
 }
 
-void Qp::respond_read_locked(Link& from, const FrameHeader& h) {
+void Responder::respond_read_locked(Link& from, const FrameHeader& h) {
   // A duplicate is checked and read again, but must not move expected_psn_ back.
   const bool duplicate = psn_diff(h.psn, expected_psn_) < 0;
-  bool allowed = (attr_.qp_access_flags & IBV_ACCESS_REMOTE_READ) != 0 &&
-                 (h.length == 0 || node().mrs().check_remote(h.rkey, pd_, qpn_, h.remote_addr,
-                                                             h.length, IBV_ACCESS_REMOTE_READ));
+  bool allowed =
+      (qp_.attr_.qp_access_flags & IBV_ACCESS_REMOTE_READ) != 0 &&
+      (h.length == 0 || qp_.node().mrs().check_remote(h.rkey, qp_.pd_, qp_.qpn_, h.remote_addr,
+                                                      h.length, IBV_ACCESS_REMOTE_READ));
   if (!allowed) {
     reply_locked(from, h, FrameOp::kNak, NakCode::kRemoteAccess);
     if (!duplicate) expected_psn_ = (h.psn + 1) & kPsnMask;
@@ -334,10 +343,10 @@ void Qp::respond_read_locked(Link& from, const FrameHeader& h) {
   reply_locked(from, h, FrameOp::kReadResponse, NakCode::kNone, &iov, h.length ? 1 : 0);
 }
 
-void Qp::respond_atomic_locked(Link& from, const FrameHeader& h) {
-  bool allowed = (attr_.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) != 0 &&
-                 node().mrs().check_remote(h.rkey, pd_, qpn_, h.remote_addr, sizeof(uint64_t),
-                                           IBV_ACCESS_REMOTE_ATOMIC);
+void Responder::respond_atomic_locked(Link& from, const FrameHeader& h) {
+  bool allowed = (qp_.attr_.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) != 0 &&
+                 qp_.node().mrs().check_remote(h.rkey, qp_.pd_, qp_.qpn_, h.remote_addr,
+                                               sizeof(uint64_t), IBV_ACCESS_REMOTE_ATOMIC);
   expected_psn_ = (h.psn + 1) & kPsnMask;
   if (!allowed) {
     reply_locked(from, h, FrameOp::kNak, NakCode::kRemoteAccess);
@@ -363,7 +372,7 @@ void Qp::respond_atomic_locked(Link& from, const FrameHeader& h) {
   reply_locked(from, h, FrameOp::kAtomicResponse, NakCode::kNone, nullptr, 0, original);
 }
 
-void Qp::replay_atomic_locked(Link& from, const FrameHeader& h) {
+void Responder::replay_atomic_locked(Link& from, const FrameHeader& h) {
   for (const AtomicResult& r : atomic_results_) {
     if (r.valid && r.psn == h.psn) {
       reply_locked(from, h, FrameOp::kAtomicResponse, NakCode::kNone, nullptr, 0, r.original);
@@ -373,7 +382,7 @@ void Qp::replay_atomic_locked(Link& from, const FrameHeader& h) {
   // Older than every saved result: the requester cannot still be waiting for it (it keeps no
   // more than max_rd_atomic <= kMaxQpRdAtomic atomics unanswered), so this is a stray copy.
   // Executing it again would corrupt the target: drop it.
-  spdlog::debug("QP {:#x}: duplicate atomic psn {} with no saved result dropped", qpn_, h.psn);
+  spdlog::debug("QP {:#x}: duplicate atomic psn {} with no saved result dropped", qp_.qpn_, h.psn);
 }
 
 }  // namespace emu

@@ -12,25 +12,6 @@
 
 namespace emu {
 
-// A payload held in local memory (a GRH, an atomic's original value).
-class BytesSource : public PayloadSource {
- public:
-  BytesSource(const void* p, size_t n) : p_(static_cast<const uint8_t*>(p)), n_(n) {}
-  size_t size() const override { return n_; }
-  void read(void* dst, size_t len) override {
-    std::memcpy(dst, p_, len);
-    skip(len);
-  }
-  void skip(size_t len) override {
-    p_ += len;
-    n_ -= len;
-  }
-
- private:
-  const uint8_t* p_;
-  size_t n_;
-};
-
 enum class ScatterResult { kOk, kTooLong, kProtection };
 
 // Copies len bytes of payload into sge[0..n) (after skipping `offset` bytes of the list).

@@ -48,7 +48,7 @@ enum FrameFlags : uint8_t {
   kFrameSolicited = 1 << 1,  // solicited event requested
   kFrameDatagram = 1 << 2,   // UC/UD: never answered; the transport copies its payload
   kFrameFetchAdd = 1 << 3,   // atomic request: fetch-and-add (else compare-and-swap)
-  kFrameAckReq = 1 << 4,     // RC request: acknowledge it now (others may wait, Qp::wants_ack)
+  kFrameAckReq = 1 << 4,     // RC request: acknowledge it now (others may wait, Requester::wants_ack_locked)
 };
 
 // The most payload bytes a frame carries out of the sender's send queue itself (inline data,

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "emu/qp_state_table.h"
 #include "tests/engine_fixture.h"
 
 namespace emu_test {
@@ -720,25 +721,6 @@ TEST_F(QpStateMachine, ResetDiscardsWorkRequestsWithoutCompletions) {
   for (char ch : old_rx) EXPECT_EQ(ch, 0x5a);
 }
 
-}  // namespace
-}  // namespace emu_test
-
-namespace emu {
-
-// The test hook emu/qp.h befriends. An RC QP never enters SQE by itself, so the test that
-// checks the RC row of the table puts one there through the routine a failed UC or UD send runs.
-struct QpTestPeer {
-  static void enter_sqe(Qp& qp) {
-    std::lock_guard lock(qp.lock_);
-    qp.to_sq_error_locked();
-  }
-};
-
-}  // namespace emu
-
-namespace emu_test {
-namespace {
-
 // ---------------------------------------------------------------------------------------------
 // RESET -> ERR, and the Send Queue Error state (SQE) of UC and UD QPs.
 
@@ -949,14 +931,12 @@ TEST_F(QpStateMachine, RcSendErrorEntersErrorNotSqeAndRcSqeToRtsIsRefused) {
   EXPECT_EQ(a->modify(attr, IBV_QP_STATE), EINVAL);
   EXPECT_EQ(state_of(a), IBV_QPS_ERR);
 
-  Qp* qp = qp_in(IBV_QPT_RC, IBV_QPS_RTS);
-  ASSERT_NE(qp, nullptr);
-  emu::QpTestPeer::enter_sqe(*qp);
-  ASSERT_EQ(state_of(qp), IBV_QPS_SQE);
-  attr.cur_qp_state = IBV_QPS_SQE;
-  EXPECT_EQ(qp->modify(attr, IBV_QP_STATE), EINVAL);
-  EXPECT_EQ(qp->modify(attr, IBV_QP_STATE | IBV_QP_CUR_STATE), EINVAL);
-  EXPECT_EQ(state_of(qp), IBV_QPS_SQE);
+  // No call puts an RC QP in SQE, so the rule is read where modify reads it (Qp::modify asks
+  // qp_transition for every cur -> next): no RC SQE -> RTS, while UC and UD have one.
+  emu::TransitionMasks masks;
+  EXPECT_FALSE(emu::qp_transition(IBV_QPT_RC, IBV_QPS_SQE, IBV_QPS_RTS, &masks));
+  EXPECT_TRUE(emu::qp_transition(IBV_QPT_UC, IBV_QPS_SQE, IBV_QPS_RTS, &masks));
+  EXPECT_TRUE(emu::qp_transition(IBV_QPT_UD, IBV_QPS_SQE, IBV_QPS_RTS, &masks));
 }
 
 }  // namespace

@@ -1,0 +1,32 @@
+// The one place where a QP's work completions are built and pushed: every ibv_wc of its send
+// and receive queues (success, error, flush) comes from here, whichever role ended the work
+// request, so that their fields are always filled the same way.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+
+#include "emu/transport.h"
+#include "emu/wqe.h"
+
+namespace emu {
+
+class Qp;
+
+class CompletionWriter {
+ public:
+  explicit CompletionWriter(Qp& qp) : qp_(qp) {}
+
+  // To the send CQ; a success only when the WR was signaled (or the QP signals all).
+  void complete_send(const SendWqe& wqe, ibv_wc_status status, uint32_t byte_len);
+  // To the receive CQ. `h` is the message that consumed the buffer (source QP, immediate
+  // data, solicited flag), nullptr for a flush; from_srq makes the poll credit the SRQ.
+  void complete_recv(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opcode opcode,
+                     uint32_t byte_len, const FrameHeader* h, bool from_srq);
+
+ private:
+  Qp& qp_;
+};
+
+}  // namespace emu
