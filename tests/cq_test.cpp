@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "emu/poll_demand.h"
-#include "tests/engine_fixture.h"
 #include "process/process_node.h"
+#include "tests/engine_fixture.h"
 
 namespace emu_test {
 namespace {
@@ -244,6 +244,26 @@ TEST_F(CompletionQueue, ACompletionMadeInsideAPollOfAnEmptyCqGoesToThatPoll) {
   EXPECT_EQ(out[0].wr_id, 7u);
   ibv_wc again{};
   EXPECT_EQ(c->poll(1, &again), 0) << "the completion was also left in the CQ";
+}
+
+// The node tells its transports what a poll on this thread still wants (FrameSink::
+// poll_satisfied): nothing outside a poll, not yet while completions asked for are missing, and
+// yes once they are all there, so that a transport stops reading the frames behind them.
+TEST_F(CompletionQueue, TheNodeTellsTransportsWhenThePollHasWhatItAskedFor) {
+  Cq* c = create_cq(4);
+  const emu::FrameSink& sink = process::node();
+  EXPECT_FALSE(sink.poll_satisfied()) << "no poll on this thread";
+  {
+    emu::PollDemandScope poll(c, 2);
+    ibv_wc wc{};
+    ASSERT_TRUE(c->push(wc, nullptr, false));
+    EXPECT_FALSE(sink.poll_satisfied()) << "one of two asked for";
+    ASSERT_TRUE(c->push(wc, nullptr, false));
+    EXPECT_TRUE(sink.poll_satisfied()) << "both asked for are there";
+  }
+  EXPECT_FALSE(sink.poll_satisfied()) << "the poll ended";
+  ibv_wc out[2]{};
+  EXPECT_EQ(c->poll(2, out), 2);
 }
 
 // Completions leave a CQ in the order they were made (ibv_poll_cq(3)): one made inside a poll

@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-namespace emu::shm {
+namespace transports::shm {
 namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
@@ -478,7 +478,8 @@ TEST(SharedMemory, WithoutMapFilesDescriptorsAndNamesStillLeadToTheObject) {
 void expect_query_and_text_agree(const void* addr, size_t len, const char* what) {
   SCOPED_TRACE(what);
   const std::optional<SharedMapping> text = find_shared_mapping(addr, len, base::MapsSource::kText);
-  const std::optional<SharedMapping> query = find_shared_mapping(addr, len, base::MapsSource::kQuery);
+  const std::optional<SharedMapping> query =
+      find_shared_mapping(addr, len, base::MapsSource::kQuery);
   const std::optional<SharedMapping> any = find_shared_mapping(addr, len);
   ASSERT_EQ(query.has_value(), text.has_value());
   ASSERT_EQ(any.has_value(), text.has_value());
@@ -549,4 +550,4 @@ TEST(SharedMemory, SharedMappingIsOnUnlessTheVariableIsZero) {
 }
 
 }  // namespace
-}  // namespace emu::shm
+}  // namespace transports::shm

@@ -63,15 +63,15 @@ using emu::FrameOp;
 using emu::Gid;
 using emu::Link;
 using emu::Transport;
-using emu::shm::FrameRecord;
-using emu::shm::RecordHead;
-using emu::shm::RemoteIov;
-using emu::shm::RingConsumer;
-using emu::shm::RingControl;
-using emu::shm::RingProducer;
-using emu::shm::Segment;
 using emu_test::MemfdBuffer;
-namespace shm = emu::shm;
+using transports::shm::FrameRecord;
+using transports::shm::RecordHead;
+using transports::shm::RemoteIov;
+using transports::shm::RingConsumer;
+using transports::shm::RingControl;
+using transports::shm::RingProducer;
+using transports::shm::Segment;
+namespace shm = transports::shm;
 
 // Every wait in this file is bounded by one of these: a test fails, it never hangs.
 constexpr auto kDeliveryLimit = 5s;
@@ -551,7 +551,7 @@ TEST(ShmGid, HostTagIsNonZeroAndStable) {
   const uint32_t tag = shm::local_host_tag();
   EXPECT_NE(tag, 0u);
   EXPECT_EQ(shm::local_host_tag(), tag);
-  auto t = emu::make_shm_transport();
+  auto t = transports::shm::make_shm_transport();
   ASSERT_NE(t, nullptr);
   const auto address = shm::address_of(t->local_gid());
   ASSERT_TRUE(address.has_value());
@@ -573,7 +573,7 @@ TEST(ShmGid, GidsThatAreNotSharedMemoryAddressesAreRefused) {
   EXPECT_FALSE(shm::address_of(no_marker).has_value());
   EXPECT_FALSE(shm::address_of(Gid{}).has_value());
   // A plain TCP GID (bytes 0-7 zero) is not a shm GID.
-  EXPECT_FALSE(shm::address_of(emu::tcp_gid_of({0x7f000001, 4791})).has_value());
+  EXPECT_FALSE(shm::address_of(transports::tcp::tcp_gid_of({0x7f000001, 4791})).has_value());
 }
 
 TEST(ShmGid, SocketNamesDifferPerProcessAndInstance) {
@@ -590,8 +590,8 @@ TEST(ShmGid, SocketNamesDifferPerProcessAndInstance) {
 }
 
 TEST(ShmGid, TwoTransportsOfOneProcessHaveDifferentGids) {
-  auto a = emu::make_shm_transport();
-  auto b = emu::make_shm_transport();
+  auto a = transports::shm::make_shm_transport();
+  auto b = transports::shm::make_shm_transport();
   ASSERT_TRUE(a && b);
   EXPECT_NE(a->local_gid(), b->local_gid());
   const auto address_a = shm::address_of(a->local_gid());
@@ -601,7 +601,7 @@ TEST(ShmGid, TwoTransportsOfOneProcessHaveDifferentGids) {
 }
 
 // Whether something accepts TCP connections at ep (a plain connect, closed at once).
-bool tcp_listening(const emu::TcpEndpoint& ep) {
+bool tcp_listening(const transports::tcp::TcpEndpoint& ep) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   sockaddr_in sa{};
@@ -614,7 +614,7 @@ bool tcp_listening(const emu::TcpEndpoint& ep) {
 }
 
 TEST(ShmGid, AutoTransportGidCarriesItsTcpListener) {
-  auto t = emu::make_auto_transport("127.0.0.1");
+  auto t = transports::make_auto_transport("127.0.0.1");
   ASSERT_NE(t, nullptr);
   const Gid gid = t->local_gid();
   const auto address = shm::address_of(gid);
@@ -623,7 +623,7 @@ TEST(ShmGid, AutoTransportGidCarriesItsTcpListener) {
   EXPECT_EQ(address->pid, static_cast<uint32_t>(::getpid()));
   Gid tcp_part = gid;
   std::fill(tcp_part.raw.begin(), tcp_part.raw.begin() + 8, 0);
-  const auto ep = emu::tcp_endpoint_of(tcp_part);
+  const auto ep = transports::tcp::tcp_endpoint_of(tcp_part);
   ASSERT_TRUE(ep.has_value()) << "bytes 8-15 are a TCP GID";
   EXPECT_EQ(ep->ipv4, 0x7f000001u);
   EXPECT_EQ(ep->port, address->instance);
@@ -922,8 +922,8 @@ class RecordingSink : public emu::FrameSink {
 // A shm transport with its recording sink, detached before destruction as a node does.
 template <class Sink>
 struct ShmEndpointWith {
-  explicit ShmEndpointWith(const emu::ShmOptions& options = {})
-      : transport(emu::make_shm_transport(options)) {
+  explicit ShmEndpointWith(const transports::shm::ShmOptions& options = {})
+      : transport(transports::shm::make_shm_transport(options)) {
     if (transport) transport->set_sink(&sink);
   }
   ~ShmEndpointWith() {
@@ -1795,7 +1795,7 @@ TEST(ShmFrames, EveryHeaderFieldArrivesWhicheverRecordCarriesTheFrame) {
 // could not read the sender's memory in place; when the region is deregistered the receiver
 // lets the mapping go, and payloads from that memory then travel another way (here: chunks).
 TEST(ShmMappedPayload, ARegisteredSharedObjectIsMappedByThePeerAndLetGoAtDeregistration) {
-  emu::ShmOptions cannot_read_in_place;
+  transports::shm::ShmOptions cannot_read_in_place;
   cannot_read_in_place.single_copy = false;
   ShmEndpoint a, b(cannot_read_in_place);
   ASSERT_TRUE(a.transport && b.transport);
@@ -1847,7 +1847,7 @@ TEST(ShmMappedPayload, PrivateMemoryIsNotShareable) {
 
 // EMURDMA_SHM_MAP=0 (ShmOptions::map_shared): nothing is handed to peers.
 TEST(ShmMappedPayload, TurnedOffNothingIsRecorded) {
-  emu::ShmOptions off;
+  transports::shm::ShmOptions off;
   off.map_shared = false;
   ShmEndpoint a(off);
   ASSERT_TRUE(a.transport);
@@ -2022,7 +2022,7 @@ TEST(ShmDropConnections, BothSidesSeeTheLinkDownOnceAndReconnectingDelivers) {
   ASSERT_TRUE(send_frame(*old_link, 1));
   ASSERT_TRUE(b.sink.wait_frames_from(a.gid(), 1, kDeliveryLimit));
 
-  ASSERT_TRUE(emu::shm_drop_connections(*a.transport));
+  ASSERT_TRUE(transports::shm::shm_drop_connections(*a.transport));
   EXPECT_EQ(a.sink.downs_of(b.gid()), 1u);  // reported before the call returns
   EXPECT_FALSE(old_link->up());
   ASSERT_TRUE(b.sink.wait_downs_of(a.gid(), 1, kDeliveryLimit));
@@ -2047,9 +2047,9 @@ TEST(ShmDropConnections, BothSidesSeeTheLinkDownOnceAndReconnectingDelivers) {
 }
 
 TEST(ShmDropConnections, RefusesATransportOfAnotherKind) {
-  auto tcp_only = emu::make_auto_transport("127.0.0.1", emu::TransportChoice::kTcp);
+  auto tcp_only = transports::make_auto_transport("127.0.0.1", transports::TransportChoice::kTcp);
   ASSERT_NE(tcp_only, nullptr);
-  EXPECT_FALSE(emu::shm_drop_connections(*tcp_only));
+  EXPECT_FALSE(transports::shm::shm_drop_connections(*tcp_only));
 }
 
 // =============================================================================================
@@ -2132,8 +2132,9 @@ TEST(ShmDeferredAcks, FlushHeldAndProgramWaitsSendThemAtOnce) {
                    (program_waits ? "program_waits" : "flush_held"));
       AcknowledgingSink b_sink;
       std::unique_ptr<Transport> b_transport =
-          through_auto ? emu::make_auto_transport("127.0.0.1", emu::TransportChoice::kShm)
-                       : emu::make_shm_transport({});
+          through_auto
+              ? transports::make_auto_transport("127.0.0.1", transports::TransportChoice::kShm)
+              : transports::shm::make_shm_transport({});
       ASSERT_NE(b_transport, nullptr);
       b_transport->set_sink(&b_sink);
       ShmEndpoint a;
@@ -2231,6 +2232,8 @@ class CompletingSink : public RecordingSink {
     RecordingSink::on_frame(from, h, payload);
     if (h.op == FrameOp::kSend && cq != nullptr) emu::note_completion(cq);
   }
+  // As the engine's node answers it: the poll this thread runs has what it asked for.
+  bool poll_satisfied() const override { return emu::program_poll_satisfied(); }
   // Whether this thread delivered frames [first, first + n).
   bool delivered_here(size_t first, size_t n) {
     std::lock_guard lock(threads_mutex_);
@@ -2345,8 +2348,9 @@ TEST_F(ShmPollDemand, APollStopsReadingOnceItHasTheCompletionsItAskedFor) {
 // wherever the ring has got to (bulk frames take it round its end, through a padding record),
 // is delivered by the very next poll.
 TEST_F(ShmPollLook, AFramePublishedAfterEmptyPollsIsDeliveredByTheNextPoll) {
-  const std::vector<uint8_t> bulk(emu::shm::kInlineMax, 0x5a);
-  const uint32_t rounds = static_cast<uint32_t>(emu::shm::kRingBytes / (2 * bulk.size())) + 16;
+  const std::vector<uint8_t> bulk(transports::shm::kInlineMax, 0x5a);
+  const uint32_t rounds =
+      static_cast<uint32_t>(transports::shm::kRingBytes / (2 * bulk.size())) + 16;
   uint32_t psn = 1;
   int decided = 0;
   int missed = 0;

@@ -146,7 +146,7 @@ class RecordingSink : public emu::FrameSink {
 // A transport on 127.0.0.1 with its recording sink, detached before destruction as a node
 // does.
 struct Endpoint {
-  Endpoint() : transport(emu::make_tcp_transport("127.0.0.1")) {
+  Endpoint() : transport(transports::tcp::make_tcp_transport("127.0.0.1")) {
     if (transport) transport->set_sink(&sink);
   }
   ~Endpoint() {
@@ -190,7 +190,7 @@ std::vector<uint8_t> bytes(size_t n, uint8_t seed) {
 class RawClient {
  public:
   explicit RawClient(const Gid& gid) {
-    auto ep = emu::tcp_endpoint_of(gid);
+    auto ep = transports::tcp::tcp_endpoint_of(gid);
     if (!ep) return;
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in sa{};
@@ -246,34 +246,37 @@ class RawClient {
 };
 
 TEST(TcpTransport, GidEncodingRoundTrips) {
-  const emu::TcpEndpoint ep{0x0a000102, 18515};  // 10.0.1.2:18515
-  const Gid g = emu::tcp_gid_of(ep);
+  const transports::tcp::TcpEndpoint ep{0x0a000102, 18515};  // 10.0.1.2:18515
+  const Gid g = transports::tcp::tcp_gid_of(ep);
   const uint8_t expected[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0x48, 0x53, 0xff, 0xff, 10, 0, 1, 2};
   EXPECT_EQ(std::memcmp(g.raw.data(), expected, 16), 0);
-  ASSERT_TRUE(emu::tcp_endpoint_of(g).has_value());
-  EXPECT_EQ(*emu::tcp_endpoint_of(g), ep);
-  EXPECT_EQ(emu::to_string(ep), "10.0.1.2:18515");
+  ASSERT_TRUE(transports::tcp::tcp_endpoint_of(g).has_value());
+  EXPECT_EQ(*transports::tcp::tcp_endpoint_of(g), ep);
+  EXPECT_EQ(transports::tcp::to_string(ep), "10.0.1.2:18515");
 
   Gid loopback_style{};
   loopback_style.raw[0] = 0xfe;
   loopback_style.raw[1] = 0x80;
-  EXPECT_FALSE(emu::tcp_endpoint_of(loopback_style).has_value());
-  EXPECT_FALSE(emu::tcp_endpoint_of(Gid{}).has_value());
-  EXPECT_FALSE(emu::tcp_endpoint_of(emu::tcp_gid_of({0x7f000001, 0})).has_value());  // no port
+  EXPECT_FALSE(transports::tcp::tcp_endpoint_of(loopback_style).has_value());
+  EXPECT_FALSE(transports::tcp::tcp_endpoint_of(Gid{}).has_value());
+  EXPECT_FALSE(transports::tcp::tcp_endpoint_of(transports::tcp::tcp_gid_of({0x7f000001, 0}))
+                   .has_value());  // no port
 
-  EXPECT_EQ(emu::parse_tcp_endpoint("127.0.0.1"), (emu::TcpEndpoint{0x7f000001, 0}));
-  EXPECT_EQ(emu::parse_tcp_endpoint("127.0.0.1:4791"), (emu::TcpEndpoint{0x7f000001, 4791}));
+  EXPECT_EQ(transports::tcp::parse_tcp_endpoint("127.0.0.1"),
+            (transports::tcp::TcpEndpoint{0x7f000001, 0}));
+  EXPECT_EQ(transports::tcp::parse_tcp_endpoint("127.0.0.1:4791"),
+            (transports::tcp::TcpEndpoint{0x7f000001, 4791}));
   for (const char* bad :
        {"", "localhost", "127.0.0.1:", "127.0.0.1:70000", "127.0.0.1:x", "1.2.3:5", "::1"}) {
-    EXPECT_FALSE(emu::parse_tcp_endpoint(bad).has_value()) << bad;
+    EXPECT_FALSE(transports::tcp::parse_tcp_endpoint(bad).has_value()) << bad;
   }
-  EXPECT_EQ(emu::make_tcp_transport("not an address"), nullptr);
-  EXPECT_EQ(emu::make_tcp_transport("0.0.0.0"), nullptr);
+  EXPECT_EQ(transports::tcp::make_tcp_transport("not an address"), nullptr);
+  EXPECT_EQ(transports::tcp::make_tcp_transport("0.0.0.0"), nullptr);
 
   Endpoint a;
   ASSERT_NE(a.transport, nullptr);
   EXPECT_EQ(a.transport->name(), "tcp");
-  auto mine = emu::tcp_endpoint_of(a.transport->local_gid());
+  auto mine = transports::tcp::tcp_endpoint_of(a.transport->local_gid());
   ASSERT_TRUE(mine.has_value());
   EXPECT_EQ(mine->ipv4, 0x7f000001u);
   EXPECT_NE(mine->port, 0);
@@ -419,7 +422,7 @@ TEST(TcpTransport, ConnectionEndingWithoutGoodbyeIsNoFarewell) {
   Endpoint a, b;
   std::shared_ptr<Link> link;
   ASSERT_TRUE(connect_with_a_first_frame(a, b, &link));
-  ASSERT_TRUE(emu::tcp_drop_connections(*b.transport));
+  ASSERT_TRUE(transports::tcp::tcp_drop_connections(*b.transport));
   ASSERT_TRUE(a.sink.wait_downs(1));
   ASSERT_TRUE(b.sink.wait_downs(1));
   EXPECT_FALSE(a.sink.farewells()[0]);
@@ -463,9 +466,9 @@ TEST(TcpTransport, MalformedInputClosesOnlyThatConnection) {
   auto good = a.transport->connect(b.transport->local_gid());
   ASSERT_NE(good, nullptr);
 
-  namespace wire = emu::tcp_wire;
+  namespace wire = transports::tcp::tcp_wire;
   uint8_t hello[wire::kHelloBytes];
-  Gid stranger = emu::tcp_gid_of({0x7f000001, 9});
+  Gid stranger = transports::tcp::tcp_gid_of({0x7f000001, 9});
   wire::encode_hello(stranger, hello);
   auto valid_header = [](FrameOp op, uint32_t payload) {
     std::vector<uint8_t> h(wire::kFrameHeaderBytes);
@@ -496,7 +499,7 @@ TEST(TcpTransport, MalformedInputClosesOnlyThatConnection) {
       {"bad version",
        [&] {
          auto v = valid_header(FrameOp::kAck, 0);
-         v[4] = emu::tcp_wire::kVersion + 1;
+         v[4] = transports::tcp::tcp_wire::kVersion + 1;
          return v;
        },
        true},
@@ -608,7 +611,7 @@ TEST(TcpTransport, ConnectionToItselfWorks) {
 // queued: own_references copies what the queue still reads from callers, which then counts as
 // released; the bytes written afterwards are the ones queued, whatever the caller does next.
 TEST(TcpSendQueue, OwnedReferencesSurviveTheCallersMemory) {
-  emu::TcpSendQueue q;
+  transports::tcp::TcpSendQueue q;
   std::vector<uint8_t> a = bytes(10000, 1), b = bytes(20000, 2);
   const std::vector<uint8_t> small = bytes(100, 3);
   std::vector<uint8_t> expected;
@@ -643,7 +646,7 @@ TEST(TcpSendQueue, OwnedReferencesSurviveTheCallersMemory) {
 }
 
 TEST(TcpSendQueue, GathersInOrderAcrossPartialWritesAndCountsReferences) {
-  emu::TcpSendQueue q;
+  transports::tcp::TcpSendQueue q;
   std::vector<uint8_t> expected;
   std::vector<std::vector<uint8_t>> referenced;
   referenced.reserve(64);
@@ -758,10 +761,11 @@ TEST(TcpTransport, QueuedPayloadsArriveExactlyAndQuiesceWaitsForThem) {
     return ::testing::AssertionFailure() << "the first large frame was refused";
   }
   const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (emu::tcp_bulk_lanes(*a.transport) == 0 && std::chrono::steady_clock::now() < deadline) {
+  while (transports::tcp::tcp_bulk_lanes(*a.transport) == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(1ms);
   }
-  if (emu::tcp_bulk_lanes(*a.transport) != 1) {
+  if (transports::tcp::tcp_bulk_lanes(*a.transport) != 1) {
     return ::testing::AssertionFailure() << "no bulk lane opened";
   }
   return ::testing::AssertionSuccess();
@@ -804,8 +808,8 @@ TEST(TcpTransport, LargePayloadsSplitOverTheBulkLaneArriveWholeAndInOrder) {
     EXPECT_TRUE(got[i].payload == payloads[i]) << "frame " << i;
     EXPECT_EQ(got[i].from->peer(), a.transport->local_gid());
   }
-  EXPECT_EQ(emu::tcp_connection_count(*a.transport), 1u);
-  EXPECT_EQ(emu::tcp_connection_count(*b.transport), 1u);
+  EXPECT_EQ(transports::tcp::tcp_connection_count(*a.transport), 1u);
+  EXPECT_EQ(transports::tcp::tcp_connection_count(*b.transport), 1u);
   EXPECT_TRUE(a.sink.downs().empty());
   EXPECT_TRUE(b.sink.downs().empty());
 }
@@ -950,7 +954,7 @@ TEST(TcpTransport, AnUnknownCongestionControlIsRefusedAndLeavesTheSocketAsItWas)
   char before[32] = {};
   socklen_t len = sizeof before;
   ASSERT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, before, &len), 0);
-  EXPECT_FALSE(emu::set_congestion_control(fd, "no-such-algorithm"));
+  EXPECT_FALSE(transports::tcp::set_congestion_control(fd, "no-such-algorithm"));
   char after[32] = {};
   len = sizeof after;
   ASSERT_EQ(::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, after, &len), 0);
@@ -959,16 +963,16 @@ TEST(TcpTransport, AnUnknownCongestionControlIsRefusedAndLeavesTheSocketAsItWas)
 }
 
 TEST(TcpTransport, TimeoutsFollowTheBound) {
-  const emu::TcpTimeouts t = emu::tcp_timeouts_for(5000);
+  const transports::tcp::TcpTimeouts t = transports::tcp::tcp_timeouts_for(5000);
   EXPECT_EQ(t.user_timeout, 5000ms);
   EXPECT_GE(t.keepalive_idle_s, 1);
   EXPECT_GE(t.keepalive_interval_s, 1);
   // The first keepalive probe goes out well within the bound.
   EXPECT_LE(t.keepalive_idle_s * 1000, 5000);
-  const emu::TcpTimeouts shortest = emu::tcp_timeouts_for(1);
+  const transports::tcp::TcpTimeouts shortest = transports::tcp::tcp_timeouts_for(1);
   EXPECT_EQ(shortest.user_timeout, 100ms);
   EXPECT_EQ(shortest.keepalive_idle_s, 1);
-  const emu::TcpTimeouts longest = emu::tcp_timeouts_for(3'600'000);
+  const transports::tcp::TcpTimeouts longest = transports::tcp::tcp_timeouts_for(3'600'000);
   EXPECT_EQ(longest.user_timeout, 3'600'000ms);
   EXPECT_LE(longest.keepalive_idle_s * 1000L, 3'600'000L);
 }
@@ -983,9 +987,10 @@ std::string system_congestion_control() {
 // The congestion control a connection with bulk payloads should have: ours when the kernel lets
 // this process choose it, else the system's default.
 std::string bulk_congestion_control() {
-  const std::string& ours = emu::tcp_congestion_control();
+  const std::string& ours = transports::tcp::tcp_congestion_control();
   const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
-  const bool allowed = probe >= 0 && !ours.empty() && emu::set_congestion_control(probe, ours);
+  const bool allowed =
+      probe >= 0 && !ours.empty() && transports::tcp::set_congestion_control(probe, ours);
   if (probe >= 0) ::close(probe);
   return allowed ? ours : system_congestion_control();
 }
@@ -1010,19 +1015,19 @@ TEST(TcpTransport, ABulkLaneIsDialedWithTheBulkCongestionControlAlready) {
   ASSERT_EQ(::listen(listener, 4), 0);
   socklen_t len = sizeof sa;
   ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len), 0);
-  const emu::TcpEndpoint ep{INADDR_LOOPBACK, ntohs(sa.sin_port)};
+  const transports::tcp::TcpEndpoint ep{INADDR_LOOPBACK, ntohs(sa.sin_port)};
   std::string why;
-  const int lane = emu::tcp_dial(ep, 2s, &why, emu::DialPurpose::kBulkLane);
+  const int lane = transports::tcp::tcp_dial(ep, 2s, &why, transports::tcp::DialPurpose::kBulkLane);
   ASSERT_GE(lane, 0) << why;
   EXPECT_EQ(congestion_control_of(lane), bulk_congestion_control());
-  const int connection = emu::tcp_dial(ep, 2s, &why);
+  const int connection = transports::tcp::tcp_dial(ep, 2s, &why);
   ASSERT_GE(connection, 0) << why;
   EXPECT_EQ(congestion_control_of(connection), system_congestion_control());
   for (int fd : {lane, connection, listener}) ::close(fd);
 }
 
 // Every connection, dialed or accepted, carries the dead-peer bound and TCP_NODELAY.
-void expect_socket_options(int fd, const emu::TcpTimeouts& t) {
+void expect_socket_options(int fd, const transports::tcp::TcpTimeouts& t) {
   ASSERT_GE(fd, 0);
   auto get = [fd](int level, int name) {
     int v = -1;
@@ -1042,8 +1047,9 @@ TEST(TcpTransport, EveryConnectionCarriesTheTimeoutOptions) {
   Endpoint a, b;
   std::shared_ptr<Link> link;
   ASSERT_TRUE(connect_with_a_first_frame(a, b, &link));
-  expect_socket_options(emu::tcp_link_socket(*link), emu::tcp_timeouts());
-  expect_socket_options(emu::tcp_link_socket(*b.sink.frames()[0].from), emu::tcp_timeouts());
+  expect_socket_options(transports::tcp::tcp_link_socket(*link), transports::tcp::tcp_timeouts());
+  expect_socket_options(transports::tcp::tcp_link_socket(*b.sink.frames()[0].from),
+                        transports::tcp::tcp_timeouts());
 }
 
 // A connection keeps the system's congestion control while it carries small frames only; once
@@ -1054,13 +1060,15 @@ TEST(TcpTransport, AConnectionTakesTheBulkCongestionControlWithItsLane) {
   std::shared_ptr<Link> link;
   ASSERT_TRUE(connect_with_a_first_frame(a, b, &link));
   const std::string system = system_congestion_control();
-  EXPECT_EQ(congestion_control_of(emu::tcp_link_socket(*link)), system);
-  EXPECT_EQ(congestion_control_of(emu::tcp_link_socket(*b.sink.frames()[0].from)), system);
+  EXPECT_EQ(congestion_control_of(transports::tcp::tcp_link_socket(*link)), system);
+  EXPECT_EQ(congestion_control_of(transports::tcp::tcp_link_socket(*b.sink.frames()[0].from)),
+            system);
   std::vector<uint8_t> large = bytes(1u << 20, 3);
   ASSERT_TRUE(send_and_open_bulk_lane(a, *link, large));
   ASSERT_TRUE(b.sink.wait_frames(2, 5s));  // its lane part came over the lane: attached
-  EXPECT_EQ(congestion_control_of(emu::tcp_link_socket(*link)), bulk_congestion_control());
-  EXPECT_EQ(congestion_control_of(emu::tcp_link_socket(*b.sink.frames()[0].from)),
+  EXPECT_EQ(congestion_control_of(transports::tcp::tcp_link_socket(*link)),
+            bulk_congestion_control());
+  EXPECT_EQ(congestion_control_of(transports::tcp::tcp_link_socket(*b.sink.frames()[0].from)),
             bulk_congestion_control());
 }
 
@@ -1120,13 +1128,13 @@ TEST(TcpTransport, SimultaneousDialsConvergeOnOneConnection) {
     EXPECT_EQ(a.sink.frames()[0].header.psn, round + 100);
     // The refused connection closes (its end of the handshake may take a moment).
     const auto deadline = Clock::now() + 1500ms;
-    while ((emu::tcp_connection_count(*a.transport) != 1 ||
-            emu::tcp_connection_count(*b.transport) != 1) &&
+    while ((transports::tcp::tcp_connection_count(*a.transport) != 1 ||
+            transports::tcp::tcp_connection_count(*b.transport) != 1) &&
            Clock::now() < deadline) {
       std::this_thread::sleep_for(1ms);
     }
-    EXPECT_EQ(emu::tcp_connection_count(*a.transport), 1u);
-    EXPECT_EQ(emu::tcp_connection_count(*b.transport), 1u);
+    EXPECT_EQ(transports::tcp::tcp_connection_count(*a.transport), 1u);
+    EXPECT_EQ(transports::tcp::tcp_connection_count(*b.transport), 1u);
     EXPECT_EQ(a.transport->connect(b.transport->local_gid()), a_to_b);
     EXPECT_EQ(b.transport->connect(a.transport->local_gid()), b_to_a);
     EXPECT_TRUE(a.sink.downs().empty());
@@ -1186,9 +1194,10 @@ TEST(TcpChild, DISABLED_PulledCableEndsInLinkDown) {
   std::shared_ptr<Link> link;
   ASSERT_TRUE(connect_with_a_first_frame(a, b, &link));
   // The variable the parent set is the bound every socket carries.
-  EXPECT_EQ(emu::tcp_timeouts().user_timeout, 1000ms);
-  expect_socket_options(emu::tcp_link_socket(*link), emu::tcp_timeouts());
-  expect_socket_options(emu::tcp_link_socket(*b.sink.frames()[0].from), emu::tcp_timeouts());
+  EXPECT_EQ(transports::tcp::tcp_timeouts().user_timeout, 1000ms);
+  expect_socket_options(transports::tcp::tcp_link_socket(*link), transports::tcp::tcp_timeouts());
+  expect_socket_options(transports::tcp::tcp_link_socket(*b.sink.frames()[0].from),
+                        transports::tcp::tcp_timeouts());
 
   ASSERT_TRUE(set_loopback_up(false));
   const auto data = bytes(64 * 1024, 9);
@@ -1250,13 +1259,13 @@ TEST(TcpChild, DISABLED_AcceptFailureBacksOff) {
   EXPECT_LT(cpu, wall / 2) << "the listener spins on a failing accept";
   for (int fd : fillers) ::close(fd);
   // Accepted after the back-off: our HELLO is answered with b's.
-  uint8_t hello[emu::tcp_wire::kHelloBytes];
-  emu::tcp_wire::encode_hello(emu::tcp_gid_of({0x7f000001, 9}), hello);
+  uint8_t hello[transports::tcp::tcp_wire::kHelloBytes];
+  transports::tcp::tcp_wire::encode_hello(transports::tcp::tcp_gid_of({0x7f000001, 9}), hello);
   ASSERT_TRUE(raw.write(hello, sizeof hello));
-  uint8_t answer[emu::tcp_wire::kHelloBytes];
+  uint8_t answer[transports::tcp::tcp_wire::kHelloBytes];
   ASSERT_TRUE(raw.read_exact(answer, sizeof answer, 5000ms));
   Gid gid;
-  EXPECT_EQ(emu::tcp_wire::decode_hello(answer, &gid), nullptr);
+  EXPECT_EQ(transports::tcp::tcp_wire::decode_hello(answer, &gid), nullptr);
   EXPECT_TRUE(gid == b.transport->local_gid());
 }
 

@@ -43,12 +43,12 @@ using emu_test::kAllAccess;
 using emu_test::pattern;
 
 std::unique_ptr<emu::Transport> make_transport(const std::string& kind) {
-  if (kind == "tcp") return emu::make_tcp_transport("127.0.0.1");
+  if (kind == "tcp") return transports::tcp::make_tcp_transport("127.0.0.1");
   // What a process gets by default: two nodes of one host talk over shared memory.
-  if (kind == "auto") return emu::make_auto_transport("127.0.0.1");
-  emu::ShmOptions o;
+  if (kind == "auto") return transports::make_auto_transport("127.0.0.1");
+  transports::shm::ShmOptions o;
   o.single_copy = kind != "shm_chunked";
-  return emu::make_shm_transport(o);
+  return transports::shm::make_shm_transport(o);
 }
 
 struct Side {
@@ -568,7 +568,7 @@ TEST_P(TransportEngineTest, DroppedLinkMovesItsQpsToErrorWithQpFatalAndFlushes) 
   for (uint64_t id = 1; id <= 3; ++id)
     ASSERT_EQ(post(qa, id, IBV_WR_SEND, &buf[512], 256, a_mr), 0);
   EXPECT_TRUE(poll_n(a.cq, 1, 20ms).empty());  // b has no buffer: RNR for ever
-  ASSERT_TRUE(emu::drop_connections(b.node->transport()));
+  ASSERT_TRUE(transports::drop_connections(b.node->transport()));
   auto wcs = poll_n(a.cq, 5);
   ASSERT_EQ(wcs.size(), 5u);
   std::map<uint64_t, int> seen;

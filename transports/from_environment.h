@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "emu/transport.h"
+#include "transports/common/engine_interface.h"
 
 namespace transports {
 

@@ -6,17 +6,23 @@
 
 #include <cstddef>
 
-#include "emu/transport.h"
+#include "transports/common/engine_interface.h"
 
-namespace emu {
+namespace transports {
 
 // Closes every shm and TCP connection of t (an auto, shm or tcp transport) as a dying peer
 // would: each reports on_link_down. For fault tests. False if t has none of those kinds.
 bool drop_connections(Transport& t);
 
+namespace shm {
+
 // Closes every link of a shm transport as a dying peer would; each reports on_link_down
 // here and the peers see the end. For fault tests. False if t is not a shm transport.
 bool shm_drop_connections(Transport& t);
+
+}  // namespace shm
+
+namespace tcp {
 
 // Closes every connection of a TCP transport as a reset would: each reports on_link_down
 // here, and the peers see the connection end. Returns once done. For fault tests and
@@ -31,4 +37,6 @@ size_t tcp_connection_count(Transport& t);
 // For tests: the connections of a TCP transport whose bulk lane for sending is open.
 size_t tcp_bulk_lanes(Transport& t);
 
-}  // namespace emu
+}  // namespace tcp
+
+}  // namespace transports

@@ -7,7 +7,7 @@
 
 #include "verbs_api/internal.h"
 
-using namespace emurdma::verbs;
+using namespace verbs_api;
 
 namespace {
 
@@ -140,7 +140,7 @@ EMURDMA_EXPORT int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __
   return -1;
 }
 
-namespace emurdma::verbs {
+namespace verbs_api {
 
 int post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);        // objects_qp.cpp
 int post_recv_op(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);        // objects_qp.cpp
@@ -169,7 +169,7 @@ void install_context_ops(EmuContext* ctx) {
   // Every other extended op stays null, which verbs.h turns into EOPNOTSUPP.
 }
 
-}  // namespace emurdma::verbs
+}  // namespace verbs_api
 
 // Default versions of the names that also have a hidden IBVERBS_1.0 version (compat_1_0.cpp).
 EMURDMA_DEFAULT_VERSION_1_1(ibv_query_device)

@@ -3,7 +3,7 @@
 #include "emu/cq.h"
 #include "verbs_api/internal.h"
 
-namespace emurdma::verbs {
+namespace verbs_api {
 
 namespace {
 
@@ -100,4 +100,4 @@ void install_cq_ex_ops(EmuCq* c) {
   cq.read_completion_wallclock_ns = read_zero64;
 }
 
-}  // namespace emurdma::verbs
+}  // namespace verbs_api

@@ -7,17 +7,17 @@
 #include <cstring>
 #include <new>
 
-#include "emu/context.h"
 #include "base/log.h"
+#include "emu/context.h"
 #include "emu/node.h"
-#include "verbs_api/internal.h"
 #include "process/process_node.h"
+#include "verbs_api/internal.h"
 
 #ifndef EMURDMA_DEVICE_NAME
 #define EMURDMA_DEVICE_NAME "emu0"
 #endif
 
-namespace emurdma::verbs {
+namespace verbs_api {
 
 namespace {
 
@@ -54,9 +54,9 @@ ibv_device* emu_device() {
   return &device;
 }
 
-}  // namespace emurdma::verbs
+}  // namespace verbs_api
 
-using namespace emurdma::verbs;
+using namespace verbs_api;
 
 EMURDMA_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
   base::init_logging();

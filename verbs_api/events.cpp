@@ -8,9 +8,9 @@
 #include "emu/srq.h"
 #include "verbs_api/internal.h"
 
-using namespace emurdma::verbs;
+using namespace verbs_api;
 
-namespace emurdma::verbs {
+namespace verbs_api {
 
 void wait_for_acks(pthread_mutex_t* mutex, pthread_cond_t* cond, const uint32_t* completed,
                    const uint32_t* reported) {
@@ -63,7 +63,7 @@ void translate_async_event(const emu::AsyncEvent& e, void* arg) {
 
 }  // namespace
 
-}  // namespace emurdma::verbs
+}  // namespace verbs_api
 
 EMURDMA_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
   if (context == nullptr || event == nullptr) {

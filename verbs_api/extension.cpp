@@ -3,12 +3,12 @@
 #include "verbs_api/emurdma_verbs.h"
 #include "verbs_api/internal.h"
 
-using emurdma::verbs::is_emu;
+using verbs_api::is_emu;
 
 EMURDMA_EXPORT int emu_query_srq_counts(ibv_srq* srq, emu_srq_counts* out) {
   if (srq == nullptr || out == nullptr) return EINVAL;
   if (!is_emu(srq->context)) return EOPNOTSUPP;  // a real HCA cannot tell
-  emu::Srq::Counts c = emurdma::verbs::to_emu(srq)->engine->counts();
+  emu::Srq::Counts c = verbs_api::to_emu(srq)->engine->counts();
   out->max_wr = c.max_wr;
   out->available = c.available;
   out->outstanding = c.outstanding;

@@ -42,7 +42,7 @@ class Qp;
 class Srq;
 }  // namespace emu
 
-namespace emurdma::verbs {
+namespace verbs_api {
 
 // The one soft device, and whether a device, context or object belongs to it.
 ibv_device* emu_device();
@@ -149,7 +149,7 @@ T* fail(int err) {
 void wait_for_acks(pthread_mutex_t* mutex, pthread_cond_t* cond, const uint32_t* completed,
                    const uint32_t* reported);
 
-}  // namespace emurdma::verbs
+}  // namespace verbs_api
 
 // Delegates a call on an object of a real HCA: returns what the system library returns, or
 // `error_result` with errno = ENOSYS when there is no system library to hand it to.

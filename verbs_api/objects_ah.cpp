@@ -4,7 +4,7 @@
 #include "emu/context.h"
 #include "verbs_api/internal.h"
 
-using namespace emurdma::verbs;
+using namespace verbs_api;
 
 EMURDMA_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   if (pd == nullptr || attr == nullptr) return fail<ibv_ah>(EINVAL);

@@ -7,9 +7,9 @@
 #include "emu/cq.h"
 #include "verbs_api/internal.h"
 
-using namespace emurdma::verbs;
+using namespace verbs_api;
 
-namespace emurdma::verbs {
+namespace verbs_api {
 
 int poll_cq_op(ibv_cq* cq, int n, ibv_wc* wc) {
   return to_emu(cq)->engine->poll(n, wc);
@@ -70,7 +70,7 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   return cq ? &cq->cq : nullptr;
 }
 
-}  // namespace emurdma::verbs
+}  // namespace verbs_api
 
 EMURDMA_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
   if (context == nullptr) return fail<ibv_comp_channel>(EINVAL);

@@ -8,7 +8,7 @@
 #include "emu/qp.h"
 #include "verbs_api/internal.h"
 
-namespace emurdma::verbs {
+namespace verbs_api {
 
 ibv_mw* alloc_mw_op(ibv_pd* pd, ibv_mw_type type) {
   if (pd == nullptr) return fail<ibv_mw>(EINVAL);
@@ -34,4 +34,4 @@ int bind_mw_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) {
   return to_emu(qp)->engine->bind_mw(mw, *bind);
 }
 
-}  // namespace emurdma::verbs
+}  // namespace verbs_api

@@ -6,7 +6,7 @@
 #include "emu/context.h"
 #include "verbs_api/internal.h"
 
-using namespace emurdma::verbs;
+using namespace verbs_api;
 
 EMURDMA_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
   if (context == nullptr) return fail<ibv_pd>(EINVAL);

@@ -8,9 +8,9 @@
 #include "emu/srq.h"
 #include "verbs_api/internal.h"
 
-using namespace emurdma::verbs;
+using namespace verbs_api;
 
-namespace emurdma::verbs {
+namespace verbs_api {
 
 int post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   return to_emu(qp)->engine->post_send(wr, bad_wr);
@@ -93,7 +93,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   return &qp->qpx.qp_base;
 }
 
-}  // namespace emurdma::verbs
+}  // namespace verbs_api
 
 EMURDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   if (pd == nullptr || attr == nullptr) return fail<ibv_qp>(EINVAL);

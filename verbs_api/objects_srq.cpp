@@ -5,15 +5,15 @@
 #include "emu/srq.h"
 #include "verbs_api/internal.h"
 
-using namespace emurdma::verbs;
+using namespace verbs_api;
 
-namespace emurdma::verbs {
+namespace verbs_api {
 
 int post_srq_recv_op(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return to_emu(srq)->engine->post_recv(wr, bad_wr);
 }
 
-}  // namespace emurdma::verbs
+}  // namespace verbs_api
 
 EMURDMA_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* init) {
   if (pd == nullptr || init == nullptr) return fail<ibv_srq>(EINVAL);

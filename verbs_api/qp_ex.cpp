@@ -6,12 +6,12 @@
 #include <memory>
 #include <new>
 
+#include "base/spin_lock.h"
 #include "emu/limits.h"
 #include "emu/qp.h"
-#include "base/spin_lock.h"
 #include "verbs_api/internal.h"
 
-namespace emurdma::verbs {
+namespace verbs_api {
 
 struct WrBatch {
   base::SpinLock lock;  // held from wr_start to wr_complete / wr_abort
@@ -250,4 +250,4 @@ void detach_wr_api(EmuQp* qp) {
   qp->batch = nullptr;
 }
 
-}  // namespace emurdma::verbs
+}  // namespace verbs_api

@@ -3,7 +3,7 @@
 #include "emu/names.h"
 #include "verbs_api/internal.h"
 
-using namespace emurdma::verbs;
+using namespace verbs_api;
 
 EMURDMA_EXPORT const char* ibv_node_type_str(enum ibv_node_type node_type) {
   switch (node_type) {

@@ -31,7 +31,7 @@
 
 #include "base/log.h"
 
-namespace emurdma::verbs {
+namespace verbs_api {
 namespace {
 
 constexpr const char* kOverrideVariable = "EMURDMA_SYSTEM_LIBIBVERBS";
@@ -214,4 +214,4 @@ void* system_symbol(const char* name, const char* version) {
   return symbol;
 }
 
-}  // namespace emurdma::verbs
+}  // namespace verbs_api

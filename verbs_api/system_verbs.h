@@ -3,7 +3,7 @@
 // every call on one of its objects is handed to it by name and symbol version.
 #pragma once
 
-namespace emurdma::verbs {
+namespace verbs_api {
 
 // EMURDMA_DEVICES: soft = emu0 only, hw = the system's devices only, all (default) = both,
 // emu0 first. Read once; an unknown value is logged (error) and taken as all. A build with
@@ -20,13 +20,13 @@ DeviceSelection device_selection();
 // that is zero system devices, not an error to pass on.
 void* system_symbol(const char* name, const char* version);
 
-}  // namespace emurdma::verbs
+}  // namespace verbs_api
 
 // The system's implementation of a public verb, resolved once: EMURDMA_SYSTEM_FN(ibv_alloc_pd,
 // "IBVERBS_1.1") has the type of &ibv_alloc_pd and may be null.
-#define EMURDMA_SYSTEM_FN(name, version)                                                     \
-  ([] {                                                                                      \
-    static auto* const resolved =                                                            \
-        reinterpret_cast<decltype(&::name)>(::emurdma::verbs::system_symbol(#name, version)); \
-    return resolved;                                                                         \
+#define EMURDMA_SYSTEM_FN(name, version)                                                 \
+  ([] {                                                                                  \
+    static auto* const resolved =                                                        \
+        reinterpret_cast<decltype(&::name)>(::verbs_api::system_symbol(#name, version)); \
+    return resolved;                                                                     \
   }())

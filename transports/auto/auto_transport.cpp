@@ -15,7 +15,7 @@
 #include "transports/tcp/tcp_transport.h"
 #include "transports/test_support.h"
 
-namespace emu {
+namespace transports {
 
 namespace {
 
@@ -60,11 +60,11 @@ class LoopbackSink : public FrameSink {
 
 class AutoTransport : public Transport {
  public:
-  AutoTransport(std::unique_ptr<Transport> shm, std::unique_ptr<Transport> tcp,
+  AutoTransport(std::unique_ptr<Transport> over_shm, std::unique_ptr<Transport> over_tcp,
                 TransportChoice choice)
-      : loopback_(make_loopback_transport()),
-        shm_(std::move(shm)),
-        tcp_(std::move(tcp)),
+      : loopback_(loopback::make_loopback_transport()),
+        shm_(std::move(over_shm)),
+        tcp_(std::move(over_tcp)),
         choice_(choice),
         gid_(shm_ ? shm_->local_gid() : tcp_->local_gid()),
         self_(std::make_shared<SelfLink>(loopback_->connect(loopback_->local_gid()), gid_)) {}
@@ -148,8 +148,8 @@ class AutoTransport : public Transport {
   }
 
   void drop_connections() {
-    if (shm_) shm_drop_connections(*shm_);
-    if (tcp_) tcp_drop_connections(*tcp_);
+    if (shm_) shm::shm_drop_connections(*shm_);
+    if (tcp_) tcp::tcp_drop_connections(*tcp_);
   }
 
   void release_payloads() override {
@@ -180,7 +180,7 @@ bool drop_connections(Transport& t) {
     a->drop_connections();
     return true;
   }
-  return shm_drop_connections(t) || tcp_drop_connections(t);
+  return shm::shm_drop_connections(t) || tcp::tcp_drop_connections(t);
 }
 
 std::string default_tcp_listen_address() {
@@ -204,21 +204,21 @@ std::string default_tcp_listen_address() {
 std::unique_ptr<Transport> make_auto_transport(const std::string& tcp_listen,
                                                TransportChoice choice) {
   const std::string listen = tcp_listen.empty() ? default_tcp_listen_address() : tcp_listen;
-  std::unique_ptr<Transport> tcp;
-  if (choice != TransportChoice::kShm) tcp = make_tcp_transport(listen);
-  ShmOptions shm_options = shm_options_from_environment();
-  if (tcp) {
+  std::unique_ptr<Transport> over_tcp;
+  if (choice != TransportChoice::kShm) over_tcp = tcp::make_tcp_transport(listen);
+  shm::ShmOptions shm_options = shm::shm_options_from_environment();
+  if (over_tcp) {
     // The shm GID carries the TCP listener, so one GID reaches us either way.
-    const auto ep = tcp_endpoint_of(tcp->local_gid());
+    const auto ep = tcp::tcp_endpoint_of(over_tcp->local_gid());
     shm_options.instance = ep->port;
     shm_options.ipv4 = ep->ipv4;
   }
-  std::unique_ptr<Transport> shm;
-  if (choice != TransportChoice::kTcp) shm = make_shm_transport(shm_options);
-  if (!shm && !tcp) return nullptr;
-  if (!tcp && choice == TransportChoice::kTcp) return nullptr;
-  if (!shm && choice == TransportChoice::kShm) return nullptr;
-  return std::make_unique<AutoTransport>(std::move(shm), std::move(tcp), choice);
+  std::unique_ptr<Transport> over_shm;
+  if (choice != TransportChoice::kTcp) over_shm = shm::make_shm_transport(shm_options);
+  if (!over_shm && !over_tcp) return nullptr;
+  if (!over_tcp && choice == TransportChoice::kTcp) return nullptr;
+  if (!over_shm && choice == TransportChoice::kShm) return nullptr;
+  return std::make_unique<AutoTransport>(std::move(over_shm), std::move(over_tcp), choice);
 }
 
-}  // namespace emu
+}  // namespace transports

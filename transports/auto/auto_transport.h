@@ -6,9 +6,9 @@
 #include <memory>
 #include <string>
 
-#include "emu/transport.h"
+#include "transports/common/engine_interface.h"
 
-namespace emu {
+namespace transports {
 
 enum class TransportChoice { kAuto, kShm, kTcp };
 
@@ -22,4 +22,4 @@ std::unique_ptr<Transport> make_auto_transport(const std::string& tcp_listen,
 // The address make_auto_transport listens on when given none.
 std::string default_tcp_listen_address();
 
-}  // namespace emu
+}  // namespace transports

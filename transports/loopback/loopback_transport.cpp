@@ -12,7 +12,7 @@
 #include "base/mpsc_ring.h"
 #include "base/spin_lock.h"
 
-namespace emu {
+namespace transports::loopback {
 
 namespace {
 
@@ -292,4 +292,4 @@ std::unique_ptr<Transport> make_loopback_transport() {
   return std::make_unique<LoopbackTransport>();
 }
 
-}  // namespace emu
+}  // namespace transports::loopback

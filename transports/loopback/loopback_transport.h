@@ -5,11 +5,11 @@
 
 #include <memory>
 
-#include "emu/transport.h"
+#include "transports/common/engine_interface.h"
 
-namespace emu {
+namespace transports::loopback {
 
 // A transport on the process-wide loopback fabric, with a GID of its own.
 std::unique_ptr<Transport> make_loopback_transport();
 
-}  // namespace emu
+}  // namespace transports::loopback

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <mutex>
 
-namespace emu::shm {
+namespace transports::shm {
 namespace {
 
 // The guarded copy a thread is in, on guarded_copy's stack.
@@ -141,4 +141,4 @@ bool guarded_copy(void* dst, const void* src, size_t len) {
   return true;
 }
 
-}  // namespace emu::shm
+}  // namespace transports::shm

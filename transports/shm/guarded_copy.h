@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-namespace emu::shm {
+namespace transports::shm {
 
 // Copies len bytes from src to dst as memcpy does (the ranges must not overlap), and returns
 // true; returns false when reading src raised SIGBUS, dst's bytes then being unspecified
@@ -14,4 +14,4 @@ namespace emu::shm {
 // guarded copy of this thread goes to whatever handled SIGBUS before the first call.
 bool guarded_copy(void* dst, const void* src, size_t len);
 
-}  // namespace emu::shm
+}  // namespace transports::shm

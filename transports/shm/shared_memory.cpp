@@ -15,7 +15,7 @@
 #include <mutex>
 #include <string_view>
 
-namespace emu::shm {
+namespace transports::shm {
 
 namespace {
 
@@ -118,7 +118,8 @@ SharedObject::~SharedObject() {
   if (fd >= 0) ::close(fd);
 }
 
-std::optional<SharedMapping> find_shared_mapping(const void* addr, size_t len, base::MapsSource source) {
+std::optional<SharedMapping> find_shared_mapping(const void* addr, size_t len,
+                                                 base::MapsSource source) {
   const auto begin = reinterpret_cast<uintptr_t>(addr);
   const uintptr_t end = begin + len;
   if (len == 0 || end < begin) return std::nullopt;
@@ -265,4 +266,4 @@ void SharedRanges::recompute_longest() {
   for (const auto& [begin, range] : by_begin_) longest_ = std::max(longest_, range.end - begin);
 }
 
-}  // namespace emu::shm
+}  // namespace transports::shm

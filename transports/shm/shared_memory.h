@@ -23,7 +23,7 @@
 
 #include "base/process_maps.h"
 
-namespace emu::shm {
+namespace transports::shm {
 
 // An object (memfd, file, shared anonymous memory) that this process maps MAP_SHARED, opened
 // read-only so that a peer can be handed its descriptor and map it.
@@ -137,4 +137,4 @@ class SharedRanges {
   uintptr_t longest_ = 0;
 };
 
-}  // namespace emu::shm
+}  // namespace transports::shm

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <iterator>
 
-namespace emu::shm {
+namespace transports::shm {
 
 namespace {
 
@@ -81,4 +81,4 @@ std::string socket_name(const ShmAddress& a) {
   return name;
 }
 
-}  // namespace emu::shm
+}  // namespace transports::shm

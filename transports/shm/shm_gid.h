@@ -18,9 +18,9 @@
 #include <optional>
 #include <string>
 
-#include "emu/transport.h"
+#include "transports/common/engine_interface.h"
 
-namespace emu::shm {
+namespace transports::shm {
 
 struct ShmAddress {
   uint32_t host_tag = 0;
@@ -39,4 +39,4 @@ std::optional<ShmAddress> address_of(const Gid& gid);
 // The abstract Unix socket name of the node at a: where the handshake is made.
 std::string socket_name(const ShmAddress& a);
 
-}  // namespace emu::shm
+}  // namespace transports::shm

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstring>
 
-namespace emu::shm {
+namespace transports::shm {
 
 namespace {
 
@@ -161,4 +161,4 @@ uint64_t probe_address() {
   return reinterpret_cast<uint64_t>(const_cast<const uint64_t*>(&probe_value));
 }
 
-}  // namespace emu::shm
+}  // namespace transports::shm

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <string>
 
-namespace emu::shm {
+namespace transports::shm {
 
 struct Hello {
   uint32_t magic;
@@ -56,4 +56,4 @@ bool can_read_memory_of(pid_t pid, uint64_t addr);
 // The address of this process's probe value.
 uint64_t probe_address();
 
-}  // namespace emu::shm
+}  // namespace transports::shm

@@ -14,7 +14,7 @@
 #include "transports/shm/shm_handshake.h"
 #include "transports/shm/shm_payload.h"
 
-namespace emu::shm {
+namespace transports::shm {
 
 namespace {
 
@@ -709,4 +709,4 @@ bool ShmLink::deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std
   return true;
 }
 
-}  // namespace emu::shm
+}  // namespace transports::shm

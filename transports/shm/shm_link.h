@@ -38,13 +38,13 @@
 #include <vector>
 
 #include "base/spin_lock.h"
-#include "emu/transport.h"
+#include "transports/common/engine_interface.h"
 #include "transports/shm/shared_memory.h"
 #include "transports/shm/shm_ring.h"
 #include "transports/shm/shm_segment.h"
 #include "transports/shm/shm_wire.h"
 
-namespace emu::shm {
+namespace transports::shm {
 
 class ShmLink;
 
@@ -237,4 +237,4 @@ class ShmLink : public Link {
   std::unordered_map<uint32_t, PeerObject> peer_objects_;
 };
 
-}  // namespace emu::shm
+}  // namespace transports::shm

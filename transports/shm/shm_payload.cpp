@@ -4,7 +4,7 @@
 
 #include "transports/shm/guarded_copy.h"
 
-namespace emu::shm {
+namespace transports::shm {
 
 PieceCursor::PieceCursor(const RemoteIov* iov, uint32_t n) : iov_(iov), n_(n) {
   for (uint32_t k = 0; k < n; ++k) left_ += iov[k].len;
@@ -77,4 +77,4 @@ void RemotePayload::read(void* dst, size_t len) {
   }
 }
 
-}  // namespace emu::shm
+}  // namespace transports::shm

@@ -10,10 +10,10 @@
 #include <cstdint>
 #include <cstring>
 
-#include "emu/transport.h"
+#include "transports/common/engine_interface.h"
 #include "transports/shm/shm_wire.h"
 
-namespace emu::shm {
+namespace transports::shm {
 
 // A payload made of pieces, consumed in order: where the next byte is.
 class PieceCursor {
@@ -61,4 +61,4 @@ class RemotePayload : public PayloadSource, private PieceCursor {
   bool failed_ = false;
 };
 
-}  // namespace emu::shm
+}  // namespace transports::shm

@@ -4,7 +4,7 @@
 
 #include "base/tsan_sync.h"
 
-namespace emu::shm {
+namespace transports::shm {
 
 namespace {
 
@@ -167,4 +167,4 @@ void RingConsumer::cancel_sleep() {
   control_->consumer_sleeping.store(0, std::memory_order_relaxed);
 }
 
-}  // namespace emu::shm
+}  // namespace transports::shm

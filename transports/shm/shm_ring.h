@@ -38,7 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace emu::shm {
+namespace transports::shm {
 
 inline constexpr size_t kCacheUnit = 128;  // see emu/spsc_ring.h: adjacent-line prefetch
 
@@ -172,4 +172,4 @@ constexpr uint32_t record_size(size_t bytes) {
   return static_cast<uint32_t>((bytes + kRecordAlign - 1) & ~uint64_t{kRecordAlign - 1});
 }
 
-}  // namespace emu::shm
+}  // namespace transports::shm

@@ -9,10 +9,10 @@
 #include <new>
 #include <random>
 
-#include "transports/shm/shm_wire.h"
 #include "base/tsan_sync.h"
+#include "transports/shm/shm_wire.h"
 
-namespace emu::shm {
+namespace transports::shm {
 
 namespace {
 
@@ -151,4 +151,4 @@ const void* Segment::sync_key(Direction d) const {
   return base::tsan_key(ring, ring);
 }
 
-}  // namespace emu::shm
+}  // namespace transports::shm

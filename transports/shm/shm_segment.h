@@ -11,7 +11,7 @@
 
 #include "transports/shm/shm_ring.h"
 
-namespace emu::shm {
+namespace transports::shm {
 
 class Segment {
  public:
@@ -50,4 +50,4 @@ class Segment {
   uint64_t inode_;
 };
 
-}  // namespace emu::shm
+}  // namespace transports::shm

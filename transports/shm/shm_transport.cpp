@@ -26,11 +26,9 @@
 #include "transports/shm/shm_wire.h"
 #include "transports/test_support.h"
 
-namespace emu {
+namespace transports::shm {
 
 namespace {
-
-using namespace shm;
 
 // Send-queue inline data is always copied into the ring, so no frame references memory a
 // destroyed QP frees: quiesce() has nothing to wait for.
@@ -609,4 +607,4 @@ bool shm_drop_connections(Transport& t) {
   return true;
 }
 
-}  // namespace emu
+}  // namespace transports::shm

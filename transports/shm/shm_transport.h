@@ -13,9 +13,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "emu/transport.h"
+#include "transports/common/engine_interface.h"
 
-namespace emu {
+namespace transports::shm {
 
 struct ShmOptions {
   uint16_t instance = 0;    // GID bytes 8-9; 0: the next free per-process number
@@ -33,4 +33,4 @@ std::unique_ptr<Transport> make_shm_transport(const ShmOptions& options = {});
 // memory in place, EMURDMA_SHM_MAP=0 handing our shared objects to peers.
 ShmOptions shm_options_from_environment();
 
-}  // namespace emu
+}  // namespace transports::shm

@@ -6,10 +6,10 @@
 
 #include <cstdint>
 
-#include "emu/transport.h"
+#include "transports/common/engine_interface.h"
 #include "transports/shm/shm_ring.h"
 
-namespace emu::shm {
+namespace transports::shm {
 
 inline constexpr uint32_t kProtocolVersion = 5;
 
@@ -101,4 +101,4 @@ inline constexpr uint64_t kRingBytes = 4 << 20;
 static_assert(kChunkBytes + sizeof(RecordHead) <= kRingBytes / 4);
 static_assert(sizeof(FrameRecord) + kInlineMax + sizeof(RecordHead) <= kRingBytes / 4);
 
-}  // namespace emu::shm
+}  // namespace transports::shm

@@ -12,7 +12,7 @@
 
 #include "transports/tcp/tcp_options.h"
 
-namespace emu {
+namespace transports::tcp {
 
 int tcp_dial(const TcpEndpoint& ep, std::chrono::milliseconds timeout, std::string* why,
              DialPurpose purpose) {
@@ -57,4 +57,4 @@ int tcp_dial(const TcpEndpoint& ep, std::chrono::milliseconds timeout, std::stri
   return fd;
 }
 
-}  // namespace emu
+}  // namespace transports::tcp

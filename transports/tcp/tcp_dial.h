@@ -7,7 +7,7 @@
 
 #include "transports/tcp/tcp_gid.h"
 
-namespace emu {
+namespace transports::tcp {
 
 enum class DialPurpose {
   kConnection,  // frames of every size: the system's congestion control until a lane comes
@@ -18,4 +18,4 @@ enum class DialPurpose {
 int tcp_dial(const TcpEndpoint& ep, std::chrono::milliseconds timeout, std::string* why,
              DialPurpose purpose = DialPurpose::kConnection);
 
-}  // namespace emu
+}  // namespace transports::tcp

@@ -4,7 +4,7 @@
 
 #include <charconv>
 
-namespace emu {
+namespace transports::tcp {
 
 Gid tcp_gid_of(const TcpEndpoint& ep) {
   Gid g;
@@ -55,4 +55,4 @@ std::string to_string(const TcpEndpoint& ep) {
          std::to_string(ep.port);
 }
 
-}  // namespace emu
+}  // namespace transports::tcp

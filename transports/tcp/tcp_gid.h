@@ -13,9 +13,9 @@
 #include <optional>
 #include <string>
 
-#include "emu/transport.h"
+#include "transports/common/engine_interface.h"
 
-namespace emu {
+namespace transports::tcp {
 
 struct TcpEndpoint {
   uint32_t ipv4 = 0;  // host byte order
@@ -36,4 +36,4 @@ std::optional<TcpEndpoint> parse_tcp_endpoint(const std::string& spec);
 // "a.b.c.d:port", for log lines.
 std::string to_string(const TcpEndpoint& ep);
 
-}  // namespace emu
+}  // namespace transports::tcp

@@ -18,7 +18,7 @@
 #include "transports/tcp/tcp_options.h"
 #include "transports/tcp/tcp_wire.h"
 
-namespace emu {
+namespace transports::tcp {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
@@ -1371,4 +1371,4 @@ void TcpLink::close(bool report) {
   if (report) owner_.on_down(*this);
 }
 
-}  // namespace emu
+}  // namespace transports::tcp

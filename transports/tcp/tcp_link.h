@@ -56,12 +56,12 @@
 #include <mutex>
 #include <string>
 
-#include "emu/transport.h"
+#include "transports/common/engine_interface.h"
 #include "transports/common/nap.h"
 #include "transports/common/program_polls.h"
 #include "transports/tcp/tcp_send_queue.h"
 
-namespace emu {
+namespace transports::tcp {
 
 class TcpLink;
 
@@ -410,4 +410,4 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   uint8_t lane_ok_[8] = {};  // tcp_wire::kLaneOkBytes
 };
 
-}  // namespace emu
+}  // namespace transports::tcp

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace emu {
+namespace transports::tcp {
 
 TcpTimeouts tcp_timeouts_for(long ms) {
   ms = std::max(ms, 100L);
@@ -98,4 +98,4 @@ void use_bulk_congestion_control(int fd) {
   }
 }
 
-}  // namespace emu
+}  // namespace transports::tcp

@@ -11,7 +11,7 @@
 #include <chrono>
 #include <string>
 
-namespace emu {
+namespace transports::tcp {
 
 struct TcpTimeouts {
   std::chrono::milliseconds user_timeout{5000};  // TCP_USER_TIMEOUT
@@ -54,4 +54,4 @@ bool apply_tcp_options(int fd, const TcpTimeouts& t, std::string* why);
 // Asks for tcp_congestion_control() on fd; a refusal is logged once, at debug level.
 void use_bulk_congestion_control(int fd);
 
-}  // namespace emu
+}  // namespace transports::tcp

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace emu {
+namespace transports::tcp {
 
 namespace {
 
@@ -157,4 +157,4 @@ void TcpSendQueue::trim() {
   }
 }
 
-}  // namespace emu
+}  // namespace transports::tcp

@@ -14,7 +14,7 @@
 #include <deque>
 #include <memory>
 
-namespace emu {
+namespace transports::tcp {
 
 class TcpSendQueue {
  public:
@@ -82,4 +82,4 @@ class TcpSendQueue {
   uint64_t refs_released_ = 0;
 };
 
-}  // namespace emu
+}  // namespace transports::tcp

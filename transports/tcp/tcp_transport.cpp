@@ -29,7 +29,7 @@
 #include "transports/tcp/tcp_options.h"
 #include "transports/test_support.h"
 
-namespace emu {
+namespace transports::tcp {
 
 namespace {
 
@@ -584,4 +584,4 @@ std::unique_ptr<Transport> make_tcp_transport(const std::string& listen_spec) {
   }
 }
 
-}  // namespace emu
+}  // namespace transports::tcp

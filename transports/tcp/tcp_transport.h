@@ -7,10 +7,10 @@
 #include <memory>
 #include <string>
 
-#include "emu/transport.h"
+#include "transports/common/engine_interface.h"
 #include "transports/tcp/tcp_gid.h"
 
-namespace emu {
+namespace transports::tcp {
 
 // A transport listening on listen_spec, "a.b.c.d[:port]" (port 0 or absent: a free port
 // chosen by the kernel). Its GID encodes that address and the port actually bound
@@ -18,4 +18,4 @@ namespace emu {
 // 0.0.0.0 (peers could not dial the GID) or the listener cannot be opened.
 std::unique_ptr<Transport> make_tcp_transport(const std::string& listen_spec);
 
-}  // namespace emu
+}  // namespace transports::tcp

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace emu::tcp_wire {
+namespace transports::tcp::tcp_wire {
 
 namespace {
 
@@ -35,7 +35,8 @@ constexpr size_t kHelloOffReserved = 5;  // 3 bytes, zero
 constexpr size_t kHelloOffGid = 8;
 static_assert(kHelloOffGid + 16 == kHelloBytes);
 
-constexpr uint8_t kKnownFlags = kFrameImm | kFrameSolicited | kFrameDatagram | kFrameFetchAdd | kFrameAckReq;
+constexpr uint8_t kKnownFlags =
+    kFrameImm | kFrameSolicited | kFrameDatagram | kFrameFetchAdd | kFrameAckReq;
 
 void put32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -204,4 +205,4 @@ const char* decode_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* h,
   return nullptr;
 }
 
-}  // namespace emu::tcp_wire
+}  // namespace transports::tcp::tcp_wire

@@ -6,9 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "emu/transport.h"
+#include "transports/common/engine_interface.h"
 
-namespace emu::tcp_wire {
+namespace transports::tcp::tcp_wire {
 
 inline constexpr uint32_t kHelloMagic = 0x48554d45;    // "EMUH" on the wire
 inline constexpr uint32_t kFrameMagic = 0x46554d45;    // "EMUF" on the wire
@@ -63,4 +63,4 @@ void encode_header(const FrameHeader& h, uint32_t payload_len, uint32_t lane_byt
 const char* decode_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* h,
                           uint32_t* payload_len, uint32_t* lane_bytes);
 
-}  // namespace emu::tcp_wire
+}  // namespace transports::tcp::tcp_wire
