@@ -187,7 +187,7 @@ int Context::reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out) {
   if (key == 0) return ENOMEM;
   mr->lkey = key;
   mr->rkey = key;
-  mr->transport_token = node_.transport().register_memory(addr, length);
+  mr->transport_token = node_.register_memory(addr, length);
   pd->use_count.fetch_add(1);
   {
     std::lock_guard lock(objects_mutex_);
@@ -203,8 +203,8 @@ int Context::dereg_mr(Mr* mr) {
   node_.mrs().remove(mr->lkey);
   // A transport may still be sending a READ response straight from the region (zero copy):
   // the program may unmap it as soon as we return.
-  node_.transport().quiesce();
-  if (mr->transport_token != 0) node_.transport().unregister_memory(mr->transport_token);
+  node_.quiesce();
+  if (mr->transport_token != 0) node_.unregister_memory(mr->transport_token);
   mr->pd->use_count.fetch_sub(1);
   delete mr;
   std::lock_guard lock(objects_mutex_);
@@ -240,7 +240,7 @@ int Context::alloc_mw(Pd* pd, ibv_mw_type type, Mw** out) {
 int Context::dealloc_mw(Mw* mw) {
   if (mw == nullptr || mw->pd == nullptr || &mw->pd->context != this) return EINVAL;
   node_.mrs().remove(mw->rkey.load());  // unbinds it: its rkey answers no more
-  node_.transport().quiesce();  // a READ response may still be sent from the window's memory
+  node_.quiesce();  // a READ response may still be sent from the window's memory
   mw->pd->use_count.fetch_sub(1);
   delete mw;
   std::lock_guard lock(objects_mutex_);
@@ -363,7 +363,7 @@ int Context::create_ah(Pd* pd, const ibv_ah_attr& attr, Ah** out) {
   if (!attr.is_global || attr.grh.sgid_index != 0) return EINVAL;
   Gid gid;
   std::memcpy(gid.raw.data(), attr.grh.dgid.raw, gid.raw.size());
-  auto link = node_.transport().connect(gid);
+  auto link = node_.link_to(gid);
   if (!link) return EHOSTUNREACH;
   std::lock_guard lock(objects_mutex_);
   if (ah_count_ >= static_cast<int>(kMaxAh)) return ENOMEM;

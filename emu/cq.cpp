@@ -51,7 +51,7 @@ int Cq::poll(int n, ibv_wc* out) {
     const int got = poll_locked(n, out);
     if (got != 0) return got;
     if (!more) {
-      node.transport().poll_found_nothing();
+      node.poll_found_nothing();
       return 0;
     }
   }
@@ -61,7 +61,7 @@ int Cq::poll(int n, ibv_wc* out) {
 int Cq::req_notify(bool solicited_only) {
   // The program is about to wait for an event: the transport stops leaving work to its polls
   // (held answers go now), and, below, what they left unread is read.
-  context_.node().transport().program_waits();
+  context_.node().program_waits();
   int want = solicited_only ? 2 : 1;
   // A request for any completion overrides a solicited-only one, never the reverse.
   int current = armed_.load(std::memory_order_relaxed);

@@ -34,7 +34,24 @@ class Node : public FrameSink {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
+  // The node's transport. The engine talks to it only through the node (the calls below), so
+  // that one class holds the engine's side of the boundary; tests and diagnostics may look.
   Transport& transport() { return *transport_; }
+
+  // What the engine asks of the network, each a Transport call (emu/transport.h says when):
+  // the link to a peer (at AH creation and RTR), registered memory a peer may map, payloads the
+  // transport must stop referencing (before memory is freed, or when work requests end in error
+  // and the program may free their buffers), and a program's poll that found nothing or is
+  // about to block.
+  std::shared_ptr<Link> link_to(const Gid& peer) { return transport_->connect(peer); }
+  uint64_t register_memory(const void* addr, size_t length) {
+    return transport_->register_memory(addr, length);
+  }
+  void unregister_memory(uint64_t token) { transport_->unregister_memory(token); }
+  void quiesce() { transport_->quiesce(); }
+  void release_payloads() { transport_->release_payloads(); }
+  void poll_found_nothing() { transport_->poll_found_nothing(); }
+  void program_waits() { transport_->program_waits(); }
   Gid gid() const { return gid_; }
   MrTable& mrs() { return mrs_; }
 

@@ -151,7 +151,7 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
   // Resolving the peer may do I/O (a transport connects lazily): done before taking the lock.
   std::shared_ptr<Link> link;
   if ((mask & IBV_QP_AV) && type_ != IBV_QPT_UD && valid_ah(attr.ah_attr)) {
-    link = node().transport().connect(gid_of(attr.ah_attr));
+    link = node().link_to(gid_of(attr.ah_attr));
     if (!link) {
       spdlog::warn("QP {:#x}: no route to the peer GID; its messages will time out", qpn_);
     }
