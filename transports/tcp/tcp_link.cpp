@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -27,8 +26,7 @@ using tcp_wire::kHelloBytes;
 
 namespace {
 
-constexpr size_t kRxInitial = 256 * 1024;    // receive buffer of a connection
-constexpr size_t kRxKeep = 4 * 1024 * 1024;  // larger buffers are given back once empty
+constexpr size_t kRxInitial = 256 * 1024;  // receive buffer of a connection
 // Bytes one reader takes from a socket before letting others run: the io thread serves every
 // connection, and a polling caller should return to its program.
 constexpr size_t kIoReadBudget = 16 * 1024 * 1024;
@@ -116,43 +114,6 @@ ssize_t send_gathered(int fd, const iovec* iov, size_t n, const void* sync_key) 
 }
 
 }  // namespace
-
-void TcpRxBuffer::allocate(size_t size) {
-  size_ = size;
-  mapped_ = size > kRxKeep;
-  if (!mapped_) {
-    data_ = new uint8_t[size];
-    return;
-  }
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  ::madvise(p, size, MADV_HUGEPAGE);  // advisory: fine if refused
-  data_ = static_cast<uint8_t*>(p);
-}
-
-void TcpRxBuffer::release() {
-  if (data_ == nullptr) return;
-  if (mapped_) {
-    ::munmap(data_, size_);
-  } else {
-    delete[] data_;
-  }
-  data_ = nullptr;
-}
-
-void TcpRxBuffer::resize(size_t size, size_t keep) {
-  uint8_t* old = data_;
-  const size_t old_size = size_;
-  const bool old_mapped = mapped_;
-  data_ = nullptr;
-  allocate(size);
-  if (keep != 0) std::memcpy(data_, old, keep);
-  if (old_mapped) {
-    ::munmap(old, old_size);
-  } else {
-    delete[] old;
-  }
-}
 
 TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socket socket,
                  const Gid& local, const Gid* expected_peer)

@@ -59,34 +59,12 @@
 #include "transports/common/engine_interface.h"
 #include "transports/common/nap.h"
 #include "transports/common/program_polls.h"
+#include "transports/tcp/tcp_rx_buffer.h"
 #include "transports/tcp/tcp_send_queue.h"
 
 namespace transports::tcp {
 
 class TcpLink;
-
-// A connection's receive buffer. Large ones (a frame above a few MiB must sit whole in
-// memory before delivery) are mapped with transparent huge pages: a 1.5 GiB frame then costs
-// a few thousand page faults instead of 400,000, and the memory goes back to the system as
-// soon as the buffer shrinks.
-class TcpRxBuffer {
- public:
-  explicit TcpRxBuffer(size_t size) { allocate(size); }
-  ~TcpRxBuffer() { release(); }
-  TcpRxBuffer(const TcpRxBuffer&) = delete;
-  TcpRxBuffer& operator=(const TcpRxBuffer&) = delete;
-  // Replaces the buffer by one of `size` bytes, keeping the first `keep` bytes of the old one.
-  void resize(size_t size, size_t keep);
-  uint8_t* data() { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  void allocate(size_t size);
-  void release();
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-  bool mapped_ = false;
-};
 
 // What a connection reports to the transport that owns it.
 class TcpLinkOwner {
