@@ -1,48 +1,20 @@
 // One TCP connection to a peer process: the Link the engine sends on, and the reader that
-// turns the byte stream back into frames.
+// turns the byte stream back into frames. In short: a sender writes its frame itself with one
+// sendmsg and queues what the socket does not take; the io thread and any polling thread read
+// the connection, one at a time, large payloads straight into their target; while the program
+// busy-polls the io thread naps instead of waiting for readability, and ACKs are held back to
+// leave with the next frame; large payloads are split over a second connection to the peer,
+// the bulk lane. No frame crosses before both ends' HELLOs.
 //
-// Sending: whoever calls send() writes the frame itself with one sendmsg (header and the
-// caller's iovecs gathered) when nothing is queued before it; what the kernel does not take
-// is queued (small payloads copied, large ones referenced in place, see TcpSendQueue) and
-// written as the socket drains: by the polls of a busy program (pump), else by the io thread.
-// So a frame costs one system call and no thread hand-off, and payloads are never staged
-// unless the socket is full.
-//
-// Receiving: the io thread waits for readability and reads; a large RDMA WRITE whose target
-// the engine accepts before its payload has arrived (FrameSink::direct_target) is received
-// straight into that memory, the rest through the receive buffer. The io thread waits and reads;
-// poll() lets any other thread (Transport::progress, i.e. polling calls) read and deliver first.
-// One reader at a time per connection (the receive lock), so frames of a connection are delivered
-// in order. While the program busy-polls, the io thread stands aside: it waits for neither
-// readability nor writability (the socket leaves the reactor's epoll set, which reports every
-// arrival and every freed room whether or not anyone waits; the lanes are in it only while this
-// thread waits on them) and only looks again after a nap (1 ms, doubling to 8 ms while the
-// program keeps up; ended when the program arms a CQ), because an io thread woken per frame
-// takes a core from the polling program (two processes and their io threads on two cores) and
-// multiplies the latency. Once the program stops polling, the io thread waits for readability
-// again and takes back what waits to be written (the rule is in tcp_link.cpp,
-// kBusyProgramPolls).
-//
-// Acknowledgements are held back ("corked") while the io thread naps: an ACK the program's own
-// poll produced leaves with the next frame to that peer (one system call for both: in a
-// ping-pong the reply carries it), at the program's next-but-one poll, or when the nap ends,
-// whichever comes first; so an ACK is late by at most one nap, and a busy program pays one
-// sendmsg per message instead of two. Behind a small request the ACKs go after it (a request
-// needs no order with answers), and a program's poll that delivered a request stops before
-// the answers behind it while the io thread naps (poll(true)): the program gets its
-// completion first, its next poll or the nap's end handles the ACKs.
-//
-// Bulk lane: a large payload (kStripeMin) is split in two, its first part after the header on
-// this connection and the rest on a second connection to the same peer, the lane, so that two
-// sockets move it at once (on one host, one TCP socket stops near half of what two reach: its
-// receive path serialises on the socket's lock). Each side dials the lane it sends on, at its
-// first large frame, and announces it on the main connection (LANE) before using it; the
-// receiver reads both parts, each straight into the target when the engine accepts it
-// (direct_target), and delivers the frame once both are in. docs/wire.md, "TCP bulk lane".
-//
-// Opening: the dialer sends its HELLO; the acceptor answers with its own only once its owner
-// has accepted the connection (see TcpTransport: simultaneous dials converge on one
-// connection). No frame crosses before both HELLOs.
+// TcpLink's member functions are in one file per concern, each file's top comment telling its
+// part in full:
+//   tcp_link.cpp         construction, the opening handshake, shutdown, close, failure reports
+//   tcp_link_send.cpp    send, held-back (corked) ACKs, writing the send queue, GOODBYE
+//   tcp_bulk_lane.cpp    the bulk lane, both sides
+//   tcp_link_naps.cpp    the io thread's watch on the socket and its naps beside a busy program
+//   tcp_link_reader.cpp  reading, receiving in place, parsing and delivering
+//   tcp_link_internal.h  constants and helpers those files share
+// and the receive buffer is a class of its own (tcp_rx_buffer.h).
 #pragma once
 
 #include <atomic>
@@ -299,10 +271,10 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   bool closed_ = false;                  // io thread
   boost::asio::steady_timer nap_timer_;  // io thread
   transports::CountWatch polls_seen_;    // io thread: TcpLinkOwner::program_polls()
-  // io thread: naps are off until no_nap_until_ after a nap let a frame wait (tcp_link.cpp).
+  // io thread: naps are off until no_nap_until_ after a nap let a frame wait (tcp_link_naps.cpp).
   std::chrono::steady_clock::time_point no_nap_until_{};
   std::chrono::milliseconds nap_backoff_{8};
-  // io thread: the naps beside a polling program (tcp_link.cpp).
+  // io thread: the naps beside a polling program (tcp_link_naps.cpp).
   transports::DoublingNap<std::chrono::microseconds> busy_nap_;
   uint32_t naps_without_miss_ = 0;
   bool rechecking_ = false;  // this nap is the short second look at waiting bytes
@@ -320,8 +292,8 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::atomic<bool> backlog_{false};
   std::atomic<uint32_t> pump_skip_{0};  // polls pump() still skips (one poller at a time)  // the
                                         // queue is not empty (read without the lock by pump)
-  // Held-back ACK frames (encoded), see above; napping_ mirrors the io thread's nap so that an
-  // ACK is held only while a nap's end is sure to send it.
+  // Held-back ACK frames (encoded), see tcp_link_send.cpp; napping_ mirrors the io thread's nap so
+  // that an ACK is held only while a nap's end is sure to send it.
   static constexpr size_t kCorkBytes = 16 * 72;  // 16 frame headers
   uint8_t corked_[kCorkBytes];
   size_t corked_len_ = 0;
