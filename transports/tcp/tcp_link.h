@@ -289,9 +289,8 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::mutex tx_mutex_;
   TcpSendQueue queue_;
   bool write_armed_ = false;
-  std::atomic<bool> backlog_{false};
-  std::atomic<uint32_t> pump_skip_{0};  // polls pump() still skips (one poller at a time)  // the
-                                        // queue is not empty (read without the lock by pump)
+  std::atomic<bool> backlog_{false};    // a queue is not empty (read without the lock by pump)
+  std::atomic<uint32_t> pump_skip_{0};  // polls pump() still skips (one poller at a time)
   // Held-back ACK frames (encoded), see tcp_link_send.cpp; napping_ mirrors the io thread's nap so
   // that an ACK is held only while a nap's end is sure to send it.
   static constexpr size_t kCorkBytes = 16 * 72;  // 16 frame headers
