@@ -30,16 +30,6 @@
 
 namespace transports::tcp {
 
-namespace {
-
-// A wait on a lane ended: its descriptor leaves the reactor again (unless close() closed it).
-void leave_reactor(asio::ip::tcp::socket& socket) {
-  error_code ignored;
-  if (socket.is_open()) (void)socket.release(ignored);
-}
-
-}  // namespace
-
 int TcpLink::lane_write_or_queue_locked(const iovec* parts, size_t nparts, size_t total) {
   size_t written = 0;
   if (lane_queue_.empty()) {
@@ -75,21 +65,21 @@ void TcpLink::lane_flush() {
   const Drained d = write_queued_locked(lane_tx_fd_, lane_queue_, &err);
   if (d == Drained::kFull) {
     lock.unlock();
-    if (released_) return;                   // left to the program's polls, as in flush()
-    if (lane_tx_socket_->is_open()) return;  // a wait armed already flushes when room appears
+    if (released_) return;              // left to the program's polls, as in flush()
+    if (lane_tx_.in_reactor()) return;  // a wait armed already flushes when room appears
     error_code ec;
-    lane_tx_socket_->assign(asio::ip::tcp::v4(), lane_tx_owned_fd_, ec);
+    lane_tx_.enter(ec);
     if (ec) {
       spdlog::warn("tcp: sending to {} on its bulk lane: cannot wait for room: {}", remote_,
                    ec.message());
       close(true);
       return;
     }
-    lane_tx_socket_->async_wait(asio::ip::tcp::socket::wait_write,
-                                [self = shared_from_this()](const error_code& ec) {
-                                  leave_reactor(*self->lane_tx_socket_);
-                                  if (!ec) self->lane_flush();
-                                });
+    lane_tx_.socket().async_wait(asio::ip::tcp::socket::wait_write,
+                                 [self = shared_from_this()](const error_code& ec) {
+                                   self->lane_tx_.leave();
+                                   if (!ec) self->lane_flush();
+                                 });
     return;
   }
   if (d == Drained::kFailed) {
@@ -120,11 +110,9 @@ void TcpLink::lane_dialed(int fd) {
     tcp_wire::encode_lane_hello(local_, lane_token_, hello);
   }
   error_code ec;
-  lane_tx_socket_ = std::make_unique<asio::ip::tcp::socket>(io_);
-  lane_tx_socket_->assign(asio::ip::tcp::v4(), fd, ec);
+  lane_tx_.assign(io_, fd, ec);
   if (ec) {
     ::close(fd);
-    lane_tx_socket_.reset();
     std::lock_guard lock(tx_mutex_);
     lane_state_ = kLaneFailed;
     return;
@@ -136,7 +124,7 @@ void TcpLink::lane_dialed(int fd) {
     return;
   }
   asio::async_read(
-      *lane_tx_socket_, asio::buffer(lane_ok_),
+      lane_tx_.socket(), asio::buffer(lane_ok_),
       [self = shared_from_this()](const error_code& e, size_t) { self->on_lane_ok(e); });
 }
 
@@ -151,15 +139,14 @@ void TcpLink::on_lane_ok(const error_code& ec) {
     return;
   }
   if (!up_.load(std::memory_order_relaxed)) return;
-  // Out of the reactor until a wait for room needs it (lane_tx_socket_).
+  // Out of the reactor until a wait for room needs it (lane_tx_).
   error_code released;
-  const int fd = lane_tx_socket_->release(released);
+  lane_tx_.release(released);
   if (released) {
     close_lane_tx_locked();
     lane_state_ = kLaneFailed;
     return;
   }
-  lane_tx_owned_fd_ = fd;
   // LANE goes on the connection before the first split frame (the peer checks it names the
   // lane it attached); from here on large frames are split.
   uint8_t lane[tcp_wire::kLaneBytes];
@@ -174,7 +161,7 @@ void TcpLink::on_lane_ok(const error_code& ec) {
     fail_from_any_thread(error);
     return;
   }
-  lane_tx_fd_ = lane_tx_owned_fd_;
+  lane_tx_fd_ = lane_tx_.fd();
   lane_state_ = kLaneReady;
   spdlog::debug("tcp: bulk lane to {} open", remote_);
 }
@@ -188,11 +175,11 @@ void TcpLink::close_lane_tx_locked() {
   lane_queue_.clear();
   lane_write_armed_ = false;
   lane_tx_fd_ = -1;
-  close_lane_descriptor(lane_tx_socket_.get(), &lane_tx_owned_fd_);
+  lane_tx_.close();
 }
 
 bool TcpLink::attach_lane(int fd, uint64_t token) {
-  if (closed_ || !ready() || lane_rx_owned_fd_ >= 0) return false;
+  if (closed_ || !ready() || lane_rx_.fd() >= 0) return false;
   uint8_t ok[tcp_wire::kLaneOkBytes];
   tcp_wire::encode_lane_ok(ok);
   {
@@ -202,8 +189,7 @@ bool TcpLink::attach_lane(int fd, uint64_t token) {
     lane_rx_token_ = token;
   }
   lane_rx_attached_.store(true, std::memory_order_relaxed);
-  lane_rx_owned_fd_ = fd;
-  lane_rx_socket_ = std::make_unique<asio::ip::tcp::socket>(io_);
+  lane_rx_.hold(io_, fd);
   // The connection carries bulk payloads from now on (tcp_options.h): set before the answer,
   // so that no byte of the first large frame, nor its delivery, comes before it.
   use_bulk_congestion_control(fd);
@@ -234,26 +220,26 @@ void TcpLink::wait_lane_if_needed() {
   // The io thread waits on the lane only while a split frame waits for its lane part and the
   // io thread is awake (napping, it leaves reading to the polling program, which reads the
   // lane too): a lane watched always would wake it for every arrival.
-  if (closed_ || lane_rx_owned_fd_ < 0 || lane_wait_armed_ || released_ ||
+  if (closed_ || lane_rx_.fd() < 0 || lane_wait_armed_ || released_ ||
       !lane_pending_.load(std::memory_order_acquire)) {
     return;
   }
-  // Into the reactor for this one wait only (see lane_rx_socket_).
+  // Into the reactor for this one wait only (TcpLaneSocket).
   error_code ec;
-  lane_rx_socket_->assign(asio::ip::tcp::v4(), lane_rx_owned_fd_, ec);
+  lane_rx_.enter(ec);
   if (ec) {
     spdlog::warn("tcp: connection with {}: cannot watch its bulk lane: {}", remote_, ec.message());
     return;  // the program's polls still read it
   }
   lane_wait_armed_ = true;
-  lane_rx_socket_->async_wait(asio::ip::tcp::socket::wait_read,
-                              [self = shared_from_this()](const error_code& ec) {
-                                self->lane_wait_armed_ = false;
-                                leave_reactor(*self->lane_rx_socket_);
-                                if (ec || self->closed_) return;
-                                if (self->read_as_io_thread() < 0) return;
-                                self->wait_lane_if_needed();
-                              });
+  lane_rx_.socket().async_wait(asio::ip::tcp::socket::wait_read,
+                               [self = shared_from_this()](const error_code& ec) {
+                                 self->lane_wait_armed_ = false;
+                                 self->lane_rx_.leave();
+                                 if (ec || self->closed_) return;
+                                 if (self->read_as_io_thread() < 0) return;
+                                 self->wait_lane_if_needed();
+                               });
   // Arm, then read (edge-triggered, as in after_nap): bytes that came before the arm.
   read_as_io_thread();
 }

@@ -45,8 +45,8 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
 
 TcpLink::~TcpLink() {
   if (released_) ::close(fd_);  // napping when the transport went: the descriptor is ours
-  close_lane_descriptor(lane_rx_socket_.get(), &lane_rx_owned_fd_);
-  close_lane_descriptor(lane_tx_socket_.get(), &lane_tx_owned_fd_);
+  lane_rx_.close();
+  lane_tx_.close();
 }
 
 void TcpLink::start() {
@@ -164,7 +164,7 @@ void TcpLink::close(bool report) {
     rx_open_ = false;
     lane_rx_fd_ = -1;
   }
-  close_lane_descriptor(lane_rx_socket_.get(), &lane_rx_owned_fd_);
+  lane_rx_.close();
   int expected = kHandshake;
   state_.compare_exchange_strong(expected, kFailed, std::memory_order_acq_rel);
   nap_timer_.cancel();

@@ -14,7 +14,8 @@
 //   tcp_link_naps.cpp    the io thread's watch on the socket and its naps beside a busy program
 //   tcp_link_reader.cpp  reading, receiving in place, parsing and delivering
 //   tcp_link_internal.h  constants and helpers those files share
-// and the receive buffer is a class of its own (tcp_rx_buffer.h).
+// and the receive buffer and a lane's descriptor are classes of their own (tcp_rx_buffer.h,
+// tcp_lane_socket.h).
 #pragma once
 
 #include <atomic>
@@ -31,6 +32,7 @@
 #include "transports/common/engine_interface.h"
 #include "transports/common/nap.h"
 #include "transports/common/program_polls.h"
+#include "transports/tcp/tcp_lane_socket.h"
 #include "transports/tcp/tcp_rx_buffer.h"
 #include "transports/tcp/tcp_send_queue.h"
 
@@ -328,13 +330,12 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::unique_ptr<uint8_t[]> discard_;  // sink for a payload whose region went away
 
   // Bulk lane, receiving side: the peer's lane attached (lane_rx_fd_, under rx_mutex_; the
-  // descriptor itself on the io thread, lane_rx_owned_fd_), and whether the peer announced it
-  // (LANE). lane_rx_socket_ holds the descriptor only while the io thread waits on it
+  // descriptor itself on the io thread, lane_rx_), and whether the peer announced it
+  // (LANE). lane_rx_ is in the reactor only while the io thread waits on it
   // (wait_lane_if_needed): a descriptor in the reactor's edge-triggered epoll set wakes the io
   // thread at every arrival, waited on or not, and a 1 MiB stream took the receiving core
   // about 7,000 times a second.
-  std::unique_ptr<boost::asio::ip::tcp::socket> lane_rx_socket_;
-  int lane_rx_owned_fd_ = -1;
+  TcpLaneSocket lane_rx_;
   std::atomic<bool> lane_rx_attached_{false};  // a lane is attached (read by pollers)
   int lane_rx_fd_ = -1;
   uint64_t lane_rx_token_ = 0;
@@ -345,15 +346,14 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::atomic<bool> io_napping_{false};  // mirrors released_ for other threads
 
   // Bulk lane, sending side (under tx_mutex_, the socket itself on the io thread). Once the
-  // lane is open the socket holds its descriptor only while the io thread waits for room
-  // (lane_flush), for the reason given at lane_rx_socket_: registered for good, each time the
+  // lane is open its descriptor is in the reactor only while the io thread waits for room
+  // (lane_flush), for the reason given at lane_rx_: registered for good, each time the
   // peer's reading freed room woke the sender's io thread (about 1,800 times a second).
   enum LaneState : int { kLaneNone, kLaneOpening, kLaneReady, kLaneFailed };
   int lane_state_ = kLaneNone;
   uint64_t lane_token_ = 0;
-  std::unique_ptr<boost::asio::ip::tcp::socket> lane_tx_socket_;
-  int lane_tx_fd_ = -1;        // writers' copy, -1 once closed
-  int lane_tx_owned_fd_ = -1;  // io thread: the open lane's descriptor, outside the socket
+  int lane_tx_fd_ = -1;    // writers' copy, -1 once closed
+  TcpLaneSocket lane_tx_;  // io thread: the lane's descriptor
   TcpSendQueue lane_queue_;
   bool lane_write_armed_ = false;
   uint8_t lane_ok_[8] = {};  // tcp_wire::kLaneOkBytes

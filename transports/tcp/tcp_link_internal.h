@@ -4,7 +4,6 @@
 #pragma once
 
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <cerrno>
@@ -50,20 +49,6 @@ constexpr std::chrono::microseconds kRecheck{30};
 constexpr std::chrono::milliseconds kNapBackoffMin{16};
 constexpr std::chrono::milliseconds kNapBackoffMax{1000};
 constexpr uint32_t kNapsToForgetMisses = 1000;
-
-// A bulk lane's descriptor is in the reactor (its socket object open) only while the io
-// thread waits on it; otherwise owned_fd holds it. Closes it wherever it is.
-inline void close_lane_descriptor(asio::ip::tcp::socket* socket, int* owned_fd) {
-  if (socket != nullptr && socket->is_open()) {
-    error_code ignored;
-    socket->shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-    socket->close(ignored);
-  } else if (*owned_fd >= 0) {
-    ::shutdown(*owned_fd, SHUT_RDWR);
-    ::close(*owned_fd);
-  }
-  *owned_fd = -1;
-}
 
 // sync_key: tsan_sync.h.
 inline ssize_t send_gathered(int fd, const iovec* iov, size_t n, const void* sync_key) {
