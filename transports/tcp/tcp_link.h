@@ -1,48 +1,21 @@
 // One TCP connection to a peer process: the Link the engine sends on, and the reader that
-// turns the byte stream back into frames.
+// turns the byte stream back into frames. In short: a sender writes its frame itself with one
+// sendmsg and queues what the socket does not take; the io thread and any polling thread read
+// the connection, one at a time, large payloads straight into their target; while the program
+// busy-polls the io thread naps instead of waiting for readability, and ACKs are held back to
+// leave with the next frame; large payloads are split over a second connection to the peer,
+// the bulk lane. No frame crosses before both ends' HELLOs.
 //
-// Sending: whoever calls send() writes the frame itself with one sendmsg (header and the
-// caller's iovecs gathered) when nothing is queued before it; what the kernel does not take
-// is queued (small payloads copied, large ones referenced in place, see TcpSendQueue) and
-// written as the socket drains: by the polls of a busy program (pump), else by the io thread.
-// So a frame costs one system call and no thread hand-off, and payloads are never staged
-// unless the socket is full.
-//
-// Receiving: the io thread waits for readability and reads; a large RDMA WRITE whose target
-// the engine accepts before its payload has arrived (FrameSink::direct_target) is received
-// straight into that memory, the rest through the receive buffer. The io thread waits and reads;
-// poll() lets any other thread (Transport::progress, i.e. polling calls) read and deliver first.
-// One reader at a time per connection (the receive lock), so frames of a connection are delivered
-// in order. While the program busy-polls, the io thread stands aside: it waits for neither
-// readability nor writability (the socket leaves the reactor's epoll set, which reports every
-// arrival and every freed room whether or not anyone waits; the lanes are in it only while this
-// thread waits on them) and only looks again after a nap (1 ms, doubling to 8 ms while the
-// program keeps up; ended when the program arms a CQ), because an io thread woken per frame
-// takes a core from the polling program (two processes and their io threads on two cores) and
-// multiplies the latency. Once the program stops polling, the io thread waits for readability
-// again and takes back what waits to be written (the rule is in tcp_link.cpp,
-// kBusyProgramPolls).
-//
-// Acknowledgements are held back ("corked") while the io thread naps: an ACK the program's own
-// poll produced leaves with the next frame to that peer (one system call for both: in a
-// ping-pong the reply carries it), at the program's next-but-one poll, or when the nap ends,
-// whichever comes first; so an ACK is late by at most one nap, and a busy program pays one
-// sendmsg per message instead of two. Behind a small request the ACKs go after it (a request
-// needs no order with answers), and a program's poll that delivered a request stops before
-// the answers behind it while the io thread naps (poll(true)): the program gets its
-// completion first, its next poll or the nap's end handles the ACKs.
-//
-// Bulk lane: a large payload (kStripeMin) is split in two, its first part after the header on
-// this connection and the rest on a second connection to the same peer, the lane, so that two
-// sockets move it at once (on one host, one TCP socket stops near half of what two reach: its
-// receive path serialises on the socket's lock). Each side dials the lane it sends on, at its
-// first large frame, and announces it on the main connection (LANE) before using it; the
-// receiver reads both parts, each straight into the target when the engine accepts it
-// (direct_target), and delivers the frame once both are in. docs/wire.md, "TCP bulk lane".
-//
-// Opening: the dialer sends its HELLO; the acceptor answers with its own only once its owner
-// has accepted the connection (see TcpTransport: simultaneous dials converge on one
-// connection). No frame crosses before both HELLOs.
+// TcpLink's member functions are in one file per concern, each file's top comment telling its
+// part in full:
+//   tcp_link.cpp         construction, the opening handshake, shutdown, close, failure reports
+//   tcp_link_send.cpp    send, held-back (corked) ACKs, writing the send queue, GOODBYE
+//   tcp_bulk_lane.cpp    the bulk lane, both sides
+//   tcp_link_naps.cpp    the io thread's watch on the socket and its naps beside a busy program
+//   tcp_link_reader.cpp  reading, receiving in place, parsing and delivering
+//   tcp_link_internal.h  constants and helpers those files share
+// and the receive buffer and a lane's descriptor are classes of their own (tcp_rx_buffer.h,
+// tcp_lane_socket.h).
 #pragma once
 
 #include <atomic>
@@ -59,34 +32,13 @@
 #include "transports/common/engine_interface.h"
 #include "transports/common/nap.h"
 #include "transports/common/program_polls.h"
+#include "transports/tcp/tcp_lane_socket.h"
+#include "transports/tcp/tcp_rx_buffer.h"
 #include "transports/tcp/tcp_send_queue.h"
 
 namespace transports::tcp {
 
 class TcpLink;
-
-// A connection's receive buffer. Large ones (a frame above a few MiB must sit whole in
-// memory before delivery) are mapped with transparent huge pages: a 1.5 GiB frame then costs
-// a few thousand page faults instead of 400,000, and the memory goes back to the system as
-// soon as the buffer shrinks.
-class TcpRxBuffer {
- public:
-  explicit TcpRxBuffer(size_t size) { allocate(size); }
-  ~TcpRxBuffer() { release(); }
-  TcpRxBuffer(const TcpRxBuffer&) = delete;
-  TcpRxBuffer& operator=(const TcpRxBuffer&) = delete;
-  // Replaces the buffer by one of `size` bytes, keeping the first `keep` bytes of the old one.
-  void resize(size_t size, size_t keep);
-  uint8_t* data() { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  void allocate(size_t size);
-  void release();
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-  bool mapped_ = false;
-};
 
 // What a connection reports to the transport that owns it.
 class TcpLinkOwner {
@@ -321,10 +273,10 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   bool closed_ = false;                  // io thread
   boost::asio::steady_timer nap_timer_;  // io thread
   transports::CountWatch polls_seen_;    // io thread: TcpLinkOwner::program_polls()
-  // io thread: naps are off until no_nap_until_ after a nap let a frame wait (tcp_link.cpp).
+  // io thread: naps are off until no_nap_until_ after a nap let a frame wait (tcp_link_naps.cpp).
   std::chrono::steady_clock::time_point no_nap_until_{};
   std::chrono::milliseconds nap_backoff_{8};
-  // io thread: the naps beside a polling program (tcp_link.cpp).
+  // io thread: the naps beside a polling program (tcp_link_naps.cpp).
   transports::DoublingNap<std::chrono::microseconds> busy_nap_;
   uint32_t naps_without_miss_ = 0;
   bool rechecking_ = false;  // this nap is the short second look at waiting bytes
@@ -339,11 +291,10 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::mutex tx_mutex_;
   TcpSendQueue queue_;
   bool write_armed_ = false;
-  std::atomic<bool> backlog_{false};
-  std::atomic<uint32_t> pump_skip_{0};  // polls pump() still skips (one poller at a time)  // the
-                                        // queue is not empty (read without the lock by pump)
-  // Held-back ACK frames (encoded), see above; napping_ mirrors the io thread's nap so that an
-  // ACK is held only while a nap's end is sure to send it.
+  std::atomic<bool> backlog_{false};    // a queue is not empty (read without the lock by pump)
+  std::atomic<uint32_t> pump_skip_{0};  // polls pump() still skips (one poller at a time)
+  // Held-back ACK frames (encoded), see tcp_link_send.cpp; napping_ mirrors the io thread's nap so
+  // that an ACK is held only while a nap's end is sure to send it.
   static constexpr size_t kCorkBytes = 16 * 72;  // 16 frame headers
   uint8_t corked_[kCorkBytes];
   size_t corked_len_ = 0;
@@ -379,13 +330,12 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::unique_ptr<uint8_t[]> discard_;  // sink for a payload whose region went away
 
   // Bulk lane, receiving side: the peer's lane attached (lane_rx_fd_, under rx_mutex_; the
-  // descriptor itself on the io thread, lane_rx_owned_fd_), and whether the peer announced it
-  // (LANE). lane_rx_socket_ holds the descriptor only while the io thread waits on it
+  // descriptor itself on the io thread, lane_rx_), and whether the peer announced it
+  // (LANE). lane_rx_ is in the reactor only while the io thread waits on it
   // (wait_lane_if_needed): a descriptor in the reactor's edge-triggered epoll set wakes the io
   // thread at every arrival, waited on or not, and a 1 MiB stream took the receiving core
   // about 7,000 times a second.
-  std::unique_ptr<boost::asio::ip::tcp::socket> lane_rx_socket_;
-  int lane_rx_owned_fd_ = -1;
+  TcpLaneSocket lane_rx_;
   std::atomic<bool> lane_rx_attached_{false};  // a lane is attached (read by pollers)
   int lane_rx_fd_ = -1;
   uint64_t lane_rx_token_ = 0;
@@ -396,15 +346,14 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::atomic<bool> io_napping_{false};  // mirrors released_ for other threads
 
   // Bulk lane, sending side (under tx_mutex_, the socket itself on the io thread). Once the
-  // lane is open the socket holds its descriptor only while the io thread waits for room
-  // (lane_flush), for the reason given at lane_rx_socket_: registered for good, each time the
+  // lane is open its descriptor is in the reactor only while the io thread waits for room
+  // (lane_flush), for the reason given at lane_rx_: registered for good, each time the
   // peer's reading freed room woke the sender's io thread (about 1,800 times a second).
   enum LaneState : int { kLaneNone, kLaneOpening, kLaneReady, kLaneFailed };
   int lane_state_ = kLaneNone;
   uint64_t lane_token_ = 0;
-  std::unique_ptr<boost::asio::ip::tcp::socket> lane_tx_socket_;
-  int lane_tx_fd_ = -1;        // writers' copy, -1 once closed
-  int lane_tx_owned_fd_ = -1;  // io thread: the open lane's descriptor, outside the socket
+  int lane_tx_fd_ = -1;    // writers' copy, -1 once closed
+  TcpLaneSocket lane_tx_;  // io thread: the lane's descriptor
   TcpSendQueue lane_queue_;
   bool lane_write_armed_ = false;
   uint8_t lane_ok_[8] = {};  // tcp_wire::kLaneOkBytes

@@ -1,0 +1,166 @@
+// TcpLink's io thread watching the connection (tcp_link.h): its wait for readability, and its
+// naps beside a busy-polling program (the policy and its constants: tcp_link_internal.h,
+// kBusyProgramPolls).
+//
+// While the program busy-polls, the io thread stands aside: it waits for neither readability
+// nor writability (the socket leaves the reactor's epoll set, which reports every arrival and
+// every freed room whether or not anyone waits; the lanes are in it only while this thread
+// waits on them) and only looks again after a nap (1 ms, doubling to 8 ms while the program
+// keeps up; ended when the program arms a CQ), because an io thread woken per frame takes a
+// core from the polling program (two processes and their io threads on two cores) and
+// multiplies the latency. Once the program stops polling, the io thread waits for readability
+// again and takes back what waits to be written.
+#include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <chrono>
+
+#include "transports/tcp/tcp_link.h"
+#include "transports/tcp/tcp_link_internal.h"
+
+namespace transports::tcp {
+
+void TcpLink::wait_readable() {
+  socket_.async_wait(asio::ip::tcp::socket::wait_read,
+                     [self = shared_from_this()](const error_code& ec) { self->on_readable(ec); });
+}
+
+void TcpLink::on_readable(const error_code& ec) {
+  if (ec || closed_) return;
+  if (read_as_io_thread() < 0) return;
+  const bool program_polling = polls_seen_.look(owner_.program_polls()) >= kBusyProgramPolls;
+  busy_nap_.start_over();
+  if (program_polling && std::chrono::steady_clock::now() >= no_nap_until_ &&
+      nap(busy_nap_.take())) {
+    return;
+  }
+  // Re-arming re-checks readiness, so data left behind by the budget is picked up at once.
+  wait_readable();
+  wait_lane_if_needed();
+}
+
+size_t TcpLink::bytes_waiting() const {
+  int bytes = 0;
+  if (::ioctl(fd_, FIONREAD, &bytes) != 0) return 1;  // let a read find out
+  return bytes > 0 ? static_cast<size_t>(bytes) : 0;
+}
+
+bool TcpLink::nap(std::chrono::microseconds length) {
+  if (!released_) {
+    {
+      std::lock_guard lock(tx_mutex_);
+      napping_ = true;
+    }
+    // Out of the reactor's epoll set: bytes arriving raise no wake-up of this thread at all
+    // (edge-triggered epoll reports every arrival, whether or not a wait is queued). A
+    // writability wait pending is cancelled: bytes queued behind a full socket are left to the
+    // program's polls (pump) until the naps end (flush, watch_again).
+    socket_.release();
+    released_ = true;
+    io_napping_.store(true, std::memory_order_release);
+  }
+  nap_timer_.expires_after(length);
+  nap_timer_.async_wait([self = shared_from_this()](const error_code& ec) { self->after_nap(ec); });
+  return true;
+}
+
+bool TcpLink::end_naps() {
+  if (!released_) return true;
+  nap_timer_.cancel();
+  released_ = false;
+  io_napping_.store(false, std::memory_order_release);
+  rechecking_ = false;
+  error_code ec;
+  socket_.assign(asio::ip::tcp::v4(), fd_, ec);
+  if (ec) {
+    // The descriptor is still ours: close() closes it.
+    released_ = true;
+    spdlog::warn("tcp: connection with {}: cannot watch it again: {}", remote_, ec.message());
+    close(true);
+    return false;
+  }
+  // No ACK is held back from here on: those held go now.
+  int error = 0;
+  {
+    std::lock_guard lock(tx_mutex_);
+    napping_ = false;
+    if (corked_len_ != 0 && up_.load(std::memory_order_relaxed)) {
+      const iovec part{corked_, corked_len_};
+      error = write_or_queue_locked(&part, 1, 1, corked_len_);
+    }
+    uncork_locked();
+  }
+  if (error != 0) {
+    fail_from_any_thread(error);
+    return false;
+  }
+  return true;
+}
+
+void TcpLink::after_nap(const error_code& ec) {
+  if (ec || closed_ || !released_) return;
+  const uint64_t polls = owner_.program_polls();
+  const bool program_polled =
+      polls_seen_.look(polls) >= (rechecking_ ? uint64_t{1} : kBusyProgramPolls);
+  const auto now = std::chrono::steady_clock::now();
+  if (program_polled) {
+    const bool program_read =
+        frames_seen_.look(program_frames_.load(std::memory_order_relaxed)) != 0;
+    // The program read frames of this connection since the last look: bytes found waiting now
+    // are on their way to it (and this thread, taking a core to look, may be what delays them:
+    // looking again soon would take it again). Only bytes that wait while the program reads
+    // none of them are a miss.
+    if (program_read || bytes_waiting() == 0) {
+      rechecking_ = false;
+      if (++naps_without_miss_ >= kNapsToForgetMisses) nap_backoff_ = kNapBackoffMin / 2;
+      // ACKs held since before the program's previous poll go now: none is late by more
+      // than about a nap.
+      flush_corked(polls, false);
+      if (nap(busy_nap_.take())) return;
+    }
+    if (!rechecking_) {
+      // Bytes are waiting, perhaps only since a moment: a polling program takes them within
+      // microseconds. Look again shortly.
+      rechecking_ = true;
+      if (nap(kRecheck)) return;
+    }
+    // Still waiting: the program polls, but not this connection's frames in time (it
+    // alternates polling a CQ with spinning on memory an RDMA WRITE fills). No naps for a
+    // while, longer after each such miss.
+    nap_backoff_ = std::clamp(nap_backoff_ * 2, kNapBackoffMin, kNapBackoffMax);
+    no_nap_until_ = now + nap_backoff_;
+    naps_without_miss_ = 0;
+  }
+  watch_again();
+}
+
+void TcpLink::watch_again() {
+  if (!end_naps()) return;
+  // Arm, then read: readiness is edge-triggered, so bytes that arrived during the naps raised
+  // no event that anyone waits for; this read takes them, and anything arriving after the arm
+  // raises one.
+  wait_readable();
+  if (read_as_io_thread() < 0) return;
+  wait_lane_if_needed();
+  // Writes left to the program's polls while napping come back to this thread.
+  bool main_left = false, lane_left = false;
+  {
+    std::lock_guard lock(tx_mutex_);
+    main_left = write_armed_;
+    lane_left = lane_write_armed_;
+  }
+  if (main_left) flush();
+  if (lane_left) lane_flush();
+}
+
+void TcpLink::wake_from_nap() {
+  if (!io_napping_.load(std::memory_order_acquire)) return;
+  asio::post(io_, [self = shared_from_this()] {
+    if (self->closed_ || !self->released_) return;
+    self->watch_again();
+  });
+}
+
+}  // namespace transports::tcp

@@ -1,0 +1,442 @@
+// TcpLink's receiving side (tcp_link.h): reading the connection (poll from any thread,
+// read_as_io_thread from the io thread), receiving a large payload in place, parsing the
+// receive buffer into HELLO, GOODBYE, LANE and frames, and delivering them.
+//
+// Receiving: the io thread waits for readability and reads (tcp_link_naps.cpp); a large RDMA
+// WRITE whose target the engine accepts before its payload has arrived
+// (FrameSink::direct_target) is received straight into that memory, the rest through the
+// receive buffer (TcpRxBuffer). poll() lets any other thread (Transport::progress, i.e. polling
+// calls) read and deliver first. One reader at a time per connection (the receive lock), so
+// frames of a connection are delivered in order. A split frame's two parts (tcp_bulk_lane.cpp)
+// are both read here, each straight into its place.
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "base/tsan_sync.h"
+#include "transports/tcp/tcp_link.h"
+#include "transports/tcp/tcp_link_internal.h"
+#include "transports/tcp/tcp_wire.h"
+
+namespace transports::tcp {
+
+namespace {
+
+// A polling caller's read budget (kIoReadBudget: the io thread's, tcp_link_internal.h).
+constexpr size_t kPollReadBudget = 1024 * 1024;
+
+// Payloads at least this large are received in place when the engine accepts their target
+// (FrameSink::direct_target): one copy (the kernel's) instead of two. Smaller ones cost less
+// through the receive buffer, where one recv takes many frames.
+constexpr size_t kPlaceMin = 64 * 1024;
+constexpr size_t kDiscardBytes = 64 * 1024;
+
+}  // namespace
+
+size_t TcpLink::poll(bool stop_before_answers) {
+  if (state_.load(std::memory_order_acquire) != kReady) return 0;
+  ReadResult r;
+  {
+    std::unique_lock lock(rx_mutex_, std::try_to_lock);
+    if (!lock.owns_lock() || !rx_open_) return 0;
+    // Only while the io thread naps: the bytes left in the buffer raise no readiness event,
+    // and the nap's end (the program stopped polling) reads them; an io thread waiting for
+    // readability would not.
+    stop_before_answers_ = stop_before_answers && io_napping_.load(std::memory_order_acquire);
+    r = read_locked(kPollReadBudget);
+    stop_before_answers_ = false;
+    if (r.frames != 0) {
+      // One writer at a time (under the receive lock): no read-modify-write needed.
+      program_frames_.store(program_frames_.load(std::memory_order_relaxed) + r.frames,
+                            std::memory_order_relaxed);
+    }
+  }
+  watch_lane_from_any_thread();
+  if (r.failure != Failure::kNone) {
+    // The socket is closed by the io thread, which owns it.
+    asio::post(io_, [self = shared_from_this(), r] {
+      self->report_failure(r);
+      self->close(true);
+    });
+  }
+  return r.frames;
+}
+
+void TcpLink::read_waiting() {
+  if (state_.load(std::memory_order_acquire) != kReady) return;
+  ReadResult r;
+  {
+    std::lock_guard lock(rx_mutex_);
+    if (!rx_open_) return;
+    r = read_locked(kPollReadBudget);
+  }
+  watch_lane_from_any_thread();
+  if (r.failure != Failure::kNone) {
+    asio::post(io_, [self = shared_from_this(), r] {
+      self->report_failure(r);
+      self->close(true);
+    });
+  }
+}
+
+ptrdiff_t TcpLink::read_as_io_thread() {
+  ReadResult r;
+  {
+    std::lock_guard lock(rx_mutex_);
+    if (!rx_open_) return -1;
+    r = read_locked(kIoReadBudget);
+  }
+  if (r.failure == Failure::kLaneHello) {
+    // Only the io thread reads a connection before its HELLO: the socket is ours to give.
+    error_code ec;
+    const int fd = socket_.release(ec);
+    if (!ec && !owner_.adopt_lane(r.lane_gid, r.lane_token, fd)) {
+      spdlog::warn("tcp: a bulk lane from {} names no connection here; closing it", remote_);
+    }
+  }
+  if (r.failure != Failure::kNone) {
+    report_failure(r);
+    close(true);
+    return -1;
+  }
+  return static_cast<ptrdiff_t>(r.frames);
+}
+
+TcpLink::ReadResult TcpLink::read_locked(size_t budget) {
+  ReadResult r;
+  size_t got = 0;
+  // Frames a poll left parsed-but-undelivered (it stopped before an answer) come first.
+  if (!placing_ && rx_end_ != rx_begin_) {
+    r.frames += parse_locked(&r);
+    if (r.failure != Failure::kNone || r.stopped_early) return r;
+  }
+  for (;;) {
+    if (placing_) {
+      const PlaceStep step = place_locked(budget, &got, &r);
+      if (step == PlaceStep::kFailed) break;
+      if (step != PlaceStep::kDone) return r;
+      ++r.frames;
+      // Frames that followed the payload's first part may already sit in the buffer.
+      r.frames += parse_locked(&r);
+      if (r.failure != Failure::kNone) break;
+      if (got >= budget) return r;
+      continue;
+    }
+    const size_t want = std::min(rx_.size() - rx_end_, budget - got);
+    const ssize_t n = ::recv(fd_, rx_.data() + rx_end_, want, MSG_DONTWAIT);
+    if (n > 0) {
+      rx_end_ += static_cast<size_t>(n);
+      got += static_cast<size_t>(n);
+      r.frames += parse_locked(&r);
+      if (r.failure != Failure::kNone) break;
+      if (r.stopped_early) return r;
+      if (placing_) continue;  // the rest of this payload goes straight to where it belongs
+      if (static_cast<size_t>(n) < want) return r;  // drained for now
+      if (got >= budget) return r;
+      continue;
+    }
+    if (n == 0) {
+      r.failure = Failure::kPeerClosed;
+      break;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return r;
+    r.failure = Failure::kSocketError;
+    r.error = errno;
+    break;
+  }
+  // Nothing more is read from a failing connection.
+  rx_open_ = false;
+  return r;
+}
+
+TcpLink::PlaceStep TcpLink::place_locked(size_t budget, size_t* got, ReadResult* r) {
+  // Both parts are read as they come, each never past its own end (what follows on either
+  // socket belongs to later frames).
+  bool main_waits = placing_main_done_ == placing_main_len_;
+  bool lane_waits = placing_lane_done_ == placing_lane_len_;
+  while (!(main_waits && lane_waits)) {
+    if (*got >= budget) return PlaceStep::kBudget;
+    struct Part {
+      int fd;
+      size_t offset;
+      size_t len;
+      size_t* done;
+      bool* waits;
+    };
+    const Part parts[] = {
+        {fd_, 0, placing_main_len_, &placing_main_done_, &main_waits},
+        {lane_rx_fd_, placing_main_len_, placing_lane_len_, &placing_lane_done_, &lane_waits}};
+    for (const Part& part : parts) {
+      if (*part.waits) continue;
+      const size_t want = std::min(part.len - *part.done, budget - *got);
+      if (want == 0) break;
+      const ssize_t n = receive_placed_locked(part.fd, part.offset + *part.done, want);
+      if (n > 0) {
+        *got += static_cast<size_t>(n);
+        *part.done += static_cast<size_t>(n);
+        if (*part.done == part.len) *part.waits = true;
+        continue;
+      }
+      if (n == 0) {
+        r->failure = Failure::kPeerClosed;
+      } else if (errno == EINTR) {
+        continue;
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        // Nothing more for now: the other part may still have bytes.
+        if (placing_main_done_ + placing_lane_done_ < placing_main_len_ + placing_lane_len_) {
+          *part.waits = true;
+        }
+        continue;
+      } else {
+        r->failure = Failure::kSocketError;
+        r->error = errno;
+      }
+      return PlaceStep::kFailed;
+    }
+  }
+  if (placing_main_done_ == placing_main_len_ && placing_lane_done_ == placing_lane_len_) {
+    finish_placing_locked();
+    return PlaceStep::kDone;
+  }
+  return PlaceStep::kDrained;
+}
+
+size_t TcpLink::parse_locked(ReadResult* r) {
+  size_t frames = 0;
+  bool delivered_request = false;
+  for (;;) {
+    const size_t avail = rx_end_ - rx_begin_;
+    const uint8_t* p = rx_.data() + rx_begin_;
+    if (!hello_received_ && !dialed_ && avail >= 4 && tcp_wire::is_lane(p)) {
+      // A peer's bulk lane: handed over to the connection it belongs to (read_as_io_thread).
+      if (avail < tcp_wire::kLaneHelloBytes) {
+        make_room_locked(tcp_wire::kLaneHelloBytes);
+        return frames;
+      }
+      const char* why = tcp_wire::decode_lane_hello(p, &r->lane_gid, &r->lane_token);
+      if (why == nullptr && avail != tcp_wire::kLaneHelloBytes) {
+        why = "bytes after LANE_HELLO before LANE_OK";
+      }
+      r->failure = why == nullptr ? Failure::kLaneHello : Failure::kBadHello;
+      r->reason = why;
+      return frames;
+    }
+    if (!hello_received_) {
+      if (avail < kHelloBytes) {
+        make_room_locked(kHelloBytes);
+        return frames;
+      }
+      Gid gid;
+      if (const char* why = tcp_wire::decode_hello(p, &gid)) {
+        r->failure = Failure::kBadHello;
+        r->reason = why;
+        return frames;
+      }
+      rx_begin_ += kHelloBytes;
+      hello_received_ = true;
+      if (dialed_) {
+        if (!(gid == peer_)) {
+          spdlog::warn("tcp: the peer dialed at {} introduces itself with another GID", remote_);
+        }
+        state_.store(kReady, std::memory_order_release);
+        owner_.on_hello(*this);
+      } else {
+        peer_ = gid;
+        // The owner answers our HELLO (answer_hello) if it keeps the connection.
+        if (!owner_.on_hello(*this)) {
+          r->failure = Failure::kRefused;
+          return frames;
+        }
+      }
+      continue;
+    }
+    if (avail >= 4 && tcp_wire::is_goodbye(p)) {
+      if (avail < tcp_wire::kGoodbyeBytes) {
+        make_room_locked(tcp_wire::kGoodbyeBytes);
+        return frames;
+      }
+      if (const char* why = tcp_wire::decode_goodbye(p)) {
+        r->failure = Failure::kBadFrame;
+        r->reason = why;
+        return frames;
+      }
+      rx_begin_ += tcp_wire::kGoodbyeBytes;
+      farewell_.store(true, std::memory_order_release);
+      continue;
+    }
+    if (avail >= 4 && tcp_wire::is_lane(p)) {
+      if (avail < tcp_wire::kLaneBytes) {
+        make_room_locked(tcp_wire::kLaneBytes);
+        return frames;
+      }
+      uint64_t token = 0;
+      const char* why = tcp_wire::decode_lane(p, &token);
+      if (why == nullptr && (lane_rx_fd_ < 0 || token != lane_rx_token_)) {
+        why = "LANE names no bulk lane attached to this connection";
+      }
+      if (why != nullptr) {
+        r->failure = Failure::kBadFrame;
+        r->reason = why;
+        return frames;
+      }
+      rx_begin_ += tcp_wire::kLaneBytes;
+      lane_announced_ = true;
+      continue;
+    }
+    if (avail < kFrameHeaderBytes) {
+      make_room_locked(kFrameHeaderBytes);
+      return frames;
+    }
+    FrameHeader h;
+    uint32_t len = 0;
+    uint32_t lane_bytes = 0;
+    if (const char* why = tcp_wire::decode_header(p, &h, &len, &lane_bytes)) {
+      r->failure = Failure::kBadFrame;
+      r->reason = why;
+      return frames;
+    }
+    if (lane_bytes != 0) {
+      if (!lane_announced_ || lane_rx_fd_ < 0) {
+        r->failure = Failure::kBadFrame;
+        r->reason = "lane bytes in a frame, but no bulk lane was announced";
+        return frames;
+      }
+      start_placing_locked(h, len, lane_bytes);
+      return frames;
+    }
+    const size_t need = kFrameHeaderBytes + size_t{len};
+    if (avail < need) {
+      if (!direct_declined_ && len >= kPlaceMin && start_placing_locked(h, len, 0)) {
+        return frames;
+      }
+      make_room_locked(need);
+      return frames;
+    }
+    if (stop_before_answers_ && delivered_request && is_answer(h.op)) {
+      // A program's poll that delivered a request returns its completion now; the answers
+      // behind it (the peer's held ACKs) wait in the buffer for the next read.
+      r->stopped_early = true;
+      return frames;
+    }
+    LocalPayload payload(p + kFrameHeaderBytes, len);
+    base::tsan_acquire(tsan_key_);
+    owner_.deliver(*this, h, payload);
+    rx_begin_ += need;
+    direct_declined_ = false;
+    delivered_request |= is_request(h.op);
+    ++frames;
+  }
+}
+
+bool TcpLink::start_placing_locked(const FrameHeader& h, size_t len, size_t lane_bytes) {
+  DirectTarget target;
+  base::tsan_acquire(tsan_key_);
+  const bool direct = h.op == FrameOp::kWrite && owner_.direct_target(*this, h, &target);
+  if (!direct && lane_bytes == 0) {
+    direct_declined_ = true;
+    return false;
+  }
+  placing_ = true;
+  placing_direct_ = direct;
+  placing_lost_ = false;
+  placing_header_ = h;
+  placing_target_ = target;
+  if (direct) {
+    placing_dest_ = target.addr;
+  } else {
+    // Split but not placed: both parts meet in a buffer of their own.
+    if (!split_buf_ || split_buf_->size() < len || split_buf_->size() > std::max(len, kRxKeep)) {
+      split_buf_ = std::make_unique<TcpRxBuffer>(std::max(len, size_t{1}));
+    }
+    placing_dest_ = split_buf_->data();
+  }
+  placing_main_len_ = len - lane_bytes;
+  placing_lane_len_ = lane_bytes;
+  if (lane_bytes != 0) lane_pending_.store(true, std::memory_order_release);
+  placing_lane_done_ = 0;
+  // The part already buffered moves now; what follows it in the buffer stays there.
+  const size_t buffered = std::min(rx_end_ - rx_begin_ - kFrameHeaderBytes, placing_main_len_);
+  placing_main_done_ = buffered;
+  if (buffered != 0) {
+    const uint8_t* from = rx_.data() + rx_begin_ + kFrameHeaderBytes;
+    if (!direct) {
+      std::memcpy(placing_dest_, from, buffered);
+    } else if (FrameSink* holder = owner_.hold_region(target.region_key)) {
+      std::memcpy(placing_dest_, from, buffered);
+      owner_.release_region(holder, target.region_key);
+    } else {
+      placing_lost_ = true;
+    }
+  }
+  rx_begin_ += kFrameHeaderBytes + buffered;
+  if (rx_begin_ == rx_end_) {
+    rx_begin_ = rx_end_ = 0;
+    if (rx_.size() > kRxKeep) rx_.resize(kRxInitial, 0);
+  }
+  return true;
+}
+
+ssize_t TcpLink::receive_placed_locked(int fd, size_t offset, size_t want) {
+  if (!placing_direct_) return ::recv(fd, placing_dest_ + offset, want, MSG_DONTWAIT);
+  if (!placing_lost_) {
+    if (FrameSink* holder = owner_.hold_region(placing_target_.region_key)) {
+      // One non-blocking recv under the hold: deregistration waits for it, never for the
+      // network.
+      const ssize_t n = ::recv(fd, placing_dest_ + offset, want, MSG_DONTWAIT);
+      const int saved = errno;
+      owner_.release_region(holder, placing_target_.region_key);
+      errno = saved;
+      return n;
+    }
+    // Deregistered under the transfer: nothing more is written there.
+    placing_lost_ = true;
+  }
+  if (!discard_) discard_ = std::make_unique<uint8_t[]>(kDiscardBytes);
+  return ::recv(fd, discard_.get(), std::min(want, kDiscardBytes), MSG_DONTWAIT);
+}
+
+void TcpLink::finish_placing_locked() {
+  placing_ = false;
+  lane_pending_.store(false, std::memory_order_release);
+  direct_declined_ = false;
+  FrameHeader h = placing_header_;
+  base::tsan_acquire(tsan_key_);
+  if (!placing_direct_) {
+    LocalPayload payload(placing_dest_, h.length);
+    owner_.deliver(*this, h, payload);
+    return;
+  }
+  // A region deregistered under the transfer: the frame is delivered as a write through a key
+  // that names nothing, which the responder refuses (remote access error), reading nothing.
+  if (placing_lost_) h.rkey = 0;
+  LocalPayload payload(placing_dest_, h.length);
+  owner_.deliver(*this, h, payload);
+}
+
+void TcpLink::make_room_locked(size_t frame_bytes) {
+  const size_t avail = rx_end_ - rx_begin_;
+  if (avail == 0) {
+    rx_begin_ = rx_end_ = 0;
+    if (rx_.size() > kRxKeep && frame_bytes <= kRxInitial) rx_.resize(kRxInitial, 0);
+  }
+  if (rx_.size() < frame_bytes) {
+    // A frame larger than the buffer: a buffer that holds it whole (given back once it has
+    // been delivered and a small frame follows).
+    if (avail != 0 && rx_begin_ != 0) std::memmove(rx_.data(), rx_.data() + rx_begin_, avail);
+    rx_.resize(frame_bytes + (frame_bytes > kRxKeep ? 0 : kRxInitial), avail);
+    rx_begin_ = 0;
+    rx_end_ = avail;
+  } else if (rx_.size() - rx_begin_ < frame_bytes || rx_end_ == rx_.size()) {
+    if (avail != 0) std::memmove(rx_.data(), rx_.data() + rx_begin_, avail);
+    rx_begin_ = 0;
+    rx_end_ = avail;
+  }
+}
+
+}  // namespace transports::tcp
