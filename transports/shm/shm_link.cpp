@@ -1,11 +1,11 @@
 // ShmLink's construction, lifetime and release: what a link holds from the handshake until
 // the receiver thread frees it, and the peer's doorbell that both the send and the drain side
-// ring. The link's other concerns have their own files: shm_link_send.cpp (records into the
-// ring, the backlog, ACK deferral), shm_link_delivery.cpp (drain and the five delivery kinds)
-// and shm_side_channel.cpp (the messages on the link's Unix socket).
+// ring, and what the link asks of its side channel (goodbye, the socket's end, forgetting an
+// object) under its locks. The link's other concerns have their own files: shm_link_send.cpp
+// (records into the ring, the backlog, ACK deferral), shm_link_delivery.cpp (drain and the
+// five delivery kinds) and shm_side_channel.cpp (SideChannel: the link's Unix socket).
 #include "transports/shm/shm_link.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <mutex>
@@ -15,7 +15,7 @@ namespace transports::shm {
 ShmLink::ShmLink(LinkOwner& owner, LinkSetup setup)
     : owner_(owner),
       segment_(std::move(setup.segment)),
-      socket_fd_(setup.socket_fd),
+      side_(setup.socket_fd),
       peer_doorbell_fd_(setup.peer_doorbell_fd),
       peer_pid_(setup.peer_pid),
       peer_(setup.peer) {
@@ -35,9 +35,9 @@ ShmLink::~ShmLink() {
 void ShmLink::release() {
   std::lock_guard drain(drain_lock_);
   std::lock_guard send(send_lock_);
-  if (socket_fd_ >= 0) ::close(socket_fd_);
+  side_.close();
   if (peer_doorbell_fd_ >= 0) ::close(peer_doorbell_fd_);
-  socket_fd_ = peer_doorbell_fd_ = -1;
+  peer_doorbell_fd_ = -1;
   producer_ = RingProducer();
   consumer_ = RingConsumer();
   incoming_ = nullptr;
@@ -46,9 +46,6 @@ void ShmLink::release() {
   backlog_size_.store(0, std::memory_order_release);
   std::vector<uint8_t>().swap(staged_);
   staging_ = false;
-  for (const auto& [id, object] : peer_objects_)
-    ::munmap(const_cast<uint8_t*>(object.base), object.size);
-  peer_objects_.clear();
   released_.store(true, std::memory_order_release);
 }
 
@@ -66,6 +63,24 @@ void ShmLink::ring_peer_doorbell() {
   // The counter cannot overflow in practice; a failed write means the peer is gone, which
   // its socket reports.
   [[maybe_unused]] ssize_t n = ::write(peer_doorbell_fd_, &one, sizeof one);
+}
+
+void ShmLink::say_goodbye() {
+  if (!up()) return;
+  flush_deferred(0, true);  // the peer's last sends complete
+  std::lock_guard lock(send_lock_);
+  // Best effort: a peer already gone needs no goodbye.
+  if (up()) side_.send(kGoodbye, 0, -1);
+}
+
+bool ShmLink::socket_ended(short revents) {
+  std::lock_guard lock(drain_lock_);
+  return !side_.read(revents);
+}
+
+void ShmLink::forget_object(uint32_t object) {
+  std::lock_guard lock(send_lock_);
+  if (side_.forget_shared(object) && up()) side_.send(kForgetObject, object, -1);
 }
 
 }  // namespace transports::shm

@@ -175,24 +175,24 @@ bool ShmLink::deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_
       return false;
     }
     sum += m.len;
-    auto it = peer_objects_.find(m.object);
-    if (it == peer_objects_.end() && !socket_read) {
+    const SideChannel::Mapping* object = side_.mapping(m.object);
+    if (object == nullptr && !socket_read) {
       // The sender hands an object over the socket before the first record that names it.
-      read_socket_locked(0);
+      side_.read(0);
       socket_read = true;
-      it = peer_objects_.find(m.object);
+      object = side_.mapping(m.object);
     }
-    if (it == peer_objects_.end()) {
+    if (object == nullptr) {
       all_mapped = false;
       pieces[i] = RemoteIov{m.addr, m.len};
       continue;
     }
-    if (m.offset > it->second.size || m.len > it->second.size - m.offset) {
+    if (m.offset > object->size || m.len > object->size - m.offset) {
       *why = "mapped payload piece of " + std::to_string(m.len) + " bytes at " +
-             std::to_string(m.offset) + " outside its object of " + std::to_string(it->second.size);
+             std::to_string(m.offset) + " outside its object of " + std::to_string(object->size);
       return false;
     }
-    pieces[i] = RemoteIov{reinterpret_cast<uint64_t>(it->second.base + m.offset), m.len};
+    pieces[i] = RemoteIov{reinterpret_cast<uint64_t>(object->base + m.offset), m.len};
   }
   if (sum != fr.payload_bytes) {
     *why = "mapped payload pieces do not add up to its length";

@@ -178,7 +178,7 @@ ShmLink::Mapped ShmLink::write_mapped(const FrameHeader& h, const iovec* iov, si
   for (size_t i = 0; i < iovcnt; ++i) {
     SharedPiece shared;
     if (!owner_.find_shared(iov[i].iov_base, iov[i].iov_len, &shared) ||
-        !share_object_locked(*shared.object)) {
+        !side_.share(*shared.object)) {
       return Mapped::kFallback;
     }
     pieces[i] = MappedIov{reinterpret_cast<uint64_t>(iov[i].iov_base), iov[i].iov_len,

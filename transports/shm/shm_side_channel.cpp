@@ -1,9 +1,10 @@
-// ShmLink's side channel: the messages on the link's Unix socket (shm_wire.h's
-// SocketMessage). A goodbye tells the peer this end closes in order; a shared object
-// (memfd, shared file) is handed over with SCM_RIGHTS before the first record that names it,
-// and forgotten when its last registration ends. The receiver thread reads the socket when it
-// is readable (socket_ended); a drain that meets a record naming an object it has not mapped
-// reads it too (read_socket_locked).
+// SideChannel (shm_side_channel.h): the messages on a link's Unix socket. A goodbye tells the
+// peer this end closes in order; a shared object (memfd, shared file) is handed over with
+// SCM_RIGHTS before the first record that names it, and forgotten when its last registration
+// ends. The receiver thread reads the socket when it is readable (ShmLink::socket_ended); a
+// drain that meets a record naming an object it has not mapped reads it too.
+#include "transports/shm/shm_side_channel.h"
+
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
@@ -14,22 +15,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 
 #include "transports/shm/shm_handshake.h"
-#include "transports/shm/shm_link.h"
 
 namespace transports::shm {
 
-void ShmLink::say_goodbye() {
-  if (!up()) return;
-  flush_deferred(0, true);  // the peer's last sends complete
-  std::lock_guard lock(send_lock_);
-  // Best effort: a peer already gone needs no goodbye.
-  if (up()) send_socket_message(kGoodbye, 0, -1);
-}
-
-bool ShmLink::send_socket_message(SocketMessageType type, uint32_t object, int fd) {
+bool SideChannel::send(SocketMessageType type, uint32_t object, int fd) {
   const SocketMessage m{type, {}, object};
   // A SOCK_SEQPACKET socket: the message goes whole or not at all. Never waits: a socket whose
   // buffer the peer does not empty refuses it, and the caller goes without (payloads then
@@ -37,12 +28,7 @@ bool ShmLink::send_socket_message(SocketMessageType type, uint32_t object, int f
   return send_message(socket_fd_, &m, sizeof m, &fd, fd >= 0 ? 1 : 0, /*wait=*/false);
 }
 
-bool ShmLink::socket_ended(short revents) {
-  std::lock_guard lock(drain_lock_);
-  return !read_socket_locked(revents);
-}
-
-bool ShmLink::read_socket_locked(short revents) {
+bool SideChannel::read(short revents) {
   if (socket_fd_ < 0) return false;
   for (;;) {
     SocketMessage m{};
@@ -75,14 +61,14 @@ bool ShmLink::read_socket_locked(short revents) {
     }
     // A message of another size (cut short, or longer and truncated) is not one of ours.
     if (n == static_cast<ssize_t>(sizeof m) && (msg.msg_flags & MSG_TRUNC) == 0) {
-      take_socket_message(m, fd);
+      take(m, fd);
     } else if (fd >= 0) {
       ::close(fd);
     }
   }
 }
 
-void ShmLink::take_socket_message(const SocketMessage& m, int fd) {
+void SideChannel::take(const SocketMessage& m, int fd) {
   switch (m.type) {
     case kGoodbye:
       farewell_.store(true, std::memory_order_release);
@@ -99,7 +85,7 @@ void ShmLink::take_socket_message(const SocketMessage& m, int fd) {
         break;
       }
       peer_objects_[m.object] =
-          PeerObject{static_cast<const uint8_t*>(base), static_cast<uint64_t>(st.st_size)};
+          Mapping{static_cast<const uint8_t*>(base), static_cast<uint64_t>(st.st_size)};
       break;
     }
     case kForgetObject: {
@@ -115,21 +101,28 @@ void ShmLink::take_socket_message(const SocketMessage& m, int fd) {
   if (fd >= 0) ::close(fd);  // a mapping keeps its object
 }
 
-void ShmLink::forget_object(uint32_t object) {
-  std::lock_guard lock(send_lock_);
-  auto it = std::find(objects_shared_.begin(), objects_shared_.end(), object);
-  if (it == objects_shared_.end()) return;
-  objects_shared_.erase(it);
-  if (up()) send_socket_message(kForgetObject, object, -1);
-}
-
-bool ShmLink::share_object_locked(const SharedObject& object) {
+bool SideChannel::share(const SharedObject& object) {
   if (std::find(objects_shared_.begin(), objects_shared_.end(), object.id) != objects_shared_.end())
     return true;
   // Sent before any record names it: the peer finds it on the socket when it reads the record.
-  if (!send_socket_message(kShareObject, object.id, object.fd)) return false;
+  if (!send(kShareObject, object.id, object.fd)) return false;
   objects_shared_.push_back(object.id);
   return true;
+}
+
+bool SideChannel::forget_shared(uint32_t object) {
+  auto it = std::find(objects_shared_.begin(), objects_shared_.end(), object);
+  if (it == objects_shared_.end()) return false;
+  objects_shared_.erase(it);
+  return true;
+}
+
+void SideChannel::close() {
+  if (socket_fd_ >= 0) ::close(socket_fd_);
+  socket_fd_ = -1;
+  for (const auto& [id, object] : peer_objects_)
+    ::munmap(const_cast<uint8_t*>(object.base), object.size);
+  peer_objects_.clear();
 }
 
 }  // namespace transports::shm
