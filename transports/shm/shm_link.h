@@ -34,7 +34,6 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "base/spin_lock.h"
@@ -42,6 +41,7 @@
 #include "transports/shm/shared_memory.h"
 #include "transports/shm/shm_ring.h"
 #include "transports/shm/shm_segment.h"
+#include "transports/shm/shm_side_channel.h"
 #include "transports/shm/shm_wire.h"
 
 namespace transports::shm {
@@ -86,7 +86,7 @@ class ShmLink : public Link {
   bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) override;
   const Gid& peer() const override { return peer_; }
   bool up() const override { return up_.load(std::memory_order_acquire); }
-  bool farewell() const override { return farewell_.load(std::memory_order_acquire); }
+  bool farewell() const override { return side_.farewell(); }
 
   // Writes the deferred ACKs: all of them when `always`, else only those deferred before
   // program poll `polls_now` (they waited a whole poll).
@@ -130,7 +130,7 @@ class ShmLink : public Link {
   bool peer_reads_in_place() const { return producer_.consumer_single_copy(); }
   void set_we_read_in_place(bool can);
 
-  int socket_fd() const { return socket_fd_; }
+  int socket_fd() const { return side_.fd(); }
   // Frees what a down link holds: socket, doorbell, backlog and the shared pages. The object
   // stays (threads may still hold its address; they see up() false under its locks), and so
   // does the address range of the segment (see next_incoming_). Only the
@@ -176,11 +176,6 @@ class ShmLink : public Link {
   // object could not be handed to the peer.
   enum class Mapped { kWritten, kBlocked, kFallback };
   Mapped write_mapped(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
-  bool share_object_locked(const SharedObject& object);
-  bool send_socket_message(SocketMessageType type, uint32_t object, int fd);
-  // Under drain_lock_: reads the messages waiting on the socket; false when it ended.
-  bool read_socket_locked(short revents);
-  void take_socket_message(const SocketMessage& m, int fd);
   bool write_frame_record(uint32_t kind, const FrameHeader& h, uint64_t total);
   bool flush_locked();
   void hold(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
@@ -195,12 +190,11 @@ class ShmLink : public Link {
 
   LinkOwner& owner_;
   std::unique_ptr<Segment> segment_;
-  int socket_fd_;
+  SideChannel side_;  // under send_lock_ to send, drain_lock_ to read
   int peer_doorbell_fd_;
   pid_t peer_pid_;
   Gid peer_;
   std::atomic<bool> up_{true};
-  std::atomic<bool> farewell_{false};  // the peer's goodbye arrived
   std::atomic<bool> retired_{false};
   std::atomic<bool> released_{false};
 
@@ -213,7 +207,6 @@ class ShmLink : public Link {
   size_t deferred_count_ = 0;
   uint64_t deferred_at_poll_ = 0;
   std::atomic<bool> has_deferred_{false};
-  std::vector<uint32_t> objects_shared_;  // handed to the peer (under send_lock_)
 
   // The ring index of the next incoming record, as the last drain left the ring, for
   // drain_for_poll's look into the incoming data area. That area stays readable after
@@ -229,12 +222,6 @@ class ShmLink : public Link {
   FrameHeader staged_header_{};
   std::vector<uint8_t> staged_;
   uint64_t staged_filled_ = 0;
-  // The peer's objects we map, by its id (under drain_lock_).
-  struct PeerObject {
-    const uint8_t* base = nullptr;
-    uint64_t size = 0;
-  };
-  std::unordered_map<uint32_t, PeerObject> peer_objects_;
 };
 
 }  // namespace transports::shm

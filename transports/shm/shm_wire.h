@@ -88,6 +88,11 @@ struct MappedIov {
 };
 static_assert(sizeof(MappedIov) == 32);
 
+// The head of a kChunk record: `bytes` bytes of the staged frame in progress follow it.
+struct ChunkHead {
+  uint64_t bytes;
+};
+
 // Payloads up to this size travel inside the ring (copied in, then out): cheaper than a
 // system call. Larger ones travel by address when the receiver can read the sender's memory,
 // otherwise in chunks of at most kChunkBytes.

@@ -1,0 +1,281 @@
+// ShmLink's receiving side: drain reads the incoming ring's records in place and delivers
+// their frames to the sink, by kind: short and inline (the payload in the record), mapped (in
+// an object of the peer we map, copied with memcpy), remote (in the peer's memory, read with
+// process_vm_readv) and chunked (staged here until its last chunk). Also the receiver
+// thread's side of the wake-up protocol (shm_ring.h). Everything here runs under the link's
+// drain lock, except the sleep announcements and the look of incoming_pending.
+#include <cstring>
+#include <string>
+
+#include "transports/shm/shm_link.h"
+#include "transports/shm/shm_payload.h"
+
+namespace transports::shm {
+
+void ShmLink::announce_sleep() {
+  consumer_.announce_sleep();
+}
+
+void ShmLink::cancel_sleep() {
+  consumer_.cancel_sleep();
+}
+
+bool ShmLink::incoming_pending() const {
+  // Where the last drain left the ring (the index the producer sees lags behind it).
+  // Sequentially consistent: pairs with the producer's record publication (announce_sleep).
+  return incoming_look_.published(next_incoming_.load(std::memory_order_relaxed),
+                                  std::memory_order_seq_cst);
+}
+
+size_t ShmLink::drain(size_t budget, bool* contended) {
+  if (!up()) return 0;
+  if (!drain_lock_.try_lock()) {
+    if (contended != nullptr) *contended = true;
+    return 0;
+  }
+  if (!up()) {  // taken down (and maybe released) since the check above
+    drain_lock_.unlock();
+    return 0;
+  }
+  size_t records = 0;
+  bool wake_peer = false;
+  std::string why;
+  bool delivered_request = false;
+  {
+    // Deliveries end before the drain lock is let go: wait_for_drain() fences them.
+    const FencedDeliveries fenced;
+    while (records < budget) {
+      uint64_t available = 0;
+      RecordHead head;
+      const uint8_t* rec = consumer_.front(&head, &available);
+      if (rec == nullptr) break;
+      const uint32_t size = head.size;
+      if (size < sizeof(RecordHead) || size % kRecordAlign != 0 || size > available) {
+        why = "record of " + std::to_string(size) + " bytes where " + std::to_string(available) +
+              " remain before the end of the ring";
+        break;
+      }
+      const uint8_t* body = rec + sizeof(RecordHead);
+      // Both frame layouts start with the operation.
+      const bool frame = (head.kind == kFrameInline || head.kind == kFrameShort) &&
+                         size >= sizeof(RecordHead) + sizeof(ShortFrame);
+      const FrameOp op = frame ? static_cast<FrameOp>(body[0]) : FrameOp::kSend;
+      // Asked only then: a poll that finds nothing pays no call.
+      if (delivered_request && frame && is_answer(op) && owner_.defers_acks()) break;
+      if (!deliver(body, size - static_cast<uint32_t>(sizeof(RecordHead)), head.kind, &why)) break;
+      delivered_request |= frame && is_request(op);
+      wake_peer |= consumer_.pop(size);
+      ++records;
+      // The program has the completion it polls for: it gets it without this thread reading
+      // the next record first (another cache line from the peer, most often).
+      if (frame && is_request(op)) {
+        FrameSink* sink = owner_.sink();
+        if (sink != nullptr && sink->poll_satisfied()) break;
+      }
+    }
+  }
+  next_incoming_.store(consumer_.next_index(), std::memory_order_relaxed);
+  // Under the drain lock: release() takes it before it closes the descriptor.
+  if (wake_peer) ring_peer_doorbell();
+  drain_lock_.unlock();
+  if (!why.empty()) owner_.link_failed(*this, why);
+  return records;
+}
+
+bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why) {
+  FrameSink* sink = owner_.sink();
+  if (kind == kChunk) return deliver_staged_chunk(body, body_bytes, why);
+  if (kind == kFrameShort) return deliver_short(body, body_bytes, why);
+  if (kind != kFrameInline && kind != kFrameRemote && kind != kFrameStaged &&
+      kind != kFrameMapped) {
+    *why = "unknown record kind " + std::to_string(kind);
+    return false;
+  }
+  if (body_bytes < sizeof(FrameRecord) || staging_) {
+    *why = staging_ ? "a frame inside a chunked frame" : "short frame record";
+    return false;
+  }
+  FrameRecord fr;
+  std::memcpy(&fr, body, sizeof fr);
+  const uint8_t* rest = body + sizeof fr;
+  const uint32_t rest_bytes = body_bytes - static_cast<uint32_t>(sizeof fr);
+
+  if (kind == kFrameInline) {
+    if (fr.payload_bytes > kInlineMax || fr.payload_bytes > rest_bytes) {
+      *why = "inline payload of " + std::to_string(fr.payload_bytes) + " bytes overruns its record";
+      return false;
+    }
+    LocalPayload payload(rest, fr.payload_bytes);
+    if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
+    return true;
+  }
+
+  if (kind == kFrameMapped) return deliver_mapped(fr, rest, rest_bytes, why);
+
+  if (kind == kFrameRemote) {
+    if (fr.iov_count == 0 || fr.iov_count > kMaxRemoteIov ||
+        uint64_t{fr.iov_count} * sizeof(RemoteIov) > rest_bytes) {
+      *why = "remote payload with " + std::to_string(fr.iov_count) + " pieces";
+      return false;
+    }
+    RemoteIov iov[kMaxRemoteIov];
+    std::memcpy(iov, rest, fr.iov_count * sizeof(RemoteIov));
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < fr.iov_count; ++i) {
+      // Each piece against what is left of the limit, so that the sum cannot wrap around.
+      if (iov[i].len > kMaxPayload - sum) {
+        sum = kMaxPayload + 1;
+        break;
+      }
+      sum += iov[i].len;
+    }
+    if (sum != fr.payload_bytes || sum > kMaxPayload) {
+      *why = "remote payload pieces do not add up to its length";
+      return false;
+    }
+    RemotePayload payload(peer_pid_, iov, fr.iov_count);
+    if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
+    if (payload.failed()) {
+      *why = "the peer's memory could not be read (process gone?)";
+      return false;
+    }
+    return true;
+  }
+
+  // kFrameStaged: the payload follows in chunks.
+  if (fr.payload_bytes > kMaxPayload) {
+    *why = "chunked payload of " + std::to_string(fr.payload_bytes) + " bytes";
+    return false;
+  }
+  staged_header_ = fr.header;
+  staged_.resize(fr.payload_bytes);
+  staged_filled_ = 0;
+  staging_ = true;
+  if (fr.payload_bytes == 0) return deliver_staged_chunk(nullptr, 0, why);
+  return true;
+}
+
+bool ShmLink::deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_t rest_bytes,
+                             std::string* why) {
+  if (fr.iov_count == 0 || fr.iov_count > kMaxRemoteIov ||
+      uint64_t{fr.iov_count} * sizeof(MappedIov) > rest_bytes) {
+    *why = "mapped payload with " + std::to_string(fr.iov_count) + " pieces";
+    return false;
+  }
+  MappedIov mapped[kMaxRemoteIov];
+  std::memcpy(mapped, rest, fr.iov_count * sizeof(MappedIov));
+  RemoteIov pieces[kMaxRemoteIov];  // local addresses in our mappings, or the sender's
+  uint64_t sum = 0;
+  bool all_mapped = true;
+  bool socket_read = false;
+  for (uint32_t i = 0; i < fr.iov_count; ++i) {
+    const MappedIov& m = mapped[i];
+    if (m.len > kMaxPayload - sum) {  // against what is left of the limit: no wraparound
+      *why = "mapped payload pieces do not add up to its length";
+      return false;
+    }
+    sum += m.len;
+    const SideChannel::Mapping* object = side_.mapping(m.object);
+    if (object == nullptr && !socket_read) {
+      // The sender hands an object over the socket before the first record that names it.
+      side_.read(0);
+      socket_read = true;
+      object = side_.mapping(m.object);
+    }
+    if (object == nullptr) {
+      all_mapped = false;
+      pieces[i] = RemoteIov{m.addr, m.len};
+      continue;
+    }
+    if (m.offset > object->size || m.len > object->size - m.offset) {
+      *why = "mapped payload piece of " + std::to_string(m.len) + " bytes at " +
+             std::to_string(m.offset) + " outside its object of " + std::to_string(object->size);
+      return false;
+    }
+    pieces[i] = RemoteIov{reinterpret_cast<uint64_t>(object->base + m.offset), m.len};
+  }
+  if (sum != fr.payload_bytes) {
+    *why = "mapped payload pieces do not add up to its length";
+    return false;
+  }
+  FrameSink* sink = owner_.sink();
+  if (all_mapped) {
+    MappedPayload payload(pieces, fr.iov_count);
+    if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
+    if (payload.failed()) {
+      *why = "the peer's object shrank under a payload read from it (SIGBUS)";
+      return false;
+    }
+    return true;
+  }
+  // An object we could not map, or one forgotten while a frame naming it was in the ring (its
+  // region deregistered with the request outstanding): the sender's memory, as kFrameRemote.
+  if (incoming_->consumer_single_copy.load(std::memory_order_relaxed) == 0) {
+    *why = "a payload in an object of the peer that this end does not map";
+    return false;
+  }
+  for (uint32_t i = 0; i < fr.iov_count; ++i) pieces[i] = RemoteIov{mapped[i].addr, mapped[i].len};
+  RemotePayload payload(peer_pid_, pieces, fr.iov_count);
+  if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
+  if (payload.failed()) {
+    *why = "the peer's memory could not be read (process gone?)";
+    return false;
+  }
+  return true;
+}
+
+bool ShmLink::deliver_short(const uint8_t* body, uint32_t body_bytes, std::string* why) {
+  if (body_bytes < sizeof(ShortFrame) || staging_) {
+    *why = staging_ ? "a frame inside a chunked frame" : "short frame record too small";
+    return false;
+  }
+  ShortFrame sf;
+  std::memcpy(&sf, body, sizeof sf);
+  if (sf.length > kInlineMax || sf.length > body_bytes - sizeof(ShortFrame)) {
+    *why = "short frame payload of " + std::to_string(sf.length) + " bytes overruns its record";
+    return false;
+  }
+  FrameHeader h{};
+  h.op = sf.op;
+  h.flags = sf.flags;
+  h.nak = sf.nak;
+  h.rnr_timer = sf.rnr_timer;
+  h.src_qpn = sf.src_qpn;
+  h.dst_qpn = sf.dst_qpn;
+  h.psn = sf.psn;
+  h.imm = sf.imm;
+  h.length = sf.length;
+  LocalPayload payload(body + sizeof(ShortFrame), sf.length);
+  if (FrameSink* sink = owner_.sink()) sink->on_frame(*this, h, payload);
+  return true;
+}
+
+bool ShmLink::deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std::string* why) {
+  if (!staging_) {
+    *why = "a chunk outside a chunked frame";
+    return false;
+  }
+  if (body != nullptr) {
+    ChunkHead ch{};
+    if (body_bytes < sizeof ch) {
+      *why = "short chunk record";
+      return false;
+    }
+    std::memcpy(&ch, body, sizeof ch);
+    if (ch.bytes == 0 || ch.bytes > body_bytes - sizeof ch ||
+        ch.bytes > staged_.size() - staged_filled_) {
+      *why = "chunk of " + std::to_string(ch.bytes) + " bytes overruns its frame";
+      return false;
+    }
+    std::memcpy(staged_.data() + staged_filled_, body + sizeof ch, ch.bytes);
+    staged_filled_ += ch.bytes;
+  }
+  if (staged_filled_ < staged_.size()) return true;
+  staging_ = false;
+  LocalPayload payload(staged_.data(), staged_.size());
+  if (FrameSink* sink = owner_.sink()) sink->on_frame(*this, staged_header_, payload);
+  std::vector<uint8_t>().swap(staged_);
+  return true;
+}
+
+}  // namespace transports::shm

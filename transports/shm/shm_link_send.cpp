@@ -1,0 +1,269 @@
+// ShmLink's sending side: frames into the ring as records (short, inline, mapped, remote or
+// chunked; docs/wire.md), the backlog that holds what a full ring refused, and the deferral of
+// the ACKs a program's poll produced (shm_link.h says when they go). Everything here runs
+// under the link's send lock.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "transports/shm/shm_link.h"
+
+namespace transports::shm {
+
+namespace {
+
+// Copies len bytes starting offset bytes into the payload described by iov.
+void gather(const iovec* iov, size_t n, uint64_t offset, uint8_t* dst, uint64_t len) {
+  for (size_t i = 0; i < n && len > 0; ++i) {
+    if (offset >= iov[i].iov_len) {
+      offset -= iov[i].iov_len;
+      continue;
+    }
+    const uint64_t piece = std::min<uint64_t>(iov[i].iov_len - offset, len);
+    std::memcpy(dst, static_cast<const uint8_t*>(iov[i].iov_base) + offset, piece);
+    dst += piece;
+    len -= piece;
+    offset = 0;
+  }
+}
+
+// The largest record a held frame can need next: wait_for_room asks for this much, which
+// is never more than an empty ring holds.
+constexpr uint32_t kLargestRecord =
+    record_size(sizeof(RecordHead) + std::max<size_t>(sizeof(ChunkHead) + kChunkBytes,
+                                                      sizeof(FrameRecord) + kInlineMax));
+
+}  // namespace
+
+bool ShmLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
+  if (total > kMaxPayload) return true;  // the engine never builds such a frame
+  const bool deferrable = header.op == FrameOp::kAck && total == 0 && owner_.defers_acks();
+  std::lock_guard lock(send_lock_);
+  // Once down, frames are lost as on a cut wire: the QPs learn it from on_link_down. Looked at
+  // under the lock: the link may have been released meanwhile.
+  if (!up()) return true;
+  if (deferrable && deferred_count_ < kMaxDeferredAcks) {
+    if (deferred_count_ == 0) {
+      deferred_at_poll_ = owner_.program_polls();
+      has_deferred_.store(true, std::memory_order_relaxed);
+      owner_.on_deferred_ack();
+    }
+    deferred_acks_[deferred_count_++] = header;
+    return true;
+  }
+  // Answers keep their order among themselves (an ACK after the NAK or READ response that
+  // follows it would be stale); a request needs no order with answers, so the deferred ACKs
+  // follow it and stay off the path from the program's post to the peer.
+  if (is_answer(header.op)) write_deferred_locked();
+  const bool taken = send_locked(header, iov, iovcnt, total);
+  write_deferred_locked();
+  // Rung under the lock: release() (which closes the descriptor) takes it too. Only when the
+  // peer said it sleeps, so not on the busy path.
+  if (producer_.take_consumer_sleeping()) ring_peer_doorbell();
+  return taken;
+}
+
+bool ShmLink::send_locked(const FrameHeader& header, const iovec* iov, size_t iovcnt,
+                          uint64_t total) {
+  const bool answer = is_answer(header.op);
+  if (!backlog_.empty()) {
+    // Frames keep their order: nothing overtakes what is held.
+    if (!answer) return false;
+    hold(header, iov, iovcnt, total, nullptr);
+    return true;
+  }
+  Progress progress;
+  if (emit(header, iov, iovcnt, total, &progress) == Emit::kBlocked) {
+    // A request not yet begun can be refused (the engine retries it from progress); an
+    // answer, or a chunked frame already begun, is held and flushed as room appears.
+    if (!answer && !progress.started) return false;
+    hold(header, iov, iovcnt, total, &progress);
+    if (producer_.wait_for_room(kLargestRecord)) flush_locked();
+  }
+  return true;
+}
+
+void ShmLink::write_deferred_locked() {
+  if (deferred_count_ == 0) return;
+  for (size_t i = 0; i < deferred_count_; ++i) send_locked(deferred_acks_[i], nullptr, 0, 0);
+  deferred_count_ = 0;
+  has_deferred_.store(false, std::memory_order_relaxed);
+}
+
+void ShmLink::flush_deferred(uint64_t polls_now, bool always) {
+  if (!has_deferred()) return;
+  std::lock_guard lock(send_lock_);
+  if (deferred_count_ == 0 || (!always && deferred_at_poll_ == polls_now)) return;
+  if (!up()) {
+    deferred_count_ = 0;
+    has_deferred_.store(false, std::memory_order_relaxed);
+    return;
+  }
+  write_deferred_locked();
+  if (producer_.take_consumer_sleeping()) ring_peer_doorbell();  // see send()
+}
+
+ShmLink::Emit ShmLink::emit(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
+                            Progress* progress) {
+  if (!progress->started) {
+    if (total <= kInlineMax)
+      return write_inline(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
+    // A datagram (UC, UD) is complete for its sender once send() returns: its bytes must be
+    // in the ring or in the backlog by then, never read later from the sender's memory.
+    // Nor one held in the backlog's own copy (quiesce): that copy goes with the entry.
+    const bool datagram = (h.flags & kFrameDatagram) != 0;
+    if (!datagram && !progress->own_copy && iovcnt <= kMaxRemoteIov) {
+      const Mapped mapped = write_mapped(h, iov, iovcnt, total);
+      if (mapped != Mapped::kFallback)
+        return mapped == Mapped::kWritten ? Emit::kDone : Emit::kBlocked;
+      if (producer_.consumer_single_copy())
+        return write_remote(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
+    }
+    if (!write_frame_record(kFrameStaged, h, total)) return Emit::kBlocked;
+    progress->started = true;
+  }
+  while (progress->sent < total) {
+    const uint64_t chunk = std::min<uint64_t>(kChunkBytes, total - progress->sent);
+    uint8_t* p = producer_.reserve(record_size(sizeof(RecordHead) + sizeof(ChunkHead) + chunk));
+    if (p == nullptr) return Emit::kBlocked;
+    const ChunkHead ch{chunk};
+    std::memcpy(p, &ch, sizeof ch);
+    gather(iov, iovcnt, progress->sent, p + sizeof ch, chunk);
+    producer_.commit(kChunk);
+    progress->sent += chunk;
+  }
+  return Emit::kDone;
+}
+
+bool ShmLink::write_inline(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total) {
+  if (fits_short_frame(h, total)) {
+    uint8_t* p = producer_.reserve(record_size(sizeof(RecordHead) + sizeof(ShortFrame) + total));
+    if (p == nullptr) return false;
+    const ShortFrame sf{h.op,      h.flags, h.nak, h.rnr_timer, h.src_qpn,
+                        h.dst_qpn, h.psn,   h.imm, h.length};
+    std::memcpy(p, &sf, sizeof sf);
+    gather(iov, iovcnt, 0, p + sizeof sf, total);
+    producer_.commit(kFrameShort);
+    return true;
+  }
+  uint8_t* p = producer_.reserve(record_size(sizeof(RecordHead) + sizeof(FrameRecord) + total));
+  if (p == nullptr) return false;
+  const FrameRecord fr{h, static_cast<uint32_t>(total), 0};
+  std::memcpy(p, &fr, sizeof fr);
+  gather(iov, iovcnt, 0, p + sizeof fr, total);
+  producer_.commit(kFrameInline);
+  return true;
+}
+
+bool ShmLink::write_remote(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total) {
+  uint8_t* p = producer_.reserve(
+      record_size(sizeof(RecordHead) + sizeof(FrameRecord) + iovcnt * sizeof(RemoteIov)));
+  if (p == nullptr) return false;
+  const FrameRecord fr{h, static_cast<uint32_t>(total), static_cast<uint32_t>(iovcnt)};
+  std::memcpy(p, &fr, sizeof fr);
+  auto* out = p + sizeof fr;
+  for (size_t i = 0; i < iovcnt; ++i) {
+    const RemoteIov r{reinterpret_cast<uint64_t>(iov[i].iov_base), iov[i].iov_len};
+    std::memcpy(out + i * sizeof r, &r, sizeof r);
+  }
+  producer_.commit(kFrameRemote);
+  return true;
+}
+
+ShmLink::Mapped ShmLink::write_mapped(const FrameHeader& h, const iovec* iov, size_t iovcnt,
+                                      uint64_t total) {
+  MappedIov pieces[kMaxRemoteIov];
+  for (size_t i = 0; i < iovcnt; ++i) {
+    SharedPiece shared;
+    if (!owner_.find_shared(iov[i].iov_base, iov[i].iov_len, &shared) ||
+        !side_.share(*shared.object)) {
+      return Mapped::kFallback;
+    }
+    pieces[i] = MappedIov{reinterpret_cast<uint64_t>(iov[i].iov_base), iov[i].iov_len,
+                          shared.offset, shared.object->id, 0};
+  }
+  uint8_t* p = producer_.reserve(
+      record_size(sizeof(RecordHead) + sizeof(FrameRecord) + iovcnt * sizeof(MappedIov)));
+  if (p == nullptr) return Mapped::kBlocked;
+  const FrameRecord fr{h, static_cast<uint32_t>(total), static_cast<uint32_t>(iovcnt)};
+  std::memcpy(p, &fr, sizeof fr);
+  std::memcpy(p + sizeof fr, pieces, iovcnt * sizeof(MappedIov));
+  producer_.commit(kFrameMapped);
+  return Mapped::kWritten;
+}
+
+bool ShmLink::write_frame_record(uint32_t kind, const FrameHeader& h, uint64_t total) {
+  uint8_t* p = producer_.reserve(record_size(sizeof(RecordHead) + sizeof(FrameRecord)));
+  if (p == nullptr) return false;
+  const FrameRecord fr{h, static_cast<uint32_t>(total), 0};
+  std::memcpy(p, &fr, sizeof fr);
+  producer_.commit(kind);
+  return true;
+}
+
+void ShmLink::hold(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
+                   const Progress* progress) {
+  Outgoing o;
+  o.header = h;
+  o.total = total;
+  if (progress != nullptr) {
+    o.progress.sent = progress->sent;
+    o.progress.started = progress->started;
+  }
+  if (total <= kInlineMax || (h.flags & kFrameDatagram) != 0) {
+    // Small payloads may live in the send queue (inline data), and a datagram's sender has
+    // completed its WR when send() returns: copy them now.
+    o.bytes.resize(total);
+    gather(iov, iovcnt, 0, o.bytes.data(), total);
+  } else {
+    o.iov.assign(iov, iov + iovcnt);
+  }
+  backlog_.push_back(std::move(o));
+  backlog_size_.store(backlog_.size(), std::memory_order_release);
+}
+
+bool ShmLink::flush_locked() {
+  bool wrote = false;
+  while (!backlog_.empty()) {
+    Outgoing& o = backlog_.front();
+    iovec one{o.bytes.data(), o.bytes.size()};
+    const iovec* iov = o.bytes.empty() ? o.iov.data() : &one;
+    const size_t n = o.bytes.empty() ? o.iov.size() : 1;
+    const uint64_t sent_before = o.progress.sent;
+    const bool started_before = o.progress.started;
+    const Emit e = emit(o.header, iov, n, o.total, &o.progress);
+    wrote |= o.progress.sent != sent_before || o.progress.started != started_before;
+    if (e == Emit::kBlocked) {
+      if (producer_.wait_for_room(kLargestRecord)) continue;  // room appeared meanwhile
+      break;
+    }
+    wrote = true;
+    backlog_.pop_front();
+    backlog_size_.store(backlog_.size(), std::memory_order_release);
+  }
+  return wrote;
+}
+
+void ShmLink::copy_backlog_payloads() {
+  std::lock_guard lock(send_lock_);
+  for (Outgoing& o : backlog_) {
+    if (o.iov.empty()) continue;
+    o.bytes.resize(o.total);
+    gather(o.iov.data(), o.iov.size(), 0, o.bytes.data(), o.total);
+    o.iov.clear();
+    o.progress.own_copy = true;
+  }
+}
+
+bool ShmLink::flush_backlog() {
+  if (!has_backlog() || !up()) return false;
+  std::lock_guard lock(send_lock_);
+  if (!up()) return false;
+  const bool wrote = flush_locked();
+  if (wrote && producer_.take_consumer_sleeping()) ring_peer_doorbell();  // see send()
+  return wrote;
+}
+
+}  // namespace transports::shm

@@ -1,0 +1,168 @@
+// The shared-memory transport's receiver thread: it drains the links after traffic, spins a
+// little, then sleeps on its doorbell (or naps beside a program that polls), accepts attaches
+// and watches the links' sockets for their end. Its own file, apart from the transport's
+// face (shm_transport.cpp): the class is in shm_transport_impl.h.
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "base/spin_lock.h"
+#include "transports/common/nap.h"
+#include "transports/common/program_polls.h"
+#include "transports/shm/shm_link.h"
+#include "transports/shm/shm_transport_impl.h"
+
+namespace transports::shm {
+
+namespace {
+
+// After traffic the receiver thread spins this many empty rounds (about 10-20 us; counted,
+// not timed, so that spinning reads no clock) before it sleeps.
+constexpr int kSpinRounds = 512;
+// While a program thread is busy delivering — it polled at least kBusyPollerPolls times, or
+// delivered frames itself, since the receiver thread last looked, or it is draining right
+// now — the receiver thread only looks in after a nap and asks for no doorbell: the program
+// delivers, and two threads contending for one ring on two cores would only slow it. The nap
+// starts at kPollingProgramNapMin and doubles while the program stays busy, to
+// kPollingProgramNapMax (each look takes a core from the program); after one the thread
+// drains once and decides again, without the spin that follows its own traffic. A program
+// that arms a CQ to wait for an event ends the nap (program_waits), and one that polls only
+// after completion events (a call or two) does not count, so its messages still wake the
+// receiver thread at once.
+constexpr std::chrono::milliseconds kPollingProgramNapMin{1};
+constexpr std::chrono::milliseconds kPollingProgramNapMax{8};
+constexpr uint32_t kBusyPollerPolls = 64;
+// A sleeping receiver thread needs no timeout (the doorbell wakes it); this is a safety net.
+constexpr int kSleepCapMs = 1000;
+
+}  // namespace
+
+// Arms every up link's sleep flag, then looks once more: true if it is safe to sleep.
+bool ShmTransport::arm_sleep(const std::vector<ShmLink*>& links) {
+  for (ShmLink* l : links) l->announce_sleep();
+  for (ShmLink* l : links) {
+    if (l->incoming_pending()) {
+      for (ShmLink* m : links) m->cancel_sleep();
+      return false;
+    }
+  }
+  return true;
+}
+
+void ShmTransport::receiver_main() {
+  std::vector<pollfd> fds;
+  std::vector<ShmLink*> fd_links;  // fds[i + 2] belongs to fd_links[i]
+  uint64_t version_seen = UINT64_MAX;
+  transports::CountWatch polls_seen;
+  transports::CountWatch deliveries_seen;
+  int idle_rounds = 0;
+  transports::DoublingNap<std::chrono::milliseconds> nap(kPollingProgramNapMin,
+                                                         kPollingProgramNapMax);
+  bool napped = false;  // the last wait was a nap beside a busy program
+  while (!stopping_.load(std::memory_order_acquire)) {
+    bool contended = false;
+    // ACKs a program's poll deferred and did not send since: sent within one round (a nap).
+    flush_held();
+    const size_t delivered = drain_all(&contended);
+    if (!napped) {
+      if (delivered > 0) {
+        idle_rounds = 0;
+        continue;
+      }
+      if (!contended && ++idle_rounds < kSpinRounds) {
+        base::cpu_relax();
+        continue;
+      }
+    }
+    napped = false;
+    idle_rounds = 0;
+    const uint64_t version = links_version_.load(std::memory_order_acquire);
+    if (version != version_seen) {
+      version_seen = version;
+      fds.assign({pollfd{doorbell_fd_, POLLIN, 0}, pollfd{listen_fd_, POLLIN, 0}});
+      fd_links.clear();
+      const size_t n = active_count_.load(std::memory_order_acquire);
+      for (size_t i = 0; i < n; ++i) {
+        ShmLink* link = active_[i].load(std::memory_order_acquire);
+        if (!link->up()) {
+          // Only this thread touches rings without the link's locks, and the link is no
+          // longer in its lists: its resources can go.
+          if (link->retired() && !link->released()) link->release();
+          continue;
+        }
+        fds.push_back(pollfd{link->socket_fd(), POLLIN, 0});
+        fd_links.push_back(link);
+      }
+    }
+    bool armed = false;
+    receiver_napping_.store(true, std::memory_order_seq_cst);  // see program_waits()
+    const bool program_waits = program_waits_.exchange(false, std::memory_order_seq_cst);
+    const bool polled = polls_seen.look(program_polls_.count()) >= kBusyPollerPolls;
+    const bool delivered_itself = deliveries_seen.look(program_deliveries_.count()) != 0;
+    const bool program_busy = !program_waits && (contended || polled || delivered_itself);
+    int timeout_ms = kSleepCapMs;
+    if (program_busy) {
+      timeout_ms = static_cast<int>(nap.take().count());
+    } else {
+      receiver_napping_.store(false, std::memory_order_relaxed);
+      nap.start_over();
+      if (!arm_sleep(fd_links)) continue;
+      armed = true;
+    }
+    for (auto& p : fds) p.revents = 0;
+    const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+    receiver_napping_.store(false, std::memory_order_relaxed);
+    napped = program_busy;
+    if (armed) {
+      for (ShmLink* l : fd_links) l->cancel_sleep();
+    }
+    if (ready <= 0) continue;
+    if (fds[0].revents != 0) {
+      uint64_t count;
+      [[maybe_unused]] ssize_t n = ::read(doorbell_fd_, &count, sizeof count);
+    }
+    if (fds[1].revents != 0) {
+      for (;;) {
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) {
+          attach_incoming(fd);
+          continue;
+        }
+        if (errno == EMFILE || errno == ENFILE) {
+          // Out of descriptors: the connection waits in the backlog; do not spin on it.
+          spdlog::warn("shm: cannot accept an attach: {}", std::strerror(errno));
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        break;
+      }
+    }
+    for (size_t i = 2; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      // The socket carries a goodbye and shared objects; otherwise readable means it ended.
+      if (fd_links[i - 2]->socket_ended(fds[i].revents)) {
+        // Deliver everything the peer wrote before it went (its last ACKs among them), then
+        // report the end. A program thread may be draining this link with a smaller budget:
+        // wait for it and look again until the ring is empty. The peer writes no more, so
+        // this ends; the segment stays mapped until the link is retired below.
+        ShmLink& ended = *fd_links[i - 2];
+        for (;;) {
+          ended.drain(SIZE_MAX);
+          ended.wait_for_drain();
+          if (!ended.up() || !ended.incoming_pending()) break;
+        }
+        link_failed(ended, ended.farewell() ? "the peer closed the link in order"
+                                            : "the peer process ended without closing the link");
+      }
+    }
+  }
+}
+
+}  // namespace transports::shm

@@ -1,0 +1,128 @@
+// SideChannel (shm_side_channel.h): the messages on a link's Unix socket. A goodbye tells the
+// peer this end closes in order; a shared object (memfd, shared file) is handed over with
+// SCM_RIGHTS before the first record that names it, and forgotten when its last registration
+// ends. The receiver thread reads the socket when it is readable (ShmLink::socket_ended); a
+// drain that meets a record naming an object it has not mapped reads it too.
+#include "transports/shm/shm_side_channel.h"
+
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "transports/shm/shm_handshake.h"
+
+namespace transports::shm {
+
+bool SideChannel::send(SocketMessageType type, uint32_t object, int fd) {
+  const SocketMessage m{type, {}, object};
+  // A SOCK_SEQPACKET socket: the message goes whole or not at all. Never waits: a socket whose
+  // buffer the peer does not empty refuses it, and the caller goes without (payloads then
+  // travel another way).
+  return send_message(socket_fd_, &m, sizeof m, &fd, fd >= 0 ? 1 : 0, /*wait=*/false);
+}
+
+bool SideChannel::read(short revents) {
+  if (socket_fd_ < 0) return false;
+  for (;;) {
+    SocketMessage m{};
+    iovec iov{&m, sizeof m};
+    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = ::recvmsg(socket_fd_, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return (revents & (POLLHUP | POLLERR | POLLNVAL)) == 0;
+    if (n <= 0) return false;
+    // At most one descriptor is ever sent with a message; any more are closed.
+    int fd = -1;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t k = 0; k < count; ++k) {
+        int received;
+        std::memcpy(&received, CMSG_DATA(c) + k * sizeof(int), sizeof received);
+        if (fd < 0) {
+          fd = received;
+        } else {
+          ::close(received);
+        }
+      }
+    }
+    // A message of another size (cut short, or longer and truncated) is not one of ours.
+    if (n == static_cast<ssize_t>(sizeof m) && (msg.msg_flags & MSG_TRUNC) == 0) {
+      take(m, fd);
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
+  }
+}
+
+void SideChannel::take(const SocketMessage& m, int fd) {
+  switch (m.type) {
+    case kGoodbye:
+      farewell_.store(true, std::memory_order_release);
+      break;
+    case kShareObject: {
+      if (fd < 0 || peer_objects_.count(m.object) != 0) break;  // ids are never reused
+      struct stat st {};
+      if (::fstat(fd, &st) != 0 || st.st_size <= 0) break;
+      void* base = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+      if (base == MAP_FAILED) {
+        // The frames that name it are read with process_vm_readv instead, when we may.
+        spdlog::warn("shm: cannot map an object the peer shares ({} bytes): {}", st.st_size,
+                     std::strerror(errno));
+        break;
+      }
+      peer_objects_[m.object] =
+          Mapping{static_cast<const uint8_t*>(base), static_cast<uint64_t>(st.st_size)};
+      break;
+    }
+    case kForgetObject: {
+      auto it = peer_objects_.find(m.object);
+      if (it == peer_objects_.end()) break;
+      ::munmap(const_cast<uint8_t*>(it->second.base), it->second.size);
+      peer_objects_.erase(it);
+      break;
+    }
+    default:
+      break;  // a later version's message: nothing this end must act on
+  }
+  if (fd >= 0) ::close(fd);  // a mapping keeps its object
+}
+
+bool SideChannel::share(const SharedObject& object) {
+  if (std::find(objects_shared_.begin(), objects_shared_.end(), object.id) != objects_shared_.end())
+    return true;
+  // Sent before any record names it: the peer finds it on the socket when it reads the record.
+  if (!send(kShareObject, object.id, object.fd)) return false;
+  objects_shared_.push_back(object.id);
+  return true;
+}
+
+bool SideChannel::forget_shared(uint32_t object) {
+  auto it = std::find(objects_shared_.begin(), objects_shared_.end(), object);
+  if (it == objects_shared_.end()) return false;
+  objects_shared_.erase(it);
+  return true;
+}
+
+void SideChannel::close() {
+  if (socket_fd_ >= 0) ::close(socket_fd_);
+  socket_fd_ = -1;
+  for (const auto& [id, object] : peer_objects_)
+    ::munmap(const_cast<uint8_t*>(object.base), object.size);
+  peer_objects_.clear();
+}
+
+}  // namespace transports::shm

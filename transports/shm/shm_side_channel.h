@@ -1,0 +1,64 @@
+// A link's side channel: the Unix socket of its handshake, kept open, which carries the
+// messages of shm_wire.h's SocketMessage beside the rings: a goodbye (this end closes in
+// order), and the shared objects (memfd, shared file) handed to the peer, or from it and
+// mapped here. Its end tells the link that the peer is gone.
+//
+// The link's locks guard it: what sends (send, share, forget_shared) runs under the link's
+// send lock, what reads (read, mapping) under its drain lock, and close() under both.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "transports/shm/shared_memory.h"
+#include "transports/shm/shm_wire.h"
+
+namespace transports::shm {
+
+class SideChannel {
+ public:
+  // An object of the peer's that we map.
+  struct Mapping {
+    const uint8_t* base = nullptr;
+    uint64_t size = 0;
+  };
+
+  explicit SideChannel(int socket_fd) : socket_fd_(socket_fd) {}
+  SideChannel(const SideChannel&) = delete;
+  SideChannel& operator=(const SideChannel&) = delete;
+
+  int fd() const { return socket_fd_; }
+  // Whether the peer's goodbye arrived.
+  bool farewell() const { return farewell_.load(std::memory_order_acquire); }
+
+  // Send lock. One message, with `fd` (when >= 0) as SCM_RIGHTS; never waits.
+  bool send(SocketMessageType type, uint32_t object, int fd);
+  // Send lock. Hands the object to the peer unless it has it; false when it could not.
+  bool share(const SharedObject& object);
+  // Send lock. Whether the peer was handed the object: it is then no longer counted as
+  // handed, and the caller tells the peer to forget it.
+  bool forget_shared(uint32_t object);
+
+  // Drain lock. Takes the messages waiting on the socket; false when it ended.
+  bool read(short revents);
+  // Drain lock. Our mapping of the peer's object, or nullptr.
+  const Mapping* mapping(uint32_t object) const {
+    auto it = peer_objects_.find(object);
+    return it == peer_objects_.end() ? nullptr : &it->second;
+  }
+
+  // Both locks. Closes the socket and unmaps the peer's objects.
+  void close();
+
+ private:
+  void take(const SocketMessage& m, int fd);
+
+  int socket_fd_;
+  std::atomic<bool> farewell_{false};
+  std::vector<uint32_t> objects_shared_;                // handed to the peer (send lock)
+  std::unordered_map<uint32_t, Mapping> peer_objects_;  // by the peer's id (drain lock)
+};
+
+}  // namespace transports::shm
