@@ -1,7 +1,8 @@
 // The length of a transport thread's nap beside a busy-polling program: it starts short and
 // doubles at each look that finds the program still keeping up, to a cap, so that a program
 // that polls on its own is disturbed less and less; it starts over once the program stops.
-// Each transport sets its own bounds and decides when to nap (shm_transport.cpp, tcp_link.cpp).
+// Each transport sets its own bounds and decides when to nap (shm_receiver_thread.cpp,
+// tcp_link_naps.cpp).
 #pragma once
 
 #include <algorithm>
