@@ -326,8 +326,12 @@ pair verbs.ud_pingpong 18515 "$iters_re" "$iters_re"
 # through the system rdma-core (EMURDMA_DEVICES unset: both listed).
 single verbs.side_by_side hw_side_by_side "$gid" 50
 
-# perftest: the client prints the result row "<bytes> <iterations> <numbers...>".
-readonly perf_row_re='^[[:space:]]*[0-9]+[[:space:]]+[0-9]+[[:space:]]+[0-9.]+[[:space:]]+[0-9.]+'
+# perftest: the client prints the result row "<bytes> <iterations> <figures...>". A figure
+# may read "inf": perftest times with the cycle counter and gives up (prints "Correlation
+# coefficient r^2: ... < 0.9", figures inf) when its calibration against gettimeofday is too
+# noisy, as under the emulated CPU of a tcg VM. The row (bytes, iterations completed) and exit
+# status 0 still say the traffic crossed rxe0; the packet counter below says it went on the wire.
+readonly perf_row_re='^[[:space:]]*[0-9]+[[:space:]]+[0-9]+[[:space:]]+([0-9.]+|inf)[[:space:]]+([0-9.]+|inf)'
 server=(ib_write_bw -d "$dev" -x "$gid")
 client=(ib_write_bw -d "$dev" -x "$gid" 127.0.0.1)
 pair perftest.write_bw 18515 "" "$perf_row_re"
