@@ -1,7 +1,7 @@
 // The shared-memory transport's class, for the files that implement it: shm_transport.cpp
 // (the transport's face: progress, make_shm_transport) and shm_receiver_thread.cpp (the
 // receiver thread's loop). Internal to transports/shm; the rest of emurdma sees only
-// shm_transport.h. Member functions the hot paths call (drain_all, flush_deferred) stay
+// shm_transport.h. Member functions the hot paths call (drain_all, send_held_answers) stay
 // defined here, in the class, so that each file can inline them as when it was one file.
 #pragma once
 
@@ -93,11 +93,12 @@ class ShmTransport final : public Transport, public LinkOwner {
       sink_.store(sink, std::memory_order_release);
     }
     // A delivery that loaded the old sink runs under a drain lock: wait those out.
-    wait_for_deliveries();
+    wait_for_drains();
   }
 
-  void wait_for_deliveries() override {
-    // Every delivery runs under its link's drain lock (ShmLink::drain's FencedDeliveries).
+  // Returns once the deliveries in progress on other threads have ended: every delivery runs
+  // under its link's drain lock (ShmLink::drain's FencedDeliveries).
+  void wait_for_drains() {
     std::vector<std::shared_ptr<ShmLink>> all;
     {
       std::lock_guard lock(links_mutex_);
@@ -107,12 +108,12 @@ class ShmTransport final : public Transport, public LinkOwner {
   }
 
   FrameSink* sink() override { return sink_.load(std::memory_order_acquire); }
-  // defers_acks() and progress() are in shm_transport.cpp, beside the thread-local flag that
-  // one sets and the other reads.
-  bool defers_acks() const override;
+  // draining_in_progress() and progress() are in shm_transport.cpp, beside the thread-local
+  // flag that one sets and the other reads.
+  bool draining_in_progress() const override;
   uint64_t program_polls() const override { return program_polls_.count(); }
-  // Release: a flush_deferred that takes the flag down sees the link's has_deferred().
-  void on_deferred_ack() override { deferred_.store(true, std::memory_order_release); }
+  // Release: a send_held_answers that takes the flag down sees the link's holds_answers().
+  void on_answers_held() override { answers_held_.store(true, std::memory_order_release); }
   bool find_shared(const void* addr, size_t len, SharedPiece* out) const override {
     return shared_ranges_.find(addr, len, out);
   }
@@ -133,15 +134,15 @@ class ShmTransport final : public Transport, public LinkOwner {
     for (const auto& link : links) link->forget_object(object);
   }
 
-  // Writes the links' deferred ACKs (all, or those older than poll `polls`).
-  void flush_deferred(uint64_t polls, bool always) {
-    if (!deferred_.exchange(false, std::memory_order_acq_rel)) return;
+  // Writes the links' held ACKs (all, or those older than poll `polls`).
+  void send_held_answers(uint64_t polls, bool always) {
+    if (!answers_held_.exchange(false, std::memory_order_acq_rel)) return;
     const size_t n = active_count_.load(std::memory_order_acquire);
     for (size_t i = 0; i < n; ++i) {
       ShmLink* link = active_[i].load(std::memory_order_acquire);
-      if (!link->has_deferred()) continue;
-      link->flush_deferred(polls, always);
-      if (link->has_deferred()) deferred_.store(true, std::memory_order_relaxed);
+      if (!link->holds_answers()) continue;
+      link->send_held(polls, always);
+      if (link->holds_answers()) answers_held_.store(true, std::memory_order_relaxed);
     }
   }
 
@@ -167,23 +168,18 @@ class ShmTransport final : public Transport, public LinkOwner {
     if (active_count_.load(std::memory_order_relaxed) != 0) base::cpu_relax();
   }
 
-  void release_payloads() override { quiesce(); }  // quiesce copies, never waits
-
-  void flush_held() override {
-    if (deferred_.load(std::memory_order_relaxed)) flush_deferred(0, true);
-  }
-
-  void program_waits() override {
-    flush_held();
-    // With the receiver thread's store of receiver_napping_ and load of program_waits_, a
-    // Dekker pair: either it sees the flag and does not nap, or we see it nap and wake it.
-    program_waits_.store(true, std::memory_order_seq_cst);
+  void send_held() override {
+    if (answers_held_.load(std::memory_order_relaxed)) send_held_answers(0, true);
+    // The receiver thread stops leaving the rings to the program's polls. With its store of
+    // receiver_napping_ and load of polls_paused_, a Dekker pair: either it sees the flag and
+    // does not nap, or we see it nap and wake it.
+    polls_paused_.store(true, std::memory_order_seq_cst);
     if (!receiver_napping_.load(std::memory_order_seq_cst)) return;
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(doorbell_fd_, &one, sizeof one);
   }
 
-  void quiesce() override {
+  void release_payloads(Release /*how: both copy, never wait*/) override {
     // Frames held back for ring space may reference caller memory (large payloads): copied
     // now. Frames already in a ring carry their payload, or its address for the peer to read
     // with process_vm_readv once (the engine keeps the WQE until the peer answers).
@@ -197,30 +193,22 @@ class ShmTransport final : public Transport, public LinkOwner {
     }
   }
 
-  // LinkOwner
-  void link_failed(ShmLink& link, const std::string& why) override {
-    if (!link.mark_down()) return;
-    spdlog::log(link.farewell() ? spdlog::level::info : spdlog::level::warn,
-                "shm: link to peer down: {}", why);
-    // The peer learns it from the socket's end, as when this process dies. Shut down, not
-    // closed: the receiver thread may still be polling the descriptor.
-    ::shutdown(link.socket_fd(), SHUT_RDWR);
-    {
-      std::lock_guard lock(links_mutex_);
-      auto it = by_peer_.find(link.peer().raw);
-      if (it != by_peer_.end() && it->second.get() == &link) by_peer_.erase(it);
-      links_version_.fetch_add(1, std::memory_order_release);
+  void finish_deliveries() override {
+    // Links down or released still fence a delivery that began before (wait_for_drains).
+    wait_for_drains();
+    const size_t n = active_count_.load(std::memory_order_acquire);
+    for (size_t i = 0; i < n; ++i) {
+      ShmLink* link = active_[i].load(std::memory_order_acquire);
+      if (!link->up()) continue;
+      link->wait_for_drain();  // a delivery in progress on another thread ends first
+      link->drain(SIZE_MAX);
     }
-    ring_own_doorbell();
-    {
-      std::lock_guard lock(sink_mutex_);
-      if (FrameSink* s = sink_.load(std::memory_order_acquire)) s->on_link_down(link);
-    }
-    // Now the receiver thread may free what the link holds (it rebuilds its list first).
-    link.set_retired();
-    links_version_.fetch_add(1, std::memory_order_release);
-    ring_own_doorbell();
   }
+
+  // LinkOwner
+  // The link lifecycle (shm_transport_links.cpp): attaching a peer, either side of the
+  // handshake; publishing a link to the drainers and to connect(); taking a failed one down.
+  void link_failed(ShmLink& link, const std::string& why) override;
 
   void drop_connections() {
     std::vector<std::shared_ptr<ShmLink>> all;
@@ -235,137 +223,18 @@ class ShmTransport final : public Transport, public LinkOwner {
   }
 
  private:
-  std::shared_ptr<Link> canonical(const Gid& peer) {
-    std::lock_guard lock(links_mutex_);
-    auto it = by_peer_.find(peer.raw);
-    if (it != by_peer_.end() && it->second->up()) return it->second;
-    return nullptr;
-  }
+  std::shared_ptr<Link> canonical(const Gid& peer);
 
   void ring_own_doorbell() {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(doorbell_fd_, &one, sizeof one);
   }
 
-  std::shared_ptr<ShmLink> dial_peer(const Gid& peer, const ShmAddress& addr, std::string* why) {
-    const int fd = dial(socket_name(addr), why);
-    if (fd < 0) return nullptr;
-    LinkSetup setup;
-    setup.dialer = true;
-    setup.socket_fd = fd;
-    setup.peer = peer;
-    setup.peer_pid = same_user_peer(fd, why);
-    int memfd = -1;
-    if (setup.peer_pid > 0) setup.segment = Segment::create(kRingBytes, &memfd, why);
-    if (!setup.segment) {
-      ::close(fd);
-      return nullptr;
-    }
-    Hello hello{kHandshakeMagic, kProtocolVersion, gid_.raw, probe_address()};
-    const int fds[2] = {memfd, doorbell_fd_};
-    const bool sent = send_message(fd, &hello, sizeof hello, fds, 2);
-    ::close(memfd);
-    Welcome welcome{};
-    if (!sent || !receive_message(fd, &welcome, sizeof welcome, &setup.peer_doorbell_fd, 1,
-                                  kHandshakeTimeout, why)) {
-      if (!sent) *why = "the handshake could not be sent";
-      ::close(fd);
-      return nullptr;
-    }
-    if (welcome.magic != kHandshakeMagic || welcome.version != kProtocolVersion ||
-        welcome.gid != peer.raw) {
-      *why = "the peer answered with another protocol version or GID";
-      ::close(fd);
-      ::close(setup.peer_doorbell_fd);
-      return nullptr;
-    }
-    const pid_t pid = setup.peer_pid;
-    auto link = std::make_shared<ShmLink>(*this, std::move(setup));
-    link->set_we_read_in_place(options_.single_copy && can_read_memory_of(pid, welcome.probe_addr));
-    if (!publish(link)) {
-      *why = "too many links";
-      return nullptr;
-    }
-    spdlog::debug("shm: attached to pid {} (reads in place: {})", pid, link->peer_reads_in_place());
-    return link;
-  }
-
+  std::shared_ptr<ShmLink> dial_peer(const Gid& peer, const ShmAddress& addr, std::string* why);
   // The receiver thread's half of the handshake, for one accepted connection.
-  void attach_incoming(int fd) {
-    std::string why;
-    LinkSetup setup;
-    setup.socket_fd = fd;
-    setup.peer_pid = same_user_peer(fd, &why);
-    Hello hello{};
-    int fds[2] = {-1, -1};
-    if (setup.peer_pid < 0 ||
-        !receive_message(fd, &hello, sizeof hello, fds, 2, kHandshakeTimeout, &why)) {
-      spdlog::warn("shm: attach refused: {}", why);
-      ::close(fd);
-      return;
-    }
-    setup.peer_doorbell_fd = fds[1];
-    setup.segment = Segment::attach(fds[0], &why);
-    ::close(fds[0]);
-    if (hello.magic != kHandshakeMagic || hello.version != kProtocolVersion || !setup.segment) {
-      spdlog::warn("shm: attach refused: {}",
-                   setup.segment ? "another protocol version" : why.c_str());
-      ::close(fd);
-      ::close(fds[1]);
-      return;
-    }
-    std::copy(hello.gid.begin(), hello.gid.end(), setup.peer.raw.begin());
-    const pid_t pid = setup.peer_pid;
-    auto link = std::make_shared<ShmLink>(*this, std::move(setup));
-    link->set_we_read_in_place(options_.single_copy && can_read_memory_of(pid, hello.probe_addr));
-    // Published first, so that a peer told "welcome" is never then dropped for lack of room.
-    if (!publish(link)) return;
-    Welcome welcome{kHandshakeMagic, kProtocolVersion, gid_.raw, probe_address()};
-    if (!send_message(fd, &welcome, sizeof welcome, &doorbell_fd_, 1)) {
-      link_failed(*link, "the attach could not be answered");
-      return;
-    }
-    spdlog::debug("shm: pid {} attached (reads in place: {})", pid, link->peer_reads_in_place());
-  }
-
+  void attach_incoming(int fd);
   // Makes a new link visible to the drainers and, if the peer has none yet, to connect().
-  bool publish(const std::shared_ptr<ShmLink>& link) {
-    {
-      std::lock_guard lock(links_mutex_);
-      // A slot whose link was released is reused: a drainer still holding the old pointer
-      // finds that link down (its object lives on in owned_).
-      const size_t n = active_count_.load(std::memory_order_relaxed);
-      size_t slot = 0;
-      while (slot < n && !active_[slot].load(std::memory_order_relaxed)->released()) ++slot;
-      if (slot == kMaxLinks) {
-        spdlog::error("shm: {} peers attached at once; no more can be", kMaxLinks);
-        return false;
-      }
-      owned_.push_back(link);
-      active_[slot].store(link.get(), std::memory_order_release);
-      if (slot == n) active_count_.store(n + 1, std::memory_order_release);
-      auto it = by_peer_.find(link->peer().raw);
-      if (it == by_peer_.end()) {
-        by_peer_.emplace(link->peer().raw, link);
-      } else if (!it->second->up()) {
-        it->second = link;
-      }
-      links_version_.fetch_add(1, std::memory_order_release);
-    }
-    ring_own_doorbell();  // the receiver thread watches the new socket and ring
-    return true;
-  }
-
-  // *contended (when given) is set if another thread was draining a link.
-  void deliver_arrived() override {
-    const size_t n = active_count_.load(std::memory_order_acquire);
-    for (size_t i = 0; i < n; ++i) {
-      ShmLink* link = active_[i].load(std::memory_order_acquire);
-      if (!link->up()) continue;
-      link->wait_for_drain();  // a delivery in progress on another thread ends first
-      link->drain(SIZE_MAX);
-    }
-  }
+  bool publish(const std::shared_ptr<ShmLink>& link);
 
   // Delivers from every link: for the receiver thread (contended given), or for a program's
   // poll, which looks at each ring before it takes the drain lock (ShmLink::drain_for_poll).
@@ -409,9 +278,9 @@ class ShmTransport final : public Transport, public LinkOwner {
   // Approximate counts (concurrent pollers may lose some): only their change matters.
   transports::ProgramPolls program_polls_;       // Transport::progress calls
   transports::ProgramPolls program_deliveries_;  // ... that delivered frames
-  std::atomic<bool> deferred_{false};            // some link may defer ACKs
+  std::atomic<bool> answers_held_{false};        // some link may hold ACKs
   std::atomic<bool> receiver_napping_{false};    // the receiver thread naps beside a program
-  std::atomic<bool> program_waits_{false};       // ... which then armed a CQ (program_waits)
+  std::atomic<bool> polls_paused_{false};        // ... and the engine said it stops (send_held)
   std::atomic<bool> stopping_{false};
   std::thread receiver_;
 };
