@@ -212,26 +212,34 @@ DAT_RETURN ep_post_send_with_invalidate(DAT_EP_HANDLE h, DAT_COUNT num_segments,
            inv ? IBV_WR_SEND_WITH_INV : IBV_WR_SEND, DAT_DTO_SEND, inv ? rmr_context : 0});
 }
 
-DAT_RETURN ep_post_rdma_write(DAT_EP_HANDLE h, DAT_COUNT num_segments, DAT_LMR_TRIPLET* local_iov,
-                              DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET* remote_iov,
-                              DAT_COMPLETION_FLAGS flags) {
+namespace {
+
+// dat_ep_post_rdma_write and _read: the same checks (remote_iov is argument 5, flags 6), then
+// the one operation.
+DAT_RETURN post_rdma(DAT_EP_HANDLE h, DAT_COUNT num_segments, DAT_LMR_TRIPLET* local_iov,
+                     DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET* remote_iov,
+                     DAT_COMPLETION_FLAGS flags, ibv_wr_opcode opcode, DAT_DTOS dto) {
   auto ep = Handles::get<Ep>(h);
   if (!ep) return invalid_handle(DAT_INVALID_HANDLE_EP);
   if (remote_iov == nullptr) return invalid_arg(5);
   if (!known_flags(flags)) return invalid_arg(6);
-  return post_request(ep, {num_segments, local_iov, cookie, flags, remote_iov, IBV_WR_RDMA_WRITE,
-                           DAT_DTO_RDMA_WRITE, 0});
+  return post_request(ep, {num_segments, local_iov, cookie, flags, remote_iov, opcode, dto, 0});
+}
+
+}  // namespace
+
+DAT_RETURN ep_post_rdma_write(DAT_EP_HANDLE h, DAT_COUNT num_segments, DAT_LMR_TRIPLET* local_iov,
+                              DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET* remote_iov,
+                              DAT_COMPLETION_FLAGS flags) {
+  return post_rdma(h, num_segments, local_iov, cookie, remote_iov, flags, IBV_WR_RDMA_WRITE,
+                   DAT_DTO_RDMA_WRITE);
 }
 
 DAT_RETURN ep_post_rdma_read(DAT_EP_HANDLE h, DAT_COUNT num_segments, DAT_LMR_TRIPLET* local_iov,
                              DAT_DTO_COOKIE cookie, const DAT_RMR_TRIPLET* remote_iov,
                              DAT_COMPLETION_FLAGS flags) {
-  auto ep = Handles::get<Ep>(h);
-  if (!ep) return invalid_handle(DAT_INVALID_HANDLE_EP);
-  if (remote_iov == nullptr) return invalid_arg(5);
-  if (!known_flags(flags)) return invalid_arg(6);
-  return post_request(ep, {num_segments, local_iov, cookie, flags, remote_iov, IBV_WR_RDMA_READ,
-                           DAT_DTO_RDMA_READ, 0});
+  return post_rdma(h, num_segments, local_iov, cookie, remote_iov, flags, IBV_WR_RDMA_READ,
+                   DAT_DTO_RDMA_READ);
 }
 
 DAT_RETURN ep_post_rdma_read_to_rmr(DAT_EP_HANDLE h, const DAT_RMR_TRIPLET* local_iov,
