@@ -37,6 +37,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "base/ring_memory.h"
+
 namespace base {
 
 template <typename T>
@@ -46,7 +48,8 @@ class MpscRing {
   // at least two: with a single slot, "published for position p" (seq p + 1) would read as
   // "free for position p + 1". This is the only allocation the ring ever makes.
   explicit MpscRing(size_t min_capacity)
-      : mask_(round_up_capacity(min_capacity) - 1), cells_(allocate_cells(mask_ + 1)) {}
+      : mask_(ring_capacity<Cell>(min_capacity, 2, "base::MpscRing") - 1),
+        cells_(allocate_cells(mask_ + 1)) {}
 
   ~MpscRing() {
     // Every producer and the consumer must be done by now, so each position between head
@@ -58,7 +61,7 @@ class MpscRing {
       }
     }
     for (size_t i = 0; i <= mask_; ++i) cells_[i].~Cell();
-    ::operator delete (cells_, std::align_val_t{kAlign});
+    free_ring_slots(cells_);
   }
 
   MpscRing(const MpscRing&) = delete;
@@ -130,24 +133,13 @@ class MpscRing {
 
   // Number of claimed positions not yet consumed (this counts elements still being
   // constructed). Approximate under concurrency; exact when the ring is quiescent.
-  size_t size() const {
-    // Head first: tail never falls behind head, so the difference cannot underflow; clamped
-    // because head may move and producers refill past the old head during the call.
-    const size_t head = head_.load(std::memory_order_acquire);
-    const size_t tail = tail_.load(std::memory_order_acquire);
-    const size_t n = tail - head;
-    return n < capacity() ? n : capacity();
-  }
+  size_t size() const { return ring_size(head_, tail_, capacity()); }
 
   bool empty() const { return size() == 0; }
 
   size_t capacity() const { return mask_ + 1; }
 
  private:
-  // Separation between data written by different sides: 128 bytes, a pair of lines, as the
-  // x86 spatial prefetchers move lines in pairs (see SpscRing::kInterferenceSize).
-  static constexpr size_t kInterferenceSize = 128;
-
   // Cells are not padded to a line each: with small elements that would multiply the
   // memory several times, and producers on neighbouring positions rarely write them at
   // the same instant.
@@ -158,26 +150,8 @@ class MpscRing {
     T* value() { return std::launder(reinterpret_cast<T*>(storage)); }
   };
 
-  // Alignment of the cell array: a whole unit, or more for an over-aligned T.
-  static constexpr size_t kAlign = alignof(Cell) > kInterferenceSize ? alignof(Cell)
-                                                                     : kInterferenceSize;
-
-  static size_t round_up_capacity(size_t min_capacity) {
-    // Bounded so that neither the rounding nor the byte count can overflow, and so that
-    // sequence differences always fit in a signed integer.
-    constexpr size_t kMaxCapacity =
-        (size_t{1} << (std::numeric_limits<size_t>::digits - 2)) / sizeof(Cell);
-    if (min_capacity > kMaxCapacity) {
-      throw std::length_error("emu::MpscRing: capacity too large");
-    }
-    return std::bit_ceil(min_capacity < 2 ? size_t{2} : min_capacity);
-  }
-
-  // Aligned to, and sized in, whole 128-byte units so no other object shares the end lines.
   static Cell* allocate_cells(size_t capacity) {
-    const size_t bytes =
-        (capacity * sizeof(Cell) + kInterferenceSize - 1) / kInterferenceSize * kInterferenceSize;
-    Cell* cells = static_cast<Cell*>(::operator new (bytes, std::align_val_t{kAlign}));
+    Cell* cells = allocate_ring_slots<Cell>(capacity);
     for (size_t i = 0; i < capacity; ++i) {
       ::new (static_cast<void*>(&cells[i])) Cell{};
       // Slot i is free for position i.

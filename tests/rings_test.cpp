@@ -1,4 +1,4 @@
-// Tests of the lock-free rings (emu/spsc_ring.h, emu/mpsc_ring.h): single-threaded
+// Tests of the lock-free rings (tests/bench/spsc_ring.h, base/mpsc_ring.h): single-threaded
 // semantics (order, capacity, full/empty, wrap-around, element lifetimes) and concurrent
 // transfers of millions of items, checked for loss, duplication and per-producer order.
 // The concurrent tests are meant to be run under ThreadSanitizer too.

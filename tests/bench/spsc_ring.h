@@ -33,6 +33,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "base/ring_memory.h"
+
 namespace bench {
 
 template <typename T>
@@ -41,14 +43,15 @@ class SpscRing {
   // Allocates room for at least min_capacity elements (at least one); this is the only
   // allocation the ring ever makes.
   explicit SpscRing(size_t min_capacity)
-      : mask_(round_up_capacity(min_capacity) - 1), slots_(allocate_slots(mask_ + 1)) {}
+      : mask_(base::ring_capacity<T>(min_capacity, 1, "bench::SpscRing") - 1),
+        slots_(base::allocate_ring_slots<T>(mask_ + 1)) {}
 
   ~SpscRing() {
     if constexpr (!std::is_trivially_destructible_v<T>) {
       const size_t tail = tail_.load(std::memory_order_relaxed);
       for (size_t i = head_.load(std::memory_order_relaxed); i != tail; ++i) slot(i)->~T();
     }
-    ::operator delete (slots_, std::align_val_t{kAlign});
+    base::free_ring_slots(slots_);
   }
 
   SpscRing(const SpscRing&) = delete;
@@ -112,53 +115,18 @@ class SpscRing {
 
   // Number of elements. Exact when neither side is running concurrently; otherwise an
   // estimate between 0 and capacity() that may already be stale.
-  size_t size() const {
-    // Reading head first guarantees tail >= head (tail only ever moves past head), so the
-    // difference cannot underflow; it is clamped because head may have moved meanwhile
-    // and the producer then refilled past the old head.
-    const size_t head = head_.load(std::memory_order_acquire);
-    const size_t tail = tail_.load(std::memory_order_acquire);
-    const size_t n = tail - head;
-    return n < capacity() ? n : capacity();
-  }
+  size_t size() const { return base::ring_size(head_, tail_, capacity()); }
 
   bool empty() const { return size() == 0; }
 
   size_t capacity() const { return mask_ + 1; }
 
  private:
-  // The separation between data written by different sides: two 64-byte lines, not one,
-  // because x86 spatial prefetchers fetch lines in aligned 128-byte pairs (documented for
-  // Intel; measured on the AMD EPYC the project is benchmarked on, where 64 made this ring
-  // markedly slower in ring_bench): data merely adjacent to a line the other core writes
-  // would keep being pulled across. A constant rather than
-  // std::hardware_destructive_interference_size, whose value GCC warns may change between
-  // compiler versions (it is also 64 there).
-  static constexpr size_t kInterferenceSize = 128;
-  // Alignment of the slot array: a whole unit, or more for an over-aligned T.
-  static constexpr size_t kAlign = alignof(T) > kInterferenceSize ? alignof(T) : kInterferenceSize;
+  static constexpr size_t kInterferenceSize = base::kInterferenceSize;
   // The producer refreshes its copy of the consumer's index when it is within this many slots
   // of full: one unit of slots (16 of uint64_t), at least one.
   static constexpr size_t kRefreshSlack =
       sizeof(T) < kInterferenceSize ? kInterferenceSize / sizeof(T) : 1;
-
-  static size_t round_up_capacity(size_t min_capacity) {
-    // Bounded so that neither the rounding nor the byte count can overflow.
-    constexpr size_t kMaxCapacity =
-        (size_t{1} << (std::numeric_limits<size_t>::digits - 2)) / sizeof(T);
-    if (min_capacity > kMaxCapacity) {
-      throw std::length_error("emu::SpscRing: capacity too large");
-    }
-    return std::bit_ceil(min_capacity == 0 ? size_t{1} : min_capacity);
-  }
-
-  // The slot array is aligned to, and its size rounded up to, whole (128-byte) units, so no
-  // other object shares a line, or a prefetched pair of lines, with the first or last slots.
-  static T* allocate_slots(size_t capacity) {
-    const size_t bytes =
-        (capacity * sizeof(T) + kInterferenceSize - 1) / kInterferenceSize * kInterferenceSize;
-    return static_cast<T*>(::operator new (bytes, std::align_val_t{kAlign}));
-  }
 
   T* slot(size_t index) const { return slots_ + (index & mask_); }
 

@@ -40,7 +40,7 @@
 
 namespace transports::shm {
 
-inline constexpr size_t kCacheUnit = 128;  // see emu/spsc_ring.h: adjacent-line prefetch
+inline constexpr size_t kCacheUnit = 128;  // base::kInterferenceSize: adjacent-line prefetch
 
 struct RecordHead {
   uint64_t seq;   // record_seq(its index): written last, it publishes the record
