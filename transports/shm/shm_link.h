@@ -24,6 +24,10 @@
 // destination. A program's poll that has delivered a request stops before an answer behind
 // it (the peer's held ACK follows its reply): the program gets its completion first, and
 // its next poll, or the receiver thread, reads the answer.
+//
+// The link's sending side is ShmSender (shm_sender.h: the send lock, the producer ring, the
+// backlog and the held ACKs), its socket SideChannel (shm_side_channel.h); the parts reach the
+// owner, the side channel, the doorbell and the state through references the link hands them.
 #pragma once
 
 #include <sys/types.h>
@@ -31,42 +35,20 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "base/spin_lock.h"
 #include "transports/common/engine_interface.h"
-#include "transports/common/held_answers.h"
-#include "transports/shm/shared_memory.h"
+#include "transports/shm/shm_link_owner.h"
+#include "transports/shm/shm_peer_doorbell.h"
 #include "transports/shm/shm_ring.h"
 #include "transports/shm/shm_segment.h"
+#include "transports/shm/shm_sender.h"
 #include "transports/shm/shm_side_channel.h"
 #include "transports/shm/shm_wire.h"
 
 namespace transports::shm {
-
-class ShmLink;
-
-// What a link needs from its transport.
-class LinkOwner {
- public:
-  virtual ~LinkOwner() = default;
-  virtual FrameSink* sink() = 0;
-  // The link cannot go on (malformed record, unreadable peer): take it down.
-  virtual void link_failed(ShmLink& link, const std::string& why) = 0;
-  // Whether this thread drains inside Transport::progress (a poll): a drain then stops before
-  // answers that follow a request it delivered, so the program sees the request's completion
-  // (and may answer with a frame the held ACKs ride with) first.
-  virtual bool draining_in_progress() const = 0;
-  // Transport::progress calls so far (the age of a held ACK is counted in them).
-  virtual uint64_t program_polls() const = 0;
-  // A link holds answers now: the transport must see that they go (send_held).
-  virtual void on_answers_held() = 0;
-  // Whether [addr, addr+len) lies in registered memory of an object mapped shared (SharedRanges).
-  virtual bool find_shared(const void* addr, size_t len, SharedPiece* out) const = 0;
-};
 
 struct LinkSetup {
   std::unique_ptr<Segment> segment;
@@ -85,15 +67,17 @@ class ShmLink : public Link {
   ShmLink& operator=(const ShmLink&) = delete;
 
   // Link
-  bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) override;
+  bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) override {
+    return sender_.send(header, iov, iovcnt);
+  }
   const Gid& peer() const override { return peer_; }
   bool up() const override { return up_.load(std::memory_order_acquire); }
   bool farewell() const override { return side_.farewell(); }
 
   // Writes the held ACKs: all of them when `always`, else only those held before program
   // poll `polls_now` (they waited a whole poll).
-  void send_held(uint64_t polls_now, bool always);
-  bool holds_answers() const { return held_.any(); }
+  void send_held(uint64_t polls_now, bool always) { sender_.send_held(polls_now, always); }
+  bool holds_answers() const { return sender_.holds_answers(); }
 
   // Sends a goodbye on the link's socket: this end closes in order (its transport ends), so
   // the peer's QPs see silence rather than a fault.
@@ -117,11 +101,11 @@ class ShmLink : public Link {
     return drain(budget);
   }
   // Writes what the backlog holds as far as the ring allows; true if anything was written.
-  bool flush_backlog();
-  bool has_backlog() const { return backlog_size_.load(std::memory_order_acquire) != 0; }
-  // Copies into the backlog every payload it still reads from the caller's memory, so that
-  // the caller may free it (Transport::release_payloads): no wait for a peer that may not read.
-  void copy_backlog_payloads();
+  bool flush_backlog() { return sender_.flush_backlog(); }
+  bool has_backlog() const { return sender_.has_backlog(); }
+  // Copies into the backlog every payload it still reads from the caller's memory
+  // (Transport::release_payloads).
+  void copy_backlog_payloads() { sender_.copy_backlog_payloads(); }
 
   // The receiver thread's wake-up protocol (shm_ring.h).
   void announce_sleep();
@@ -129,7 +113,7 @@ class ShmLink : public Link {
   bool incoming_pending() const;
 
   // Whether the peer reads our large payloads in place (it could read our memory).
-  bool peer_reads_in_place() const { return producer_.consumer_single_copy(); }
+  bool peer_reads_in_place() const { return sender_.peer_reads_in_place(); }
   void set_we_read_in_place(bool can);
 
   int socket_fd() const { return side_.fd(); }
@@ -151,39 +135,6 @@ class ShmLink : public Link {
   bool mark_down();
 
  private:
-  // How far a frame on its way out got.
-  struct Progress {
-    uint64_t sent = 0;      // payload bytes written so far (chunked)
-    bool started = false;   // chunked: the frame record is written
-    bool own_copy = false;  // the payload is the backlog's copy of a large one
-  };
-  // A frame held in the backlog: copies of the caller's bytes or iovecs, and its progress.
-  struct Outgoing {
-    FrameHeader header{};
-    std::vector<uint8_t> bytes;  // the payload, when small enough to copy
-    std::vector<iovec> iov;      // the caller's iovecs otherwise
-    uint64_t total = 0;
-    Progress progress;
-  };
-  enum class Emit { kDone, kBlocked };
-
-  // One frame into the ring or the backlog; false when a request is refused (ring full).
-  bool send_locked(const FrameHeader& header, const iovec* iov, size_t iovcnt, uint64_t total);
-  void write_held_locked();
-  Emit emit(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
-            Progress* progress);
-  bool write_inline(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
-  bool write_remote(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
-  // Blocked when the ring is full; Fallback when a piece is not in a shared object, or the
-  // object could not be handed to the peer.
-  enum class Mapped { kWritten, kBlocked, kFallback };
-  Mapped write_mapped(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
-  bool write_frame_record(uint32_t kind, const FrameHeader& h, uint64_t total);
-  bool flush_locked();
-  void hold(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
-            const Progress* progress);
-  void ring_peer_doorbell();
-
   bool deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why);
   bool deliver_short(const uint8_t* body, uint32_t body_bytes, std::string* why);
   bool deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_t rest_bytes,
@@ -192,21 +143,15 @@ class ShmLink : public Link {
 
   LinkOwner& owner_;
   std::unique_ptr<Segment> segment_;
-  SideChannel side_;  // under send_lock_ to send, drain_lock_ to read
-  int peer_doorbell_fd_;
+  SideChannel side_;  // under the send lock to send, the drain lock to read
+  PeerDoorbell doorbell_;
   pid_t peer_pid_;
   Gid peer_;
   std::atomic<bool> up_{true};
   std::atomic<bool> retired_{false};
   std::atomic<bool> released_{false};
 
-  base::SpinLock send_lock_;
-  RingProducer producer_;
-  std::deque<Outgoing> backlog_;  // under send_lock_
-  std::atomic<size_t> backlog_size_{0};
-  // ACKs held until the link's next frame or the program's next poll (one poll: the next
-  // progress round sends them).
-  HeldAnswers held_{1};  // under send_lock_
+  ShmSender sender_;  // owns the send lock
 
   // The ring index of the next incoming record, as the last drain left the ring, for
   // drain_for_poll's look into the incoming data area. That area stays readable after

@@ -76,7 +76,7 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
   }
   next_incoming_.store(consumer_.next_index(), std::memory_order_relaxed);
   // Under the drain lock: release() takes it before it closes the descriptor.
-  if (wake_peer) ring_peer_doorbell();
+  if (wake_peer) doorbell_.ring();
   drain_lock_.unlock();
   if (!why.empty()) owner_.link_failed(*this, why);
   return records;
