@@ -25,9 +25,12 @@
 // it (the peer's held ACK follows its reply): the program gets its completion first, and
 // its next poll, or the receiver thread, reads the answer.
 //
-// The link's sending side is ShmSender (shm_sender.h: the send lock, the producer ring, the
-// backlog and the held ACKs), its socket SideChannel (shm_side_channel.h); the parts reach the
-// owner, the side channel, the doorbell and the state through references the link hands them.
+// The link's parts, each with one job: ShmSender (shm_sender.h: the send lock, the producer
+// ring, the backlog and the held ACKs), ShmReceiver (shm_receiver.h: the drain lock, the
+// consumer ring and the deliveries) and SideChannel (shm_side_channel.h: the socket). The link
+// itself keeps what it is (its peer), its state (up, retired, released), its lifecycle and
+// the wiring: the parts reach the owner, the side channel, the doorbell and the state through
+// references it hands them.
 #pragma once
 
 #include <sys/types.h>
@@ -37,16 +40,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "transports/common/engine_interface.h"
 #include "transports/shm/shm_link_owner.h"
 #include "transports/shm/shm_peer_doorbell.h"
-#include "transports/shm/shm_ring.h"
+#include "transports/shm/shm_receiver.h"
 #include "transports/shm/shm_segment.h"
 #include "transports/shm/shm_sender.h"
 #include "transports/shm/shm_side_channel.h"
-#include "transports/shm/shm_wire.h"
 
 namespace transports::shm {
 
@@ -91,15 +92,11 @@ class ShmLink : public Link {
 
   // Delivers up to budget incoming frames to the sink; 0 when another thread is draining
   // (*contended, when given, is then set).
-  size_t drain(size_t budget, bool* contended = nullptr);
-  // drain() for a program's poll: first a look, without the drain lock, at the sequence word where
-  // the next record will be. Most polls of a busy poller find nothing; the look costs them two
-  // loads from lines that stay in this core's cache until the peer writes, where the drain
-  // costs a locked instruction and about a hundred others.
-  size_t drain_for_poll(size_t budget) {
-    if (!incoming_look_.published(next_incoming_.load(std::memory_order_relaxed))) return 0;
-    return drain(budget);
+  size_t drain(size_t budget, bool* contended = nullptr) {
+    return receiver_.drain(budget, contended);
   }
+  // drain() for a program's poll: a look at the ring first (ShmReceiver::drain_for_poll).
+  size_t drain_for_poll(size_t budget) { return receiver_.drain_for_poll(budget); }
   // Writes what the backlog holds as far as the ring allows; true if anything was written.
   bool flush_backlog() { return sender_.flush_backlog(); }
   bool has_backlog() const { return sender_.has_backlog(); }
@@ -108,18 +105,18 @@ class ShmLink : public Link {
   void copy_backlog_payloads() { sender_.copy_backlog_payloads(); }
 
   // The receiver thread's wake-up protocol (shm_ring.h).
-  void announce_sleep();
-  void cancel_sleep();
-  bool incoming_pending() const;
+  void announce_sleep() { receiver_.announce_sleep(); }
+  void cancel_sleep() { receiver_.cancel_sleep(); }
+  bool incoming_pending() const { return receiver_.incoming_pending(); }
 
   // Whether the peer reads our large payloads in place (it could read our memory).
   bool peer_reads_in_place() const { return sender_.peer_reads_in_place(); }
-  void set_we_read_in_place(bool can);
+  void set_we_read_in_place(bool can) { receiver_.set_we_read_in_place(can); }
 
   int socket_fd() const { return side_.fd(); }
   // Frees what a down link holds: socket, doorbell, backlog and the shared pages. The object
   // stays (threads may still hold its address; they see up() false under its locks), and so
-  // does the address range of the segment (see next_incoming_). Only the
+  // does the address range of the segment (see ShmReceiver's next_incoming_). Only the
   // receiver thread calls it, the only thread that touches the rings without those locks.
   void release();
   // Set once the transport has reported the link down: release() may follow.
@@ -127,46 +124,21 @@ class ShmLink : public Link {
   bool retired() const { return retired_.load(std::memory_order_acquire); }
   bool released() const { return released_.load(std::memory_order_acquire); }
   // Returns once no thread is delivering from this link.
-  void wait_for_drain() {
-    drain_lock_.lock();
-    drain_lock_.unlock();
-  }
+  void wait_for_drain() { receiver_.wait_for_drain(); }
   // Marks the link down; true for the call that did it.
   bool mark_down();
 
  private:
-  bool deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why);
-  bool deliver_short(const uint8_t* body, uint32_t body_bytes, std::string* why);
-  bool deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_t rest_bytes,
-                      std::string* why);
-  bool deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std::string* why);
-
-  LinkOwner& owner_;
   std::unique_ptr<Segment> segment_;
   SideChannel side_;  // under the send lock to send, the drain lock to read
   PeerDoorbell doorbell_;
-  pid_t peer_pid_;
   Gid peer_;
   std::atomic<bool> up_{true};
   std::atomic<bool> retired_{false};
   std::atomic<bool> released_{false};
 
-  ShmSender sender_;  // owns the send lock
-
-  // The ring index of the next incoming record, as the last drain left the ring, for
-  // drain_for_poll's look into the incoming data area. That area stays readable after
-  // release(): the segment is then unshared (zero pages, so the look finds nothing) rather
-  // than unmapped, until the link object goes.
-  std::atomic<uint64_t> next_incoming_{0};
-  RingLook incoming_look_;  // set once
-  base::SpinLock drain_lock_;
-  RingConsumer consumer_;
-  RingControl* incoming_;
-  // The chunked frame being reassembled (under drain_lock_).
-  bool staging_ = false;
-  FrameHeader staged_header_{};
-  std::vector<uint8_t> staged_;
-  uint64_t staged_filled_ = 0;
+  ShmSender sender_;      // owns the send lock
+  ShmReceiver receiver_;  // owns the drain lock
 };
 
 }  // namespace transports::shm
