@@ -24,6 +24,13 @@
 // destination. A program's poll that has delivered a request stops before an answer behind
 // it (the peer's held ACK follows its reply): the program gets its completion first, and
 // its next poll, or the receiver thread, reads the answer.
+//
+// The link's parts, each with one job: ShmSender (shm_sender.h: the send lock, the producer
+// ring, the backlog and the held ACKs), ShmReceiver (shm_receiver.h: the drain lock, the
+// consumer ring and the deliveries) and SideChannel (shm_side_channel.h: the socket). The link
+// itself keeps what it is (its peer), its state (up, retired, released), its lifecycle and
+// the wiring: the parts reach the owner, the side channel, the doorbell and the state through
+// references it hands them.
 #pragma once
 
 #include <sys/types.h>
@@ -31,42 +38,18 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
-#include <vector>
 
-#include "base/spin_lock.h"
 #include "transports/common/engine_interface.h"
-#include "transports/common/held_answers.h"
-#include "transports/shm/shared_memory.h"
-#include "transports/shm/shm_ring.h"
+#include "transports/shm/shm_link_owner.h"
+#include "transports/shm/shm_peer_doorbell.h"
+#include "transports/shm/shm_receiver.h"
 #include "transports/shm/shm_segment.h"
+#include "transports/shm/shm_sender.h"
 #include "transports/shm/shm_side_channel.h"
-#include "transports/shm/shm_wire.h"
 
 namespace transports::shm {
-
-class ShmLink;
-
-// What a link needs from its transport.
-class LinkOwner {
- public:
-  virtual ~LinkOwner() = default;
-  virtual FrameSink* sink() = 0;
-  // The link cannot go on (malformed record, unreadable peer): take it down.
-  virtual void link_failed(ShmLink& link, const std::string& why) = 0;
-  // Whether this thread drains inside Transport::progress (a poll): a drain then stops before
-  // answers that follow a request it delivered, so the program sees the request's completion
-  // (and may answer with a frame the held ACKs ride with) first.
-  virtual bool draining_in_progress() const = 0;
-  // Transport::progress calls so far (the age of a held ACK is counted in them).
-  virtual uint64_t program_polls() const = 0;
-  // A link holds answers now: the transport must see that they go (send_held).
-  virtual void on_answers_held() = 0;
-  // Whether [addr, addr+len) lies in registered memory of an object mapped shared (SharedRanges).
-  virtual bool find_shared(const void* addr, size_t len, SharedPiece* out) const = 0;
-};
 
 struct LinkSetup {
   std::unique_ptr<Segment> segment;
@@ -85,15 +68,17 @@ class ShmLink : public Link {
   ShmLink& operator=(const ShmLink&) = delete;
 
   // Link
-  bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) override;
+  bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) override {
+    return sender_.send(header, iov, iovcnt);
+  }
   const Gid& peer() const override { return peer_; }
   bool up() const override { return up_.load(std::memory_order_acquire); }
   bool farewell() const override { return side_.farewell(); }
 
   // Writes the held ACKs: all of them when `always`, else only those held before program
   // poll `polls_now` (they waited a whole poll).
-  void send_held(uint64_t polls_now, bool always);
-  bool holds_answers() const { return held_.any(); }
+  void send_held(uint64_t polls_now, bool always) { sender_.send_held(polls_now, always); }
+  bool holds_answers() const { return sender_.holds_answers(); }
 
   // Sends a goodbye on the link's socket: this end closes in order (its transport ends), so
   // the peer's QPs see silence rather than a fault.
@@ -107,35 +92,31 @@ class ShmLink : public Link {
 
   // Delivers up to budget incoming frames to the sink; 0 when another thread is draining
   // (*contended, when given, is then set).
-  size_t drain(size_t budget, bool* contended = nullptr);
-  // drain() for a program's poll: first a look, without the drain lock, at the sequence word where
-  // the next record will be. Most polls of a busy poller find nothing; the look costs them two
-  // loads from lines that stay in this core's cache until the peer writes, where the drain
-  // costs a locked instruction and about a hundred others.
-  size_t drain_for_poll(size_t budget) {
-    if (!incoming_look_.published(next_incoming_.load(std::memory_order_relaxed))) return 0;
-    return drain(budget);
+  size_t drain(size_t budget, bool* contended = nullptr) {
+    return receiver_.drain(budget, contended);
   }
+  // drain() for a program's poll: a look at the ring first (ShmReceiver::drain_for_poll).
+  size_t drain_for_poll(size_t budget) { return receiver_.drain_for_poll(budget); }
   // Writes what the backlog holds as far as the ring allows; true if anything was written.
-  bool flush_backlog();
-  bool has_backlog() const { return backlog_size_.load(std::memory_order_acquire) != 0; }
-  // Copies into the backlog every payload it still reads from the caller's memory, so that
-  // the caller may free it (Transport::release_payloads): no wait for a peer that may not read.
-  void copy_backlog_payloads();
+  bool flush_backlog() { return sender_.flush_backlog(); }
+  bool has_backlog() const { return sender_.has_backlog(); }
+  // Copies into the backlog every payload it still reads from the caller's memory
+  // (Transport::release_payloads).
+  void copy_backlog_payloads() { sender_.copy_backlog_payloads(); }
 
   // The receiver thread's wake-up protocol (shm_ring.h).
-  void announce_sleep();
-  void cancel_sleep();
-  bool incoming_pending() const;
+  void announce_sleep() { receiver_.announce_sleep(); }
+  void cancel_sleep() { receiver_.cancel_sleep(); }
+  bool incoming_pending() const { return receiver_.incoming_pending(); }
 
   // Whether the peer reads our large payloads in place (it could read our memory).
-  bool peer_reads_in_place() const { return producer_.consumer_single_copy(); }
-  void set_we_read_in_place(bool can);
+  bool peer_reads_in_place() const { return sender_.peer_reads_in_place(); }
+  void set_we_read_in_place(bool can) { receiver_.set_we_read_in_place(can); }
 
   int socket_fd() const { return side_.fd(); }
   // Frees what a down link holds: socket, doorbell, backlog and the shared pages. The object
   // stays (threads may still hold its address; they see up() false under its locks), and so
-  // does the address range of the segment (see next_incoming_). Only the
+  // does the address range of the segment (see ShmReceiver's next_incoming_). Only the
   // receiver thread calls it, the only thread that touches the rings without those locks.
   void release();
   // Set once the transport has reported the link down: release() may follow.
@@ -143,85 +124,21 @@ class ShmLink : public Link {
   bool retired() const { return retired_.load(std::memory_order_acquire); }
   bool released() const { return released_.load(std::memory_order_acquire); }
   // Returns once no thread is delivering from this link.
-  void wait_for_drain() {
-    drain_lock_.lock();
-    drain_lock_.unlock();
-  }
+  void wait_for_drain() { receiver_.wait_for_drain(); }
   // Marks the link down; true for the call that did it.
   bool mark_down();
 
  private:
-  // How far a frame on its way out got.
-  struct Progress {
-    uint64_t sent = 0;      // payload bytes written so far (chunked)
-    bool started = false;   // chunked: the frame record is written
-    bool own_copy = false;  // the payload is the backlog's copy of a large one
-  };
-  // A frame held in the backlog: copies of the caller's bytes or iovecs, and its progress.
-  struct Outgoing {
-    FrameHeader header{};
-    std::vector<uint8_t> bytes;  // the payload, when small enough to copy
-    std::vector<iovec> iov;      // the caller's iovecs otherwise
-    uint64_t total = 0;
-    Progress progress;
-  };
-  enum class Emit { kDone, kBlocked };
-
-  // One frame into the ring or the backlog; false when a request is refused (ring full).
-  bool send_locked(const FrameHeader& header, const iovec* iov, size_t iovcnt, uint64_t total);
-  void write_held_locked();
-  Emit emit(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
-            Progress* progress);
-  bool write_inline(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
-  bool write_remote(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
-  // Blocked when the ring is full; Fallback when a piece is not in a shared object, or the
-  // object could not be handed to the peer.
-  enum class Mapped { kWritten, kBlocked, kFallback };
-  Mapped write_mapped(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
-  bool write_frame_record(uint32_t kind, const FrameHeader& h, uint64_t total);
-  bool flush_locked();
-  void hold(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
-            const Progress* progress);
-  void ring_peer_doorbell();
-
-  bool deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why);
-  bool deliver_short(const uint8_t* body, uint32_t body_bytes, std::string* why);
-  bool deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_t rest_bytes,
-                      std::string* why);
-  bool deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std::string* why);
-
-  LinkOwner& owner_;
   std::unique_ptr<Segment> segment_;
-  SideChannel side_;  // under send_lock_ to send, drain_lock_ to read
-  int peer_doorbell_fd_;
-  pid_t peer_pid_;
+  SideChannel side_;  // under the send lock to send, the drain lock to read
+  PeerDoorbell doorbell_;
   Gid peer_;
   std::atomic<bool> up_{true};
   std::atomic<bool> retired_{false};
   std::atomic<bool> released_{false};
 
-  base::SpinLock send_lock_;
-  RingProducer producer_;
-  std::deque<Outgoing> backlog_;  // under send_lock_
-  std::atomic<size_t> backlog_size_{0};
-  // ACKs held until the link's next frame or the program's next poll (one poll: the next
-  // progress round sends them).
-  HeldAnswers held_{1};  // under send_lock_
-
-  // The ring index of the next incoming record, as the last drain left the ring, for
-  // drain_for_poll's look into the incoming data area. That area stays readable after
-  // release(): the segment is then unshared (zero pages, so the look finds nothing) rather
-  // than unmapped, until the link object goes.
-  std::atomic<uint64_t> next_incoming_{0};
-  RingLook incoming_look_;  // set once
-  base::SpinLock drain_lock_;
-  RingConsumer consumer_;
-  RingControl* incoming_;
-  // The chunked frame being reassembled (under drain_lock_).
-  bool staging_ = false;
-  FrameHeader staged_header_{};
-  std::vector<uint8_t> staged_;
-  uint64_t staged_filled_ = 0;
+  ShmSender sender_;      // owns the send lock
+  ShmReceiver receiver_;  // owns the drain lock
 };
 
 }  // namespace transports::shm

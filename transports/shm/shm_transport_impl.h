@@ -97,7 +97,7 @@ class ShmTransport final : public Transport, public LinkOwner {
   }
 
   // Returns once the deliveries in progress on other threads have ended: every delivery runs
-  // under its link's drain lock (ShmLink::drain's FencedDeliveries).
+  // under its link's drain lock (ShmReceiver::drain's FencedDeliveries).
   void wait_for_drains() {
     std::vector<std::shared_ptr<ShmLink>> all;
     {

@@ -1,7 +1,7 @@
 // The records of the shared-memory transport (docs/wire.md, "Shared memory"). Both ends run
 // on one host and checked each other's protocol version at attach, so records hold the
 // engine's FrameHeader as it is in memory; every count and length in a record is still
-// validated before use (shm_link_delivery.cpp), because the peer is another program.
+// validated before use (shm_receiver.cpp), because the peer is another program.
 #pragma once
 
 #include <cstdint>

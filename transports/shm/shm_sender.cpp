@@ -1,30 +1,18 @@
-// ShmLink's sending side: frames into the ring as records (short, inline, mapped, remote or
-// chunked; docs/wire.md), the backlog that holds what a full ring refused, and the ACKs held
-// back (shm_link.h says when they go). Everything here runs under the link's send lock.
+// ShmSender: frames into the ring as records (short, inline, mapped, remote or chunked;
+// docs/wire.md), the backlog that holds what a full ring refused, and the ACKs held back
+// (shm_link.h says when they go). Everything here runs under the link's send lock.
+#include "transports/shm/shm_sender.h"
+
 #include <algorithm>
 #include <cstring>
 #include <mutex>
 
-#include "transports/shm/shm_link.h"
+#include "transports/shm/shm_gather.h"
+#include "transports/shm/shm_wire.h"
 
 namespace transports::shm {
 
 namespace {
-
-// Copies len bytes starting offset bytes into the payload described by iov.
-void gather(const iovec* iov, size_t n, uint64_t offset, uint8_t* dst, uint64_t len) {
-  for (size_t i = 0; i < n && len > 0; ++i) {
-    if (offset >= iov[i].iov_len) {
-      offset -= iov[i].iov_len;
-      continue;
-    }
-    const uint64_t piece = std::min<uint64_t>(iov[i].iov_len - offset, len);
-    std::memcpy(dst, static_cast<const uint8_t*>(iov[i].iov_base) + offset, piece);
-    dst += piece;
-    len -= piece;
-    offset = 0;
-  }
-}
 
 // The largest record a held frame can need next: wait_for_room asks for this much, which
 // is never more than an empty ring holds.
@@ -34,14 +22,14 @@ constexpr uint32_t kLargestRecord =
 
 }  // namespace
 
-bool ShmLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
+bool ShmSender::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
   uint64_t total = 0;
   for (size_t i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
   if (total > kMaxPayload) return true;  // the engine never builds such a frame
-  std::lock_guard lock(send_lock_);
+  std::lock_guard lock(lock_);
   // Once down, frames are lost as on a cut wire: the QPs learn it from on_link_down. Looked at
   // under the lock: the link may have been released meanwhile.
-  if (!up()) return true;
+  if (!link_up()) return true;
   if (held_.may_hold(header)) {
     if (held_.empty()) owner_.on_answers_held();
     held_.hold(header, owner_.program_polls());
@@ -55,17 +43,17 @@ bool ShmLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
   write_held_locked();
   // Rung under the lock: release() (which closes the descriptor) takes it too. Only when the
   // peer said it sleeps, so not on the busy path.
-  if (producer_.take_consumer_sleeping()) ring_peer_doorbell();
+  if (producer_.take_consumer_sleeping()) doorbell_.ring();
   return taken;
 }
 
-bool ShmLink::send_locked(const FrameHeader& header, const iovec* iov, size_t iovcnt,
-                          uint64_t total) {
+bool ShmSender::send_locked(const FrameHeader& header, const iovec* iov, size_t iovcnt,
+                            uint64_t total) {
   const bool answer = is_answer(header.op);
   if (!backlog_.empty()) {
     // Frames keep their order: nothing overtakes what is held.
     if (!answer) return false;
-    hold(header, iov, iovcnt, total, nullptr);
+    backlog_.hold(header, iov, iovcnt, total, nullptr);
     return true;
   }
   Progress progress;
@@ -73,32 +61,32 @@ bool ShmLink::send_locked(const FrameHeader& header, const iovec* iov, size_t io
     // A request not yet begun can be refused (the engine retries it from progress); an
     // answer, or a chunked frame already begun, is held and flushed as room appears.
     if (!answer && !progress.started) return false;
-    hold(header, iov, iovcnt, total, &progress);
+    backlog_.hold(header, iov, iovcnt, total, &progress);
     if (producer_.wait_for_room(kLargestRecord)) flush_locked();
   }
   return true;
 }
 
-void ShmLink::write_held_locked() {
+void ShmSender::write_held_locked() {
   if (held_.empty()) return;
   for (const FrameHeader& h : held_) send_locked(h, nullptr, 0, 0);
   held_.clear();
 }
 
-void ShmLink::send_held(uint64_t polls_now, bool always) {
+void ShmSender::send_held(uint64_t polls_now, bool always) {
   if (!holds_answers()) return;
-  std::lock_guard lock(send_lock_);
+  std::lock_guard lock(lock_);
   if (held_.empty() || (!always && !held_.due(polls_now))) return;
-  if (!up()) {
+  if (!link_up()) {
     held_.clear();
     return;
   }
   write_held_locked();
-  if (producer_.take_consumer_sleeping()) ring_peer_doorbell();  // see send()
+  if (producer_.take_consumer_sleeping()) doorbell_.ring();  // see send()
 }
 
-ShmLink::Emit ShmLink::emit(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
-                            Progress* progress) {
+ShmSender::Emit ShmSender::emit(const FrameHeader& h, const iovec* iov, size_t iovcnt,
+                                uint64_t total, Progress* progress) {
   if (!progress->started) {
     if (total <= kInlineMax)
       return write_inline(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
@@ -129,7 +117,8 @@ ShmLink::Emit ShmLink::emit(const FrameHeader& h, const iovec* iov, size_t iovcn
   return Emit::kDone;
 }
 
-bool ShmLink::write_inline(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total) {
+bool ShmSender::write_inline(const FrameHeader& h, const iovec* iov, size_t iovcnt,
+                             uint64_t total) {
   if (fits_short_frame(h, total)) {
     uint8_t* p = producer_.reserve(record_size(sizeof(RecordHead) + sizeof(ShortFrame) + total));
     if (p == nullptr) return false;
@@ -149,7 +138,8 @@ bool ShmLink::write_inline(const FrameHeader& h, const iovec* iov, size_t iovcnt
   return true;
 }
 
-bool ShmLink::write_remote(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total) {
+bool ShmSender::write_remote(const FrameHeader& h, const iovec* iov, size_t iovcnt,
+                             uint64_t total) {
   uint8_t* p = producer_.reserve(
       record_size(sizeof(RecordHead) + sizeof(FrameRecord) + iovcnt * sizeof(RemoteIov)));
   if (p == nullptr) return false;
@@ -164,8 +154,8 @@ bool ShmLink::write_remote(const FrameHeader& h, const iovec* iov, size_t iovcnt
   return true;
 }
 
-ShmLink::Mapped ShmLink::write_mapped(const FrameHeader& h, const iovec* iov, size_t iovcnt,
-                                      uint64_t total) {
+ShmSender::Mapped ShmSender::write_mapped(const FrameHeader& h, const iovec* iov, size_t iovcnt,
+                                          uint64_t total) {
   MappedIov pieces[kMaxRemoteIov];
   for (size_t i = 0; i < iovcnt; ++i) {
     SharedPiece shared;
@@ -186,7 +176,7 @@ ShmLink::Mapped ShmLink::write_mapped(const FrameHeader& h, const iovec* iov, si
   return Mapped::kWritten;
 }
 
-bool ShmLink::write_frame_record(uint32_t kind, const FrameHeader& h, uint64_t total) {
+bool ShmSender::write_frame_record(uint32_t kind, const FrameHeader& h, uint64_t total) {
   uint8_t* p = producer_.reserve(record_size(sizeof(RecordHead) + sizeof(FrameRecord)));
   if (p == nullptr) return false;
   const FrameRecord fr{h, static_cast<uint32_t>(total), 0};
@@ -195,31 +185,10 @@ bool ShmLink::write_frame_record(uint32_t kind, const FrameHeader& h, uint64_t t
   return true;
 }
 
-void ShmLink::hold(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
-                   const Progress* progress) {
-  Outgoing o;
-  o.header = h;
-  o.total = total;
-  if (progress != nullptr) {
-    o.progress.sent = progress->sent;
-    o.progress.started = progress->started;
-  }
-  if (total <= kInlineMax || (h.flags & kFrameDatagram) != 0) {
-    // Small payloads may live in the send queue (inline data), and a datagram's sender has
-    // completed its WR when send() returns: copy them now.
-    o.bytes.resize(total);
-    gather(iov, iovcnt, 0, o.bytes.data(), total);
-  } else {
-    o.iov.assign(iov, iov + iovcnt);
-  }
-  backlog_.push_back(std::move(o));
-  backlog_size_.store(backlog_.size(), std::memory_order_release);
-}
-
-bool ShmLink::flush_locked() {
+bool ShmSender::flush_locked() {
   bool wrote = false;
   while (!backlog_.empty()) {
-    Outgoing& o = backlog_.front();
+    ShmBacklog::Outgoing& o = backlog_.front();
     iovec one{o.bytes.data(), o.bytes.size()};
     const iovec* iov = o.bytes.empty() ? o.iov.data() : &one;
     const size_t n = o.bytes.empty() ? o.iov.size() : 1;
@@ -233,28 +202,21 @@ bool ShmLink::flush_locked() {
     }
     wrote = true;
     backlog_.pop_front();
-    backlog_size_.store(backlog_.size(), std::memory_order_release);
   }
   return wrote;
 }
 
-void ShmLink::copy_backlog_payloads() {
-  std::lock_guard lock(send_lock_);
-  for (Outgoing& o : backlog_) {
-    if (o.iov.empty()) continue;
-    o.bytes.resize(o.total);
-    gather(o.iov.data(), o.iov.size(), 0, o.bytes.data(), o.total);
-    o.iov.clear();
-    o.progress.own_copy = true;
-  }
+void ShmSender::copy_backlog_payloads() {
+  std::lock_guard lock(lock_);
+  backlog_.copy_payloads();
 }
 
-bool ShmLink::flush_backlog() {
-  if (!has_backlog() || !up()) return false;
-  std::lock_guard lock(send_lock_);
-  if (!up()) return false;
+bool ShmSender::flush_backlog() {
+  if (!has_backlog() || !link_up()) return false;
+  std::lock_guard lock(lock_);
+  if (!link_up()) return false;
   const bool wrote = flush_locked();
-  if (wrote && producer_.take_consumer_sleeping()) ring_peer_doorbell();  // see send()
+  if (wrote && producer_.take_consumer_sleeping()) doorbell_.ring();  // see send()
   return wrote;
 }
 

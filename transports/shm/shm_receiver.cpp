@@ -1,9 +1,11 @@
-// ShmLink's receiving side: drain reads the incoming ring's records in place and delivers
-// their frames to the sink, by kind: short and inline (the payload in the record), mapped (in
-// an object of the peer we map, copied with memcpy), remote (in the peer's memory, read with
-// process_vm_readv) and chunked (staged here until its last chunk). Also the receiver
-// thread's side of the wake-up protocol (shm_ring.h). Everything here runs under the link's
-// drain lock, except the sleep announcements and the look of incoming_pending.
+// ShmReceiver: drain reads the incoming ring's records in place and delivers their frames to
+// the sink, by kind: short and inline (the payload in the record), mapped (in an object of the
+// peer we map, copied with memcpy), remote (in the peer's memory, read with process_vm_readv)
+// and chunked (staged here until its last chunk). Also the receiver thread's side of the
+// wake-up protocol (shm_ring.h). Everything here runs under the link's drain lock, except the
+// sleep announcements and the look of incoming_pending.
+#include "transports/shm/shm_receiver.h"
+
 #include <cstring>
 #include <string>
 
@@ -12,29 +14,48 @@
 
 namespace transports::shm {
 
-void ShmLink::announce_sleep() {
+ShmReceiver::ShmReceiver(const RingConsumer& consumer, RingControl* incoming, ShmLink& link,
+                         LinkOwner& owner, SideChannel& side, PeerDoorbell& doorbell,
+                         const std::atomic<bool>& link_up, pid_t peer_pid)
+    : link_(link),
+      owner_(owner),
+      side_(side),
+      doorbell_(doorbell),
+      link_up_(link_up),
+      peer_pid_(peer_pid),
+      incoming_look_(consumer.look()),
+      consumer_(consumer),
+      incoming_(incoming) {
+  next_incoming_.store(consumer_.next_index(), std::memory_order_relaxed);
+}
+
+void ShmReceiver::set_we_read_in_place(bool can) {
+  incoming_->consumer_single_copy.store(can ? 1 : 0, std::memory_order_release);
+}
+
+void ShmReceiver::announce_sleep() {
   consumer_.announce_sleep();
 }
 
-void ShmLink::cancel_sleep() {
+void ShmReceiver::cancel_sleep() {
   consumer_.cancel_sleep();
 }
 
-bool ShmLink::incoming_pending() const {
+bool ShmReceiver::incoming_pending() const {
   // Where the last drain left the ring (the index the producer sees lags behind it).
   // Sequentially consistent: pairs with the producer's record publication (announce_sleep).
   return incoming_look_.published(next_incoming_.load(std::memory_order_relaxed),
                                   std::memory_order_seq_cst);
 }
 
-size_t ShmLink::drain(size_t budget, bool* contended) {
-  if (!up()) return 0;
-  if (!drain_lock_.try_lock()) {
+size_t ShmReceiver::drain(size_t budget, bool* contended) {
+  if (!link_up()) return 0;
+  if (!lock_.try_lock()) {
     if (contended != nullptr) *contended = true;
     return 0;
   }
-  if (!up()) {  // taken down (and maybe released) since the check above
-    drain_lock_.unlock();
+  if (!link_up()) {  // taken down (and maybe released) since the check above
+    lock_.unlock();
     return 0;
   }
   size_t records = 0;
@@ -76,13 +97,14 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
   }
   next_incoming_.store(consumer_.next_index(), std::memory_order_relaxed);
   // Under the drain lock: release() takes it before it closes the descriptor.
-  if (wake_peer) ring_peer_doorbell();
-  drain_lock_.unlock();
-  if (!why.empty()) owner_.link_failed(*this, why);
+  if (wake_peer) doorbell_.ring();
+  lock_.unlock();
+  if (!why.empty()) owner_.link_failed(link_, why);
   return records;
 }
 
-bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why) {
+bool ShmReceiver::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind,
+                          std::string* why) {
   FrameSink* sink = owner_.sink();
   if (kind == kChunk) return deliver_staged_chunk(body, body_bytes, why);
   if (kind == kFrameShort) return deliver_short(body, body_bytes, why);
@@ -91,8 +113,8 @@ bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, s
     *why = "unknown record kind " + std::to_string(kind);
     return false;
   }
-  if (body_bytes < sizeof(FrameRecord) || staging_) {
-    *why = staging_ ? "a frame inside a chunked frame" : "short frame record";
+  if (body_bytes < sizeof(FrameRecord) || staged_.active()) {
+    *why = staged_.active() ? "a frame inside a chunked frame" : "short frame record";
     return false;
   }
   FrameRecord fr;
@@ -106,7 +128,7 @@ bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, s
       return false;
     }
     LocalPayload payload(rest, fr.payload_bytes);
-    if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
+    if (sink != nullptr) sink->on_frame(link_, fr.header, payload);
     return true;
   }
 
@@ -134,7 +156,7 @@ bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, s
       return false;
     }
     RemotePayload payload(peer_pid_, iov, fr.iov_count);
-    if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
+    if (sink != nullptr) sink->on_frame(link_, fr.header, payload);
     if (payload.failed()) {
       *why = "the peer's memory could not be read (process gone?)";
       return false;
@@ -147,16 +169,13 @@ bool ShmLink::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, s
     *why = "chunked payload of " + std::to_string(fr.payload_bytes) + " bytes";
     return false;
   }
-  staged_header_ = fr.header;
-  staged_.resize(fr.payload_bytes);
-  staged_filled_ = 0;
-  staging_ = true;
+  staged_.begin(fr.header, fr.payload_bytes);
   if (fr.payload_bytes == 0) return deliver_staged_chunk(nullptr, 0, why);
   return true;
 }
 
-bool ShmLink::deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_t rest_bytes,
-                             std::string* why) {
+bool ShmReceiver::deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_t rest_bytes,
+                                 std::string* why) {
   if (fr.iov_count == 0 || fr.iov_count > kMaxRemoteIov ||
       uint64_t{fr.iov_count} * sizeof(MappedIov) > rest_bytes) {
     *why = "mapped payload with " + std::to_string(fr.iov_count) + " pieces";
@@ -201,7 +220,7 @@ bool ShmLink::deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_
   FrameSink* sink = owner_.sink();
   if (all_mapped) {
     MappedPayload payload(pieces, fr.iov_count);
-    if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
+    if (sink != nullptr) sink->on_frame(link_, fr.header, payload);
     if (payload.failed()) {
       *why = "the peer's object shrank under a payload read from it (SIGBUS)";
       return false;
@@ -216,7 +235,7 @@ bool ShmLink::deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_
   }
   for (uint32_t i = 0; i < fr.iov_count; ++i) pieces[i] = RemoteIov{mapped[i].addr, mapped[i].len};
   RemotePayload payload(peer_pid_, pieces, fr.iov_count);
-  if (sink != nullptr) sink->on_frame(*this, fr.header, payload);
+  if (sink != nullptr) sink->on_frame(link_, fr.header, payload);
   if (payload.failed()) {
     *why = "the peer's memory could not be read (process gone?)";
     return false;
@@ -224,9 +243,9 @@ bool ShmLink::deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_
   return true;
 }
 
-bool ShmLink::deliver_short(const uint8_t* body, uint32_t body_bytes, std::string* why) {
-  if (body_bytes < sizeof(ShortFrame) || staging_) {
-    *why = staging_ ? "a frame inside a chunked frame" : "short frame record too small";
+bool ShmReceiver::deliver_short(const uint8_t* body, uint32_t body_bytes, std::string* why) {
+  if (body_bytes < sizeof(ShortFrame) || staged_.active()) {
+    *why = staged_.active() ? "a frame inside a chunked frame" : "short frame record too small";
     return false;
   }
   ShortFrame sf;
@@ -246,12 +265,12 @@ bool ShmLink::deliver_short(const uint8_t* body, uint32_t body_bytes, std::strin
   h.imm = sf.imm;
   h.length = sf.length;
   LocalPayload payload(body + sizeof(ShortFrame), sf.length);
-  if (FrameSink* sink = owner_.sink()) sink->on_frame(*this, h, payload);
+  if (FrameSink* sink = owner_.sink()) sink->on_frame(link_, h, payload);
   return true;
 }
 
-bool ShmLink::deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std::string* why) {
-  if (!staging_) {
+bool ShmReceiver::deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std::string* why) {
+  if (!staged_.active()) {
     *why = "a chunk outside a chunked frame";
     return false;
   }
@@ -262,19 +281,17 @@ bool ShmLink::deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std
       return false;
     }
     std::memcpy(&ch, body, sizeof ch);
-    if (ch.bytes == 0 || ch.bytes > body_bytes - sizeof ch ||
-        ch.bytes > staged_.size() - staged_filled_) {
+    if (ch.bytes == 0 || ch.bytes > body_bytes - sizeof ch || ch.bytes > staged_.room()) {
       *why = "chunk of " + std::to_string(ch.bytes) + " bytes overruns its frame";
       return false;
     }
-    std::memcpy(staged_.data() + staged_filled_, body + sizeof ch, ch.bytes);
-    staged_filled_ += ch.bytes;
+    staged_.append(body + sizeof ch, ch.bytes);
   }
-  if (staged_filled_ < staged_.size()) return true;
-  staging_ = false;
+  if (!staged_.complete()) return true;
+  staged_.finish();
   LocalPayload payload(staged_.data(), staged_.size());
-  if (FrameSink* sink = owner_.sink()) sink->on_frame(*this, staged_header_, payload);
-  std::vector<uint8_t>().swap(staged_);
+  if (FrameSink* sink = owner_.sink()) sink->on_frame(link_, staged_.header(), payload);
+  staged_.free();
   return true;
 }
 

@@ -1,0 +1,93 @@
+// A link's sending side: frames into the producer ring as records (short, inline, mapped,
+// remote or chunked; docs/wire.md), the backlog that holds what a full ring refused, and the
+// ACKs held back (shm_link.h says when they go). It owns the link's send lock: everything here
+// runs under it, which also guards the side channel's sends and the peer's doorbell.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "base/spin_lock.h"
+#include "transports/common/engine_interface.h"
+#include "transports/common/held_answers.h"
+#include "transports/shm/shm_backlog.h"
+#include "transports/shm/shm_link_owner.h"
+#include "transports/shm/shm_peer_doorbell.h"
+#include "transports/shm/shm_ring.h"
+#include "transports/shm/shm_side_channel.h"
+
+namespace transports::shm {
+
+class ShmSender {
+ public:
+  // The link's parts it writes through: `side` to hand shared objects to the peer, `doorbell`
+  // to wake it; `link_up`, the link's state, is looked at under the send lock.
+  ShmSender(const RingProducer& producer, LinkOwner& owner, SideChannel& side,
+            PeerDoorbell& doorbell, const std::atomic<bool>& link_up)
+      : owner_(owner), side_(side), doorbell_(doorbell), link_up_(link_up), producer_(producer) {}
+  ShmSender(const ShmSender&) = delete;
+  ShmSender& operator=(const ShmSender&) = delete;
+
+  // The link's send lock.
+  base::SpinLock& lock() { return lock_; }
+
+  // Link::send: one frame into the ring, the backlog or the held ACKs; false when a request is
+  // refused (ring full).
+  bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt);
+  // Writes the held ACKs: all of them when `always`, else only those held before program
+  // poll `polls_now` (they waited a whole poll).
+  void send_held(uint64_t polls_now, bool always);
+  bool holds_answers() const { return held_.any(); }
+
+  // Writes what the backlog holds as far as the ring allows; true if anything was written.
+  bool flush_backlog();
+  bool has_backlog() const { return backlog_.any(); }
+  // Copies into the backlog every payload it still reads from the caller's memory, so that
+  // the caller may free it (Transport::release_payloads): no wait for a peer that may not read.
+  void copy_backlog_payloads();
+
+  // Whether the peer reads our large payloads in place (it could read our memory).
+  bool peer_reads_in_place() const { return producer_.consumer_single_copy(); }
+
+  // Send lock. Lets go of the ring and frees the backlog (ShmLink::release).
+  void release_locked() {
+    producer_ = RingProducer();
+    backlog_.clear();
+  }
+
+ private:
+  using Progress = ShmBacklog::Progress;
+  enum class Emit { kDone, kBlocked };
+
+  bool link_up() const { return link_up_.load(std::memory_order_acquire); }
+  // One frame into the ring or the backlog; false when a request is refused (ring full).
+  bool send_locked(const FrameHeader& header, const iovec* iov, size_t iovcnt, uint64_t total);
+  void write_held_locked();
+  Emit emit(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
+            Progress* progress);
+  bool write_inline(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
+  bool write_remote(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
+  // Blocked when the ring is full; Fallback when a piece is not in a shared object, or the
+  // object could not be handed to the peer.
+  enum class Mapped { kWritten, kBlocked, kFallback };
+  Mapped write_mapped(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
+  bool write_frame_record(uint32_t kind, const FrameHeader& h, uint64_t total);
+  bool flush_locked();
+
+  LinkOwner& owner_;
+  SideChannel& side_;
+  PeerDoorbell& doorbell_;
+  const std::atomic<bool>& link_up_;
+
+  base::SpinLock lock_;
+  RingProducer producer_;
+  ShmBacklog backlog_;  // under lock_
+  // ACKs held until the link's next frame or the program's next poll (one poll: the next
+  // progress round sends them).
+  HeldAnswers held_{1};  // under lock_
+};
+
+}  // namespace transports::shm
