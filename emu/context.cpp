@@ -203,7 +203,7 @@ int Context::dereg_mr(Mr* mr) {
   node_.mrs().remove(mr->lkey);
   // A transport may still be sending a READ response straight from the region (zero copy):
   // the program may unmap it as soon as we return.
-  node_.quiesce();
+  node_.release_payloads(Transport::Release::kWait);
   if (mr->transport_token != 0) node_.unregister_memory(mr->transport_token);
   mr->pd->use_count.fetch_sub(1);
   delete mr;
@@ -240,7 +240,8 @@ int Context::alloc_mw(Pd* pd, ibv_mw_type type, Mw** out) {
 int Context::dealloc_mw(Mw* mw) {
   if (mw == nullptr || mw->pd == nullptr || &mw->pd->context != this) return EINVAL;
   node_.mrs().remove(mw->rkey.load());  // unbinds it: its rkey answers no more
-  node_.quiesce();  // a READ response may still be sent from the window's memory
+  // A READ response may still be sent from the window's memory.
+  node_.release_payloads(Transport::Release::kWait);
   mw->pd->use_count.fetch_sub(1);
   delete mw;
   std::lock_guard lock(objects_mutex_);

@@ -61,7 +61,7 @@ int Cq::poll(int n, ibv_wc* out) {
 int Cq::req_notify(bool solicited_only) {
   // The program is about to wait for an event: the transport stops leaving work to its polls
   // (held answers go now), and, below, what they left unread is read.
-  context_.node().program_waits();
+  context_.node().send_held();
   int want = solicited_only ? 2 : 1;
   // A request for any completion overrides a solicited-only one, never the reverse.
   int current = armed_.load(std::memory_order_relaxed);

@@ -38,7 +38,7 @@ Node::~Node() {
   for (uint32_t slot = 0; slot < kMaxQp; ++slot) {
     if (Qp* qp = qps_[slot].load(std::memory_order_acquire)) qp->flush_owed_ack();
   }
-  transport_->flush_held();
+  transport_->send_held();
   {
     std::lock_guard lock(timer_mutex_);
     stopping_.store(true);
@@ -67,12 +67,13 @@ void Node::unregister_qp(uint32_t qpn) {
   Qp* qp = qps_[slot].exchange(nullptr, std::memory_order_seq_cst);
   // Wait for the threads that may have found the QP before it was unpublished.
   while (readers_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
-  transport_->wait_for_deliveries();
+  // ... and for deliveries in the transport's fenced scopes (FencedDeliveries).
+  transport_->finish_deliveries();
   if (qp != nullptr) qp->flush_owed_ack();
   // Answers it owed go out now; frames it sent may still point into its send queue (inline
   // data).
-  transport_->flush_held();
-  transport_->quiesce();
+  transport_->send_held();
+  transport_->release_payloads(Transport::Release::kWait);
   std::lock_guard lock(qp_alloc_mutex_);
   free_qp_slots_.push_back(slot);
 }
@@ -89,7 +90,7 @@ Qp* Node::acquire(uint32_t qpn) {
 
 void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payload) {
   if (deliveries_fenced()) {
-    // unregister_qp waits for this delivery (Transport::wait_for_deliveries) before the QP
+    // unregister_qp waits for this delivery (Transport::finish_deliveries) before the QP
     // can go.
     Qp* qp = qps_[header.dst_qpn & (kMaxQp - 1)].load(std::memory_order_acquire);
     if (qp != nullptr && qp->qpn() == header.dst_qpn) {
@@ -227,15 +228,29 @@ void Node::progress() {
 }
 
 void Node::settle() {
-  transport_->flush_held();
-  transport_->deliver_arrived();
+  transport_->send_held();
+  transport_->finish_deliveries();
   progress_rounds(false);
+}
+
+namespace {
+
+// Set while this thread delivers inside Transport::progress (Node::delivering_in_progress).
+thread_local bool t_delivering_in_progress = false;
+
+}  // namespace
+
+bool Node::delivering_in_progress() {
+  return t_delivering_in_progress;
 }
 
 bool Node::progress_round(bool timers_always) {
   run_due_timers(timers_always);
   run_deferred_sends();
-  return transport_->progress() != 0 || has_deferred_.load(std::memory_order_acquire);
+  t_delivering_in_progress = true;
+  const size_t delivered = transport_->progress();
+  t_delivering_in_progress = false;
+  return delivered != 0 || has_deferred_.load(std::memory_order_acquire);
 }
 
 void Node::progress_rounds(bool timers_always) {

@@ -40,18 +40,17 @@ class Node : public FrameSink {
 
   // What the engine asks of the network, each a Transport call (emu/transport.h says when):
   // the link to a peer (at AH creation and RTR), registered memory a peer may map, payloads the
-  // transport must stop referencing (before memory is freed, or when work requests end in error
-  // and the program may free their buffers), and a program's poll that found nothing or is
-  // about to block.
+  // transport must stop reading (before memory is freed, or when work requests end in error
+  // and the program may free their buffers), a program's poll that found nothing, and held
+  // answers sent because the program is about to block.
   std::shared_ptr<Link> link_to(const Gid& peer) { return transport_->connect(peer); }
   uint64_t register_memory(const void* addr, size_t length) {
     return transport_->register_memory(addr, length);
   }
   void unregister_memory(uint64_t token) { transport_->unregister_memory(token); }
-  void quiesce() { transport_->quiesce(); }
-  void release_payloads() { transport_->release_payloads(); }
+  void release_payloads(Transport::Release how) { transport_->release_payloads(how); }
   void poll_found_nothing() { transport_->poll_found_nothing(); }
-  void program_waits() { transport_->program_waits(); }
+  void send_held() { transport_->send_held(); }
   Gid gid() const { return gid_; }
   MrTable& mrs() { return mrs_; }
 
@@ -81,6 +80,9 @@ class Node : public FrameSink {
   // Sends what the transport holds back, then delivers what has arrived: before a QP leaves
   // the connected states, so that answers already on their way either way are applied.
   void settle();
+  // Whether this thread is delivering frames inside the transport's progress(): the answers
+  // it makes then may be held back (kFrameMayHold), as its caller polls again at once.
+  static bool delivering_in_progress();
 
   // FrameSink
   void on_frame(Link& from, const FrameHeader& header, PayloadSource& payload) override;

@@ -45,6 +45,11 @@ void Responder::reply_locked(Link& to, const FrameHeader& request, FrameOp op, N
   r.op = op;
   r.nak = nak;
   r.flags = request.flags & kFrameDatagram;
+  // A plain ACK made inside a poll may ride with the link's next frame (kFrameMayHold): the
+  // poller looks again at once, and its transport sends it within a round.
+  if (op == FrameOp::kAck && iovcnt == 0 && Node::delivering_in_progress()) {
+    r.flags |= kFrameMayHold;
+  }
   r.rnr_timer = qp_.attr_.min_rnr_timer;
   r.src_qpn = qp_.qpn_;
   r.dst_qpn = request.src_qpn;

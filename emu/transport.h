@@ -49,11 +49,18 @@ enum FrameFlags : uint8_t {
   kFrameDatagram = 1 << 2,   // UC/UD: never answered; the transport copies its payload
   kFrameFetchAdd = 1 << 3,   // atomic request: fetch-and-add (else compare-and-swap)
   kFrameAckReq = 1 << 4,     // RC request: acknowledge it now (others may wait, Requester::wants_ack_locked)
+  // An ACK the transport may hold back, to send it with the link's next frame (one write, one
+  // ring record fewer on the peer's path). The engine alone decides which: ACKs it makes while
+  // delivering inside Transport::progress, whose caller polls again at once. A transport that
+  // holds one sends it, at the latest, before the link's next answer, within a round of its
+  // next progress() or its own thread's next look, and at send_held(). Never sent to the peer.
+  kFrameMayHold = 1 << 5,
 };
 
 // The most payload bytes a frame carries out of the sender's send queue itself (inline data,
 // the engine's kMaxInline): memory freed when the QP is destroyed. A transport that copies
-// every payload this small when it takes the frame (shm) need not wait for them in quiesce().
+// every payload this small when it takes the frame (shm) need not wait for them in
+// release_payloads().
 inline constexpr uint32_t kFrameInlineBytes = 256;
 
 // Requests start an exchange; answers (ACK, NAK, READ and atomic responses) end one and are
@@ -165,7 +172,7 @@ class FrameSink {
 };
 
 // Frames this thread delivers while a FencedDeliveries lives are fenced by the transport: its
-// wait_for_deliveries() returns only once they have ended. The node then looks up their QP
+// finish_deliveries() returns only once they have ended. The node then looks up their QP
 // without counting itself a reader of the QP table, which costs two locked instructions per
 // frame on a line every delivering thread shares.
 class FencedDeliveries {
@@ -189,7 +196,7 @@ class Link {
   // checked, without the risk of a new link at a freed one's address.
   uint64_t id() const { return id_; }
   // Queues a frame. The payload memory must stay valid until the peer's response to this
-  // frame arrives or the link goes down (after a retransmission, until quiesce()); except for
+  // frame arrives or the link goes down (after a retransmission, until release_payloads()); except for
   // a datagram (kFrameDatagram: UC, UD), whose sender completes its WR as soon as send()
   // returns true, so the transport must not read its payload after that. Returns false
   // when the transport cannot take the frame now (back-pressure); the engine then retries from
@@ -222,30 +229,26 @@ class Transport {
   // back delay the writer's ownership of it. Others do nothing: a TCP poll waits in a system
   // call anyway, and there a pause only comes late.
   virtual void poll_found_nothing() {}
-  // Returns once no frame handed to send() before the call still references its payload:
-  // a QP being destroyed, or a region deregistered, may have its memory freed right after.
-  // May wait on the network, bounded by the link timeout; never call it from a FrameSink
-  // callback.
-  virtual void quiesce() = 0;
-  // Copies into the transport's own memory every payload it still means to read from callers'
-  // memory (frames queued behind a full socket or ring). Never waits: called under a QP's
-  // lock when work requests complete in error or are flushed, after which the program may
-  // free their buffers. (The loopback transport, in-process only, delivers its queue instead
-  // at quiesce and copies nothing here.)
-  virtual void release_payloads() {}
-  // Sends now the frames the transport holds back to merge them with later ones (TCP holds
-  // ACKs while the program busy-polls). Called before a QP leaves the connected states or is
-  // destroyed: the answers it owes its peer go out before anything the program does next
-  // (a disconnect over another channel, an exit) can reach the peer.
-  virtual void flush_held() {}
-  // The program is about to block until an event (it armed a CQ): what the transport left to
-  // the polling program (held answers, frames its own thread lets wait while the program
-  // polls) is taken back now rather than at the transport's next look.
-  virtual void program_waits() { flush_held(); }
-  // Delivers every frame that has already arrived, waiting for deliveries that other threads
-  // have in progress (progress() skips a link another thread is reading). Called with flush_held
-  // before a QP leaves the connected states. Never from a FrameSink callback.
-  virtual void deliver_arrived() { progress(); }
+  // What the engine asks of a transport besides moving frames: three verbs.
+  //
+  // send_held(): the engine stops polling for a while (the program is about to block on an
+  // event, a QP leaves the connected states or is destroyed, the node ends). Answers held back
+  // (kFrameMayHold) go now, and a transport thread that leaves reading to a polling program
+  // takes it back at once rather than at its next look. Never waits.
+  virtual void send_held() {}
+  // finish_deliveries(): returns once every frame that arrived before the call has been
+  // delivered, by this thread or by the one already delivering it (progress() skips a link
+  // another thread is reading). Before a QP leaves the connected states (the answers already
+  // here count first), and after it is unpublished (no thread still holds it). Never call it
+  // from a FrameSink callback.
+  virtual void finish_deliveries() = 0;
+  // release_payloads(): returns once no frame handed to send() before the call still reads
+  // the caller's memory, which may be freed next. kCopy: frames still queued (behind a full
+  // socket or ring) take a copy; never waits, for callers under a QP's lock (work requests
+  // completed in error or flushed). kWait: may also wait for the network, bounded by the
+  // link timeout (a QP destroyed, a region deregistered); never from a FrameSink callback.
+  enum class Release { kCopy, kWait };
+  virtual void release_payloads(Release how) = 0;
   // A memory region was registered: a transport whose peers can map memory (shm) records
   // whether this range lies in an object mapped shared (memfd, shared file, shared anonymous
   // memory), so that payloads from it are later copied by the peer through its own mapping.
@@ -254,12 +257,8 @@ class Transport {
     (void)addr, (void)length;
     return 0;
   }
-  // The region is deregistered and no frame still references it (after quiesce()).
+  // The region is deregistered and no frame still references it (after release_payloads).
   virtual void unregister_memory(uint64_t token) { (void)token; }
-  // Returns once every delivery that another thread makes in a FencedDeliveries scope, and that
-  // may have begun before the call, has ended (Node::unregister_qp, after it unpublished a QP).
-  // Transports that never open such a scope have nothing to wait for.
-  virtual void wait_for_deliveries() {}
 };
 
 }  // namespace emu

@@ -86,9 +86,9 @@ TEST_F(CompletionQueue, OverrunRaisesExactlyOneCqErrEvent) {
   // Let every remaining write complete (each one overruns again); no second event may come.
   drain(cq);
   // The writes' completions are lost (overrun), so nothing orders the target's bytes before
-  // this thread's read; quiesce does (it delivers what the transport still holds, after any
-  // delivery in progress on another thread).
-  process::node().transport().quiesce();
+  // this thread's read; finish_deliveries does (it delivers what the transport still holds,
+  // after any delivery in progress on another thread).
+  process::node().transport().finish_deliveries();
   EXPECT_EQ(target[n - 1], src) << "the last write never executed";
   drain(cq);
   EXPECT_EQ(ctx->async_events().pending(), 0u);

@@ -885,7 +885,8 @@ class TwoLinkFabric {
         f_->draining_[host_] = false;
       }
     }
-    void quiesce() override {}
+    void finish_deliveries() override { progress(); }
+    void release_payloads(Release) override {}
 
    private:
     std::shared_ptr<TwoLinkFabric> f_;

@@ -744,6 +744,33 @@ TEST_F(AckTimeout, TimeoutZeroNeverExpires) {
   EXPECT_STREQ(dst, "patient");
 }
 
+// The engine alone decides which ACKs a transport may hold back (kFrameMayHold,
+// emu/transport.h): one it makes while delivering inside Transport::progress, whose caller
+// polls again at once (a signaled SEND's, asked for at once), and never one its own timer sends
+// when nobody may poll (the coalesced ACK an unsignaled SEND is owed, IBA 9.7.5.1.1).
+TEST_F(AckTimeout, OnlyAcksMadeInsideAPollMayBeHeldByTheTransport) {
+  Pair p;
+  emu::FrameHeader request;
+  lone_unsignaled_request(&p, 14, 7, &request);
+  EXPECT_EQ(request.flags & emu::kFrameAckReq, 0) << "an unsignaled SEND's ACK may be coalesced";
+  ASSERT_TRUE(eventually([&] { return !frames_from(*wire, p.b->qpn(), false).empty(); }));
+  auto acks = frames_from(*wire, p.b->qpn(), false);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].psn, request.psn);
+  EXPECT_EQ(acks[0].flags & emu::kFrameMayHold, 0) << "sent by the owed-ACK timer";
+
+  char src[8] = "signal";
+  char dst[8] = {};
+  Mr* ms = reg(src, sizeof(src));
+  Mr* md = reg(dst, sizeof(dst));
+  ASSERT_EQ(post_recv(p.b, 11, dst, sizeof(dst), md), 0);
+  ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, src, 8, ms), 0);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 2, .status = IBV_WC_SUCCESS}));
+  acks = frames_from(*wire, p.b->qpn(), false);
+  ASSERT_EQ(acks.size(), 2u);
+  EXPECT_NE(acks[1].flags & emu::kFrameMayHold, 0) << "made delivering inside progress()";
+}
+
 // A lost ACK: the SEND executed, its ACK vanished. The retransmitted copy is a duplicate to
 // the responder: acknowledged again, not delivered again.
 TEST_F(AckTimeout, DuplicateSendAfterLostAckIsDeliveredOnce) {

@@ -2053,7 +2053,7 @@ TEST(ShmDropConnections, RefusesATransportOfAnotherKind) {
 }
 
 // =============================================================================================
-// ACKs deferred by a program's poll (shm_link.h)
+// ACKs held back by a program's poll (shm_link.h, transports/common/held_answers.h)
 
 FrameHeader answer_header(FrameOp op, uint32_t psn) {
   FrameHeader h{};
@@ -2065,8 +2065,21 @@ FrameHeader answer_header(FrameOp op, uint32_t psn) {
   return h;
 }
 
+// Set while this thread polls a transport as a program's CQ poll does (program_poll).
+thread_local bool t_program_polls = false;
+
+// One poll of a program: Transport::progress, during which the engine marks the ACKs it makes
+// as ones the transport may hold (Node::delivering_in_progress).
+size_t program_poll(Transport& t) {
+  t_program_polls = true;
+  const size_t delivered = t.progress();
+  t_program_polls = false;
+  return delivered;
+}
+
 // Answers each SEND it is given with an ACK of its PSN, from inside the delivery, as the
-// engine's responder does; and remembers which thread delivered what.
+// engine's responder does (kFrameMayHold inside a program's poll, unless `never_hold`); and
+// remembers which thread delivered what.
 class AcknowledgingSink : public RecordingSink {
  public:
   void on_frame(Link& from, const FrameHeader& h, emu::PayloadSource& payload) override {
@@ -2075,10 +2088,15 @@ class AcknowledgingSink : public RecordingSink {
       delivered_by_.push_back(std::this_thread::get_id());
     }
     // Answered before it is recorded: a test that saw the frame may rely on the ACK's being
-    // sent (or deferred) already.
-    if (h.op == FrameOp::kSend) from.send(answer_header(FrameOp::kAck, h.psn), nullptr, 0);
+    // sent (or held) already.
+    if (h.op == FrameOp::kSend) {
+      FrameHeader ack = answer_header(FrameOp::kAck, h.psn);
+      if (t_program_polls && !never_hold) ack.flags |= emu::kFrameMayHold;
+      from.send(ack, nullptr, 0);
+    }
     RecordingSink::on_frame(from, h, payload);
   }
+  std::atomic<bool> never_hold{false};
   std::thread::id delivered_by(size_t frame) {
     std::lock_guard lock(threads_mutex_);
     return delivered_by_.at(frame);
@@ -2096,7 +2114,7 @@ bool poll_until_delivered(Transport& t, RecordingSink& sink, size_t frames) {
   const auto deadline = Clock::now() + kDeliveryLimit;
   while (sink.frame_count() < frames) {
     if (Clock::now() > deadline) return false;
-    t.progress();
+    program_poll(t);
   }
   return true;
 }
@@ -2122,35 +2140,33 @@ TEST(ShmDeferredAcks, AcksOfAPollThatIsNotFollowedByAnythingStillArrive) {
   }
 }
 
-// flush_held (a QP leaving the connected states) and program_waits (a CQ armed) send the
-// deferred ACKs before they return: the peer, delivering what has arrived, has them. The same
-// through the auto transport (shm beside TCP), which every device uses.
-TEST(ShmDeferredAcks, FlushHeldAndProgramWaitsSendThemAtOnce) {
+// send_held (a CQ armed, a QP leaving the connected states) sends the held ACKs before it
+// returns: the peer, delivering what has arrived, has them; and an ACK the engine did not mark
+// (kFrameMayHold) is never held, even inside a poll: it is there without any send_held. The
+// same through the auto transport (shm beside TCP), which every device uses.
+TEST(ShmDeferredAcks, SendHeldSendsThemAtOnceAndUnmarkedAcksAreNeverHeld) {
   for (const bool through_auto : {false, true}) {
-    for (const bool program_waits : {false, true}) {
+    for (const bool marked : {true, false}) {
       SCOPED_TRACE(std::string(through_auto ? "auto transport, " : "shm transport, ") +
-                   (program_waits ? "program_waits" : "flush_held"));
+                   (marked ? "ACKs the transport may hold" : "ACKs it may not hold"));
       AcknowledgingSink b_sink;
       std::unique_ptr<Transport> b_transport =
           through_auto
               ? transports::make_auto_transport("127.0.0.1", transports::TransportChoice::kShm)
               : transports::shm::make_shm_transport({});
       ASSERT_NE(b_transport, nullptr);
+      b_sink.never_hold = !marked;
       b_transport->set_sink(&b_sink);
       ShmEndpoint a;
       ASSERT_TRUE(a.transport);
       auto link = a.transport->connect(b_transport->local_gid());
       ASSERT_NE(link, nullptr);
-      for (int i = 0; i < 200; ++i) b_transport->progress();  // a busy poller
+      for (int i = 0; i < 200; ++i) program_poll(*b_transport);  // a busy poller
       constexpr uint32_t kSends = 8;
       for (uint32_t psn = 1; psn <= kSends; ++psn) ASSERT_TRUE(send_frame(*link, psn));
       ASSERT_TRUE(poll_until_delivered(*b_transport, b_sink, kSends));
-      if (program_waits) {
-        b_transport->program_waits();
-      } else {
-        b_transport->flush_held();
-      }
-      a.transport->deliver_arrived();
+      if (marked) b_transport->send_held();
+      a.transport->finish_deliveries();
       EXPECT_EQ(a.sink.frames_from(b_transport->local_gid()), kSends);
       b_transport->set_sink(nullptr);
     }
@@ -2197,7 +2213,7 @@ TEST(ShmDeferredAcks, APollThatDeliveredARequestLeavesTheAnswersBehindItForTheNe
   // then, so the case is tried until this thread delivered the request.
   int decided = 0;
   for (uint32_t round = 0; round < 200 && decided < 5; ++round) {
-    for (int i = 0; i < 200; ++i) b.transport->progress();  // a busy poller
+    for (int i = 0; i < 200; ++i) program_poll(*b.transport);  // a busy poller
     const size_t before = b.sink.frame_count();
     const uint32_t psn = 2 * round + 1;
     ASSERT_TRUE(send_frame(*link, psn));
@@ -2208,7 +2224,7 @@ TEST(ShmDeferredAcks, APollThatDeliveredARequestLeavesTheAnswersBehindItForTheNe
     const auto deadline = Clock::now() + kDeliveryLimit;
     while (first_call == 0 && b.sink.frame_count() < before + 2) {
       ASSERT_LT(Clock::now(), deadline);
-      first_call = b.transport->progress();
+      first_call = program_poll(*b.transport);
     }
     ASSERT_TRUE(poll_until_delivered(*b.transport, b.sink, before + 2));
     if (b.sink.delivered_by(before) != std::this_thread::get_id()) continue;
@@ -2265,9 +2281,9 @@ class HoldingSink : public RecordingSink {
 };
 
 // Frames delivered from shared memory are fenced (emu/transport.h, FencedDeliveries): the
-// transport's wait_for_deliveries() returns only once a delivery in progress has ended, which
+// transport's finish_deliveries() returns only once a delivery in progress has ended, which
 // lets a node free a QP without counting each delivery as a reader of its QP table.
-TEST(ShmFencedDeliveries, WaitForDeliveriesReturnsOnlyOnceTheDeliveryInProgressEnds) {
+TEST(ShmFencedDeliveries, FinishDeliveriesReturnsOnlyOnceTheDeliveryInProgressEnds) {
   ShmEndpoint a;
   ShmEndpointWith<HoldingSink> b;
   ASSERT_TRUE(a.transport && b.transport);
@@ -2283,11 +2299,11 @@ TEST(ShmFencedDeliveries, WaitForDeliveriesReturnsOnlyOnceTheDeliveryInProgressE
 
   std::atomic<bool> returned{false};
   std::thread waiter([&] {
-    b.transport->wait_for_deliveries();
+    b.transport->finish_deliveries();
     returned = true;
   });
   std::this_thread::sleep_for(50ms);
-  EXPECT_FALSE(returned) << "wait_for_deliveries returned while a delivery was in progress";
+  EXPECT_FALSE(returned) << "finish_deliveries returned while a delivery was in progress";
   b.sink.released = true;
   waiter.join();
   EXPECT_TRUE(returned);

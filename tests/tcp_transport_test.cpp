@@ -282,6 +282,29 @@ TEST(TcpTransport, GidEncodingRoundTrips) {
   EXPECT_NE(mine->port, 0);
 }
 
+// kFrameMayHold is the engine's permission to the sending transport (emu/transport.h), never
+// a field of the wire: an ACK that carries it is encoded without it, and the peer, which
+// refuses flags it does not know, takes the header.
+TEST(TcpTransport, TheEnginesPermissionToHoldAnAckNeverGoesOnTheWire) {
+  namespace wire = transports::tcp::tcp_wire;
+  FrameHeader ack = header_of(FrameOp::kAck, 9, 0);
+  ack.flags = emu::kFrameMayHold;
+  uint8_t bytes[wire::kFrameHeaderBytes];
+  wire::encode_header(ack, 0, 0, bytes);
+  FrameHeader decoded;
+  uint32_t payload_len = 1, lane_bytes = 1;
+  const char* why = wire::decode_header(bytes, &decoded, &payload_len, &lane_bytes);
+  ASSERT_EQ(why, nullptr) << why;
+  EXPECT_EQ(decoded.flags, 0);
+  EXPECT_EQ(decoded.op, FrameOp::kAck);
+  EXPECT_EQ(decoded.psn, 9u);
+  // Another flag beside it stays.
+  ack.flags = emu::kFrameMayHold | emu::kFrameSolicited;
+  wire::encode_header(ack, 0, 0, bytes);
+  ASSERT_EQ(wire::decode_header(bytes, &decoded, &payload_len, &lane_bytes), nullptr);
+  EXPECT_EQ(decoded.flags, emu::kFrameSolicited);
+}
+
 TEST(TcpTransport, FramesArriveIntactInOrderAndAnswersReturnOnTheirLink) {
   Endpoint a, b;
   ASSERT_NE(a.transport, nullptr);
@@ -702,9 +725,9 @@ TEST(TcpSendQueue, GathersInOrderAcrossPartialWritesAndCountsReferences) {
 }
 
 // Payloads the socket cannot take at once wait in the queue, referenced where the caller keeps
-// them; quiesce() returns only once none is referenced any more, and every byte arrives as it
-// was when sent.
-TEST(TcpTransport, QueuedPayloadsArriveExactlyAndQuiesceWaitsForThem) {
+// them; release_payloads(kWait) returns only once none is referenced any more, and every byte
+// arrives as it was when sent.
+TEST(TcpTransport, QueuedPayloadsArriveExactlyAndReleasingThemWaitsForThem) {
   Endpoint a, b;
   ASSERT_NE(a.transport, nullptr);
   ASSERT_NE(b.transport, nullptr);
@@ -731,13 +754,13 @@ TEST(TcpTransport, QueuedPayloadsArriveExactlyAndQuiesceWaitsForThem) {
 
   std::atomic<bool> quiesced{false};
   std::thread waiter([&] {
-    a.transport->quiesce();
+    a.transport->release_payloads(Transport::Release::kWait);
     quiesced = true;
   });
   std::this_thread::sleep_for(100ms);
-  // Not a timing bound: a correct quiesce can only be still waiting here (30 MiB cannot all
+  // Not a timing bound: a correct release can only be still waiting here (30 MiB cannot all
   // be in socket buffers while b reads nothing).
-  EXPECT_FALSE(quiesced.load()) << "quiesce() returned while payloads were still queued";
+  EXPECT_FALSE(quiesced.load()) << "release_payloads(kWait) returned while payloads were queued";
   b.sink.set_gate(true);
   waiter.join();
   // The transport no longer reads the callers' memory: scribbling on it changes nothing.
@@ -1208,8 +1231,8 @@ TEST(TcpChild, DISABLED_PulledCableEndsInLinkDown) {
   EXPECT_TRUE(a.sink.wait_downs(1, 30s));
   EXPECT_TRUE(b.sink.wait_downs(1, 30s));
   EXPECT_FALSE(link->up());
-  // quiesce() has nothing left to wait for on a dead link.
-  a.transport->quiesce();
+  // release_payloads(kWait) has nothing left to wait for on a dead link.
+  a.transport->release_payloads(Transport::Release::kWait);
 }
 
 TEST(TcpTransport, PulledCableEndsInLinkDownWithinTheTimeout) {

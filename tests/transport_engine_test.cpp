@@ -459,7 +459,7 @@ TEST_P(TransportEngineTest, DeliveryNeedsNoPollingOnTheReceiver) {
 
 // A QP destroyed while its peer's frames keep arriving is never touched once destroy_qp has
 // returned (the node waits for the deliveries in progress: its reader count, or the transport's
-// fence, Transport::wait_for_deliveries); ASan would see a use after free. The QPs left go on.
+// fence, Transport::finish_deliveries); ASan would see a use after free. The QPs left go on.
 TEST_P(TransportEngineTest, AQpDestroyedWhileFramesArriveForItIsNotTouchedAfterwards) {
   constexpr size_t kPairs = 6;
   constexpr uint32_t kDepth = 256;

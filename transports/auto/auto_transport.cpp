@@ -114,26 +114,15 @@ class AutoTransport : public Transport {
     if (shm_) shm_->unregister_memory(token);
   }
 
-  void wait_for_deliveries() override {
-    loopback_->wait_for_deliveries();
-    if (shm_) shm_->wait_for_deliveries();
-    if (tcp_) tcp_->wait_for_deliveries();
+  void send_held() override {
+    if (shm_) shm_->send_held();
+    if (tcp_) tcp_->send_held();
   }
 
-  void flush_held() override {
-    if (shm_) shm_->flush_held();
-    if (tcp_) tcp_->flush_held();
-  }
-
-  void program_waits() override {
-    if (shm_) shm_->program_waits();
-    if (tcp_) tcp_->program_waits();
-  }
-
-  void deliver_arrived() override {
-    loopback_->progress();
-    if (shm_) shm_->deliver_arrived();
-    if (tcp_) tcp_->deliver_arrived();
+  void finish_deliveries() override {
+    loopback_->finish_deliveries();
+    if (shm_) shm_->finish_deliveries();
+    if (tcp_) tcp_->finish_deliveries();
   }
 
   void poll_found_nothing() override {
@@ -152,15 +141,10 @@ class AutoTransport : public Transport {
     if (tcp_) tcp::tcp_drop_connections(*tcp_);
   }
 
-  void release_payloads() override {
-    if (shm_) shm_->release_payloads();
-    if (tcp_) tcp_->release_payloads();
-  }
-
-  void quiesce() override {
-    loopback_->quiesce();
-    if (shm_) shm_->quiesce();
-    if (tcp_) tcp_->quiesce();
+  void release_payloads(Release how) override {
+    loopback_->release_payloads(how);
+    if (shm_) shm_->release_payloads(how);
+    if (tcp_) tcp_->release_payloads(how);
   }
 
  private:

@@ -22,6 +22,7 @@ using emu::kFrameDatagram;
 using emu::kFrameFetchAdd;
 using emu::kFrameImm;
 using emu::kFrameInlineBytes;
+using emu::kFrameMayHold;
 using emu::kFrameSolicited;
 using emu::Link;
 using emu::LocalPayload;

@@ -138,7 +138,7 @@ class Fabric {
   size_t drain();
 
   // Delivers everything queued, waiting for a concurrent drainer if need be.
-  void quiesce() {
+  void deliver_all() {
     drain_lock_.lock();
     drain_lock_.unlock();
     drain();
@@ -244,7 +244,14 @@ class LoopbackTransport : public Transport {
   }
 
   size_t progress() override { return Fabric::instance().drain(); }
-  void quiesce() override { Fabric::instance().quiesce(); }
+  // Frames wait in the process-wide queue: delivering it (and waiting out a concurrent
+  // drainer) delivers what has arrived, and ends every reference to a sender's memory.
+  void finish_deliveries() override { Fabric::instance().deliver_all(); }
+  // kCopy never waits and runs under a QP's lock, where delivering could take that lock again:
+  // it copies nothing. The queue is in-process and drained by every poll.
+  void release_payloads(Release how) override {
+    if (how == Release::kWait) Fabric::instance().deliver_all();
+  }
 
  private:
   uint32_t index_;

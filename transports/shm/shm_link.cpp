@@ -67,7 +67,7 @@ void ShmLink::ring_peer_doorbell() {
 
 void ShmLink::say_goodbye() {
   if (!up()) return;
-  flush_deferred(0, true);  // the peer's last sends complete
+  send_held(0, true);  // the peer's last sends complete
   std::lock_guard lock(send_lock_);
   // Best effort: a peer already gone needs no goodbye.
   if (up()) side_.send(kGoodbye, 0, -1);

@@ -10,19 +10,19 @@
 // ring is full a request is refused (the engine retries it from progress) while an answer, which
 // must never be refused, waits in a backlog that the transport flushes as the peer frees space.
 //
-// ACKs that a program thread's poll produced are deferred: a busy program's next move is
-// usually a post to the same peer, and its reply can follow without the ACK's ring write in
-// between (8 B ping-pong: the ACK cost each side about 40 ns between receiving a message and
-// returning its completion). They go after the next request to the peer, before the next
-// answer (answers keep their order), at the program's next poll (flush_deferred), from the
-// receiver thread's next round (at most a nap, 8 ms, later), or when a QP leaves the connected
-// states (Transport::flush_held) or the CQ is armed for an event: a program about to block.
+// ACKs the engine lets wait (kFrameMayHold: made inside a poll) are held (HeldAnswers): a
+// busy program's next move is usually a post to the same peer, and its reply can follow
+// without the ACK's ring write in between (8 B ping-pong: the ACK cost each side about 40 ns
+// between receiving a message and returning its completion). They go after the next request
+// to the peer, before the next answer (answers keep their order), at the program's next poll,
+// from the receiver thread's next round (at most a nap, 8 ms, later), or at
+// Transport::send_held (a QP leaves the connected states, the CQ is armed for an event).
 //
 // Receiving (drain) is done by whichever thread gets the link's drain lock first: the
 // transport's receiver thread or a program thread polling a CQ. Records are read in place:
 // the engine copies payloads straight from the ring (or the sender's memory) to their
 // destination. A program's poll that has delivered a request stops before an answer behind
-// it (the peer's deferred ACK follows its reply): the program gets its completion first, and
+// it (the peer's held ACK follows its reply): the program gets its completion first, and
 // its next poll, or the receiver thread, reads the answer.
 #pragma once
 
@@ -38,6 +38,7 @@
 
 #include "base/spin_lock.h"
 #include "transports/common/engine_interface.h"
+#include "transports/common/held_answers.h"
 #include "transports/shm/shared_memory.h"
 #include "transports/shm/shm_ring.h"
 #include "transports/shm/shm_segment.h"
@@ -55,13 +56,14 @@ class LinkOwner {
   virtual FrameSink* sink() = 0;
   // The link cannot go on (malformed record, unreadable peer): take it down.
   virtual void link_failed(ShmLink& link, const std::string& why) = 0;
-  // Whether an ACK sent now, by this thread, may be deferred: it is delivering frames inside a
-  // program's poll, and the program's next call will send it (see ShmLink::send).
-  virtual bool defers_acks() const = 0;
-  // Transport::progress calls so far (the age of a deferred ACK is counted in them).
+  // Whether this thread drains inside Transport::progress (a poll): a drain then stops before
+  // answers that follow a request it delivered, so the program sees the request's completion
+  // (and may answer with a frame the held ACKs ride with) first.
+  virtual bool draining_in_progress() const = 0;
+  // Transport::progress calls so far (the age of a held ACK is counted in them).
   virtual uint64_t program_polls() const = 0;
-  // A link defers ACKs now: the transport must see that they go (flush_deferred).
-  virtual void on_deferred_ack() = 0;
+  // A link holds answers now: the transport must see that they go (send_held).
+  virtual void on_answers_held() = 0;
   // Whether [addr, addr+len) lies in registered memory of an object mapped shared (SharedRanges).
   virtual bool find_shared(const void* addr, size_t len, SharedPiece* out) const = 0;
 };
@@ -88,10 +90,10 @@ class ShmLink : public Link {
   bool up() const override { return up_.load(std::memory_order_acquire); }
   bool farewell() const override { return side_.farewell(); }
 
-  // Writes the deferred ACKs: all of them when `always`, else only those deferred before
-  // program poll `polls_now` (they waited a whole poll).
-  void flush_deferred(uint64_t polls_now, bool always);
-  bool has_deferred() const { return has_deferred_.load(std::memory_order_relaxed); }
+  // Writes the held ACKs: all of them when `always`, else only those held before program
+  // poll `polls_now` (they waited a whole poll).
+  void send_held(uint64_t polls_now, bool always);
+  bool holds_answers() const { return held_.any(); }
 
   // Sends a goodbye on the link's socket: this end closes in order (its transport ends), so
   // the peer's QPs see silence rather than a fault.
@@ -118,7 +120,7 @@ class ShmLink : public Link {
   bool flush_backlog();
   bool has_backlog() const { return backlog_size_.load(std::memory_order_acquire) != 0; }
   // Copies into the backlog every payload it still reads from the caller's memory, so that
-  // the caller may free it (Transport::quiesce): no wait for a peer that may not read.
+  // the caller may free it (Transport::release_payloads): no wait for a peer that may not read.
   void copy_backlog_payloads();
 
   // The receiver thread's wake-up protocol (shm_ring.h).
@@ -167,7 +169,7 @@ class ShmLink : public Link {
 
   // One frame into the ring or the backlog; false when a request is refused (ring full).
   bool send_locked(const FrameHeader& header, const iovec* iov, size_t iovcnt, uint64_t total);
-  void write_deferred_locked();
+  void write_held_locked();
   Emit emit(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total,
             Progress* progress);
   bool write_inline(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
@@ -202,11 +204,9 @@ class ShmLink : public Link {
   RingProducer producer_;
   std::deque<Outgoing> backlog_;  // under send_lock_
   std::atomic<size_t> backlog_size_{0};
-  static constexpr size_t kMaxDeferredAcks = 16;
-  FrameHeader deferred_acks_[kMaxDeferredAcks];  // under send_lock_
-  size_t deferred_count_ = 0;
-  uint64_t deferred_at_poll_ = 0;
-  std::atomic<bool> has_deferred_{false};
+  // ACKs held until the link's next frame or the program's next poll (one poll: the next
+  // progress round sends them).
+  HeldAnswers held_{1};  // under send_lock_
 
   // The ring index of the next incoming record, as the last drain left the ring, for
   // drain_for_poll's look into the incoming data area. That area stays readable after

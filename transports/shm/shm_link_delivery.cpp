@@ -61,7 +61,7 @@ size_t ShmLink::drain(size_t budget, bool* contended) {
                          size >= sizeof(RecordHead) + sizeof(ShortFrame);
       const FrameOp op = frame ? static_cast<FrameOp>(body[0]) : FrameOp::kSend;
       // Asked only then: a poll that finds nothing pays no call.
-      if (delivered_request && frame && is_answer(op) && owner_.defers_acks()) break;
+      if (delivered_request && frame && is_answer(op) && owner_.draining_in_progress()) break;
       if (!deliver(body, size - static_cast<uint32_t>(sizeof(RecordHead)), head.kind, &why)) break;
       delivered_request |= frame && is_request(op);
       wake_peer |= consumer_.pop(size);

@@ -1,7 +1,6 @@
 // ShmLink's sending side: frames into the ring as records (short, inline, mapped, remote or
-// chunked; docs/wire.md), the backlog that holds what a full ring refused, and the deferral of
-// the ACKs a program's poll produced (shm_link.h says when they go). Everything here runs
-// under the link's send lock.
+// chunked; docs/wire.md), the backlog that holds what a full ring refused, and the ACKs held
+// back (shm_link.h says when they go). Everything here runs under the link's send lock.
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -39,26 +38,21 @@ bool ShmLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
   uint64_t total = 0;
   for (size_t i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
   if (total > kMaxPayload) return true;  // the engine never builds such a frame
-  const bool deferrable = header.op == FrameOp::kAck && total == 0 && owner_.defers_acks();
   std::lock_guard lock(send_lock_);
   // Once down, frames are lost as on a cut wire: the QPs learn it from on_link_down. Looked at
   // under the lock: the link may have been released meanwhile.
   if (!up()) return true;
-  if (deferrable && deferred_count_ < kMaxDeferredAcks) {
-    if (deferred_count_ == 0) {
-      deferred_at_poll_ = owner_.program_polls();
-      has_deferred_.store(true, std::memory_order_relaxed);
-      owner_.on_deferred_ack();
-    }
-    deferred_acks_[deferred_count_++] = header;
+  if (held_.may_hold(header)) {
+    if (held_.empty()) owner_.on_answers_held();
+    held_.hold(header, owner_.program_polls());
     return true;
   }
   // Answers keep their order among themselves (an ACK after the NAK or READ response that
-  // follows it would be stale); a request needs no order with answers, so the deferred ACKs
+  // follows it would be stale); a request needs no order with answers, so the held ACKs
   // follow it and stay off the path from the program's post to the peer.
-  if (is_answer(header.op)) write_deferred_locked();
+  if (is_answer(header.op)) write_held_locked();
   const bool taken = send_locked(header, iov, iovcnt, total);
-  write_deferred_locked();
+  write_held_locked();
   // Rung under the lock: release() (which closes the descriptor) takes it too. Only when the
   // peer said it sleeps, so not on the busy path.
   if (producer_.take_consumer_sleeping()) ring_peer_doorbell();
@@ -85,23 +79,21 @@ bool ShmLink::send_locked(const FrameHeader& header, const iovec* iov, size_t io
   return true;
 }
 
-void ShmLink::write_deferred_locked() {
-  if (deferred_count_ == 0) return;
-  for (size_t i = 0; i < deferred_count_; ++i) send_locked(deferred_acks_[i], nullptr, 0, 0);
-  deferred_count_ = 0;
-  has_deferred_.store(false, std::memory_order_relaxed);
+void ShmLink::write_held_locked() {
+  if (held_.empty()) return;
+  for (const FrameHeader& h : held_) send_locked(h, nullptr, 0, 0);
+  held_.clear();
 }
 
-void ShmLink::flush_deferred(uint64_t polls_now, bool always) {
-  if (!has_deferred()) return;
+void ShmLink::send_held(uint64_t polls_now, bool always) {
+  if (!holds_answers()) return;
   std::lock_guard lock(send_lock_);
-  if (deferred_count_ == 0 || (!always && deferred_at_poll_ == polls_now)) return;
+  if (held_.empty() || (!always && !held_.due(polls_now))) return;
   if (!up()) {
-    deferred_count_ = 0;
-    has_deferred_.store(false, std::memory_order_relaxed);
+    held_.clear();
     return;
   }
-  write_deferred_locked();
+  write_held_locked();
   if (producer_.take_consumer_sleeping()) ring_peer_doorbell();  // see send()
 }
 
@@ -112,7 +104,7 @@ ShmLink::Emit ShmLink::emit(const FrameHeader& h, const iovec* iov, size_t iovcn
       return write_inline(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
     // A datagram (UC, UD) is complete for its sender once send() returns: its bytes must be
     // in the ring or in the backlog by then, never read later from the sender's memory.
-    // Nor one held in the backlog's own copy (quiesce): that copy goes with the entry.
+    // Nor one held in the backlog's own copy (release_payloads): that copy goes with the entry.
     const bool datagram = (h.flags & kFrameDatagram) != 0;
     if (!datagram && !progress->own_copy && iovcnt <= kMaxRemoteIov) {
       const Mapped mapped = write_mapped(h, iov, iovcnt, total);

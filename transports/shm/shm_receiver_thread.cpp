@@ -34,7 +34,7 @@ constexpr int kSpinRounds = 512;
 // starts at kPollingProgramNapMin and doubles while the program stays busy, to
 // kPollingProgramNapMax (each look takes a core from the program); after one the thread
 // drains once and decides again, without the spin that follows its own traffic. A program
-// that arms a CQ to wait for an event ends the nap (program_waits), and one that polls only
+// that arms a CQ to wait for an event ends the nap (send_held), and one that polls only
 // after completion events (a call or two) does not count, so its messages still wake the
 // receiver thread at once.
 constexpr std::chrono::milliseconds kPollingProgramNapMin{1};
@@ -69,8 +69,8 @@ void ShmTransport::receiver_main() {
   bool napped = false;  // the last wait was a nap beside a busy program
   while (!stopping_.load(std::memory_order_acquire)) {
     bool contended = false;
-    // ACKs a program's poll deferred and did not send since: sent within one round (a nap).
-    flush_held();
+    // ACKs a program's poll held and did not send since: sent within one round (a nap).
+    if (answers_held_.load(std::memory_order_relaxed)) send_held_answers(0, true);
     const size_t delivered = drain_all(&contended);
     if (!napped) {
       if (delivered > 0) {
@@ -103,11 +103,11 @@ void ShmTransport::receiver_main() {
       }
     }
     bool armed = false;
-    receiver_napping_.store(true, std::memory_order_seq_cst);  // see program_waits()
-    const bool program_waits = program_waits_.exchange(false, std::memory_order_seq_cst);
+    receiver_napping_.store(true, std::memory_order_seq_cst);  // see send_held()
+    const bool polls_paused = polls_paused_.exchange(false, std::memory_order_seq_cst);
     const bool polled = polls_seen.look(program_polls_.count()) >= kBusyPollerPolls;
     const bool delivered_itself = deliveries_seen.look(program_deliveries_.count()) != 0;
-    const bool program_busy = !program_waits && (contended || polled || delivered_itself);
+    const bool program_busy = !polls_paused && (contended || polled || delivered_itself);
     int timeout_ms = kSleepCapMs;
     if (program_busy) {
       timeout_ms = static_cast<int>(nap.take().count());

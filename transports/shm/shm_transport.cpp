@@ -23,30 +23,29 @@ namespace transports::shm {
 namespace {
 
 // Send-queue inline data is always copied into the ring, so no frame references memory a
-// destroyed QP frees: quiesce() has nothing to wait for.
+// destroyed QP frees: release_payloads(kWait) has nothing to wait for.
 static_assert(kFrameInlineBytes <= kInlineMax);
 
 std::atomic<uint32_t> next_instance{1};
 
-// Set while this thread delivers frames inside Transport::progress (a program's poll): the
-// ACKs it produces may be deferred (ShmLink::send).
-thread_local bool t_in_program_progress = false;
+// Set while this thread delivers frames inside Transport::progress (a poll).
+thread_local bool t_in_progress = false;
 
 }  // namespace
 
-bool ShmTransport::defers_acks() const {
-  return t_in_program_progress;
+bool ShmTransport::draining_in_progress() const {
+  return t_in_progress;
 }
 
 size_t ShmTransport::progress() {
   // Tells the receiver thread how hard programs poll, so that it keeps out of the way of a
   // busy poller (transports/common/program_polls.h).
   const uint64_t polls = program_polls_.note_poll();
-  // ACKs deferred by an earlier poll go now: the program did not send them with a post.
-  if (deferred_.load(std::memory_order_relaxed)) flush_deferred(polls, false);
-  t_in_program_progress = true;
+  // ACKs held by an earlier poll go now: the program did not send them with a post.
+  if (answers_held_.load(std::memory_order_relaxed)) send_held_answers(polls, false);
+  t_in_progress = true;
   const size_t delivered = drain_all(nullptr);
-  t_in_program_progress = false;
+  t_in_progress = false;
   if (delivered != 0) program_deliveries_.note_poll();
   return delivered;
 }

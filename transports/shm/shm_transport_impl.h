@@ -1,7 +1,7 @@
 // The shared-memory transport's class, for the files that implement it: shm_transport.cpp
 // (the transport's face: progress, make_shm_transport) and shm_receiver_thread.cpp (the
 // receiver thread's loop). Internal to transports/shm; the rest of emurdma sees only
-// shm_transport.h. Member functions the hot paths call (drain_all, flush_deferred) stay
+// shm_transport.h. Member functions the hot paths call (drain_all, send_held_answers) stay
 // defined here, in the class, so that each file can inline them as when it was one file.
 #pragma once
 
@@ -93,11 +93,12 @@ class ShmTransport final : public Transport, public LinkOwner {
       sink_.store(sink, std::memory_order_release);
     }
     // A delivery that loaded the old sink runs under a drain lock: wait those out.
-    wait_for_deliveries();
+    wait_for_drains();
   }
 
-  void wait_for_deliveries() override {
-    // Every delivery runs under its link's drain lock (ShmLink::drain's FencedDeliveries).
+  // Returns once the deliveries in progress on other threads have ended: every delivery runs
+  // under its link's drain lock (ShmLink::drain's FencedDeliveries).
+  void wait_for_drains() {
     std::vector<std::shared_ptr<ShmLink>> all;
     {
       std::lock_guard lock(links_mutex_);
@@ -107,12 +108,12 @@ class ShmTransport final : public Transport, public LinkOwner {
   }
 
   FrameSink* sink() override { return sink_.load(std::memory_order_acquire); }
-  // defers_acks() and progress() are in shm_transport.cpp, beside the thread-local flag that
-  // one sets and the other reads.
-  bool defers_acks() const override;
+  // draining_in_progress() and progress() are in shm_transport.cpp, beside the thread-local
+  // flag that one sets and the other reads.
+  bool draining_in_progress() const override;
   uint64_t program_polls() const override { return program_polls_.count(); }
-  // Release: a flush_deferred that takes the flag down sees the link's has_deferred().
-  void on_deferred_ack() override { deferred_.store(true, std::memory_order_release); }
+  // Release: a send_held_answers that takes the flag down sees the link's holds_answers().
+  void on_answers_held() override { answers_held_.store(true, std::memory_order_release); }
   bool find_shared(const void* addr, size_t len, SharedPiece* out) const override {
     return shared_ranges_.find(addr, len, out);
   }
@@ -133,15 +134,15 @@ class ShmTransport final : public Transport, public LinkOwner {
     for (const auto& link : links) link->forget_object(object);
   }
 
-  // Writes the links' deferred ACKs (all, or those older than poll `polls`).
-  void flush_deferred(uint64_t polls, bool always) {
-    if (!deferred_.exchange(false, std::memory_order_acq_rel)) return;
+  // Writes the links' held ACKs (all, or those older than poll `polls`).
+  void send_held_answers(uint64_t polls, bool always) {
+    if (!answers_held_.exchange(false, std::memory_order_acq_rel)) return;
     const size_t n = active_count_.load(std::memory_order_acquire);
     for (size_t i = 0; i < n; ++i) {
       ShmLink* link = active_[i].load(std::memory_order_acquire);
-      if (!link->has_deferred()) continue;
-      link->flush_deferred(polls, always);
-      if (link->has_deferred()) deferred_.store(true, std::memory_order_relaxed);
+      if (!link->holds_answers()) continue;
+      link->send_held(polls, always);
+      if (link->holds_answers()) answers_held_.store(true, std::memory_order_relaxed);
     }
   }
 
@@ -167,23 +168,18 @@ class ShmTransport final : public Transport, public LinkOwner {
     if (active_count_.load(std::memory_order_relaxed) != 0) base::cpu_relax();
   }
 
-  void release_payloads() override { quiesce(); }  // quiesce copies, never waits
-
-  void flush_held() override {
-    if (deferred_.load(std::memory_order_relaxed)) flush_deferred(0, true);
-  }
-
-  void program_waits() override {
-    flush_held();
-    // With the receiver thread's store of receiver_napping_ and load of program_waits_, a
-    // Dekker pair: either it sees the flag and does not nap, or we see it nap and wake it.
-    program_waits_.store(true, std::memory_order_seq_cst);
+  void send_held() override {
+    if (answers_held_.load(std::memory_order_relaxed)) send_held_answers(0, true);
+    // The receiver thread stops leaving the rings to the program's polls. With its store of
+    // receiver_napping_ and load of polls_paused_, a Dekker pair: either it sees the flag and
+    // does not nap, or we see it nap and wake it.
+    polls_paused_.store(true, std::memory_order_seq_cst);
     if (!receiver_napping_.load(std::memory_order_seq_cst)) return;
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(doorbell_fd_, &one, sizeof one);
   }
 
-  void quiesce() override {
+  void release_payloads(Release /*how: both copy, never wait*/) override {
     // Frames held back for ring space may reference caller memory (large payloads): copied
     // now. Frames already in a ring carry their payload, or its address for the peer to read
     // with process_vm_readv once (the engine keeps the WQE until the peer answers).
@@ -356,8 +352,9 @@ class ShmTransport final : public Transport, public LinkOwner {
     return true;
   }
 
-  // *contended (when given) is set if another thread was draining a link.
-  void deliver_arrived() override {
+  void finish_deliveries() override {
+    // Links down or released still fence a delivery that began before (wait_for_drains).
+    wait_for_drains();
     const size_t n = active_count_.load(std::memory_order_acquire);
     for (size_t i = 0; i < n; ++i) {
       ShmLink* link = active_[i].load(std::memory_order_acquire);
@@ -409,9 +406,9 @@ class ShmTransport final : public Transport, public LinkOwner {
   // Approximate counts (concurrent pollers may lose some): only their change matters.
   transports::ProgramPolls program_polls_;       // Transport::progress calls
   transports::ProgramPolls program_deliveries_;  // ... that delivered frames
-  std::atomic<bool> deferred_{false};            // some link may defer ACKs
+  std::atomic<bool> answers_held_{false};        // some link may hold ACKs
   std::atomic<bool> receiver_napping_{false};    // the receiver thread naps beside a program
-  std::atomic<bool> program_waits_{false};       // ... which then armed a CQ (program_waits)
+  std::atomic<bool> polls_paused_{false};        // ... and the engine said it stops (send_held)
   std::atomic<bool> stopping_{false};
   std::thread receiver_;
 };

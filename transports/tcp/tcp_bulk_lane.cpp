@@ -153,10 +153,11 @@ void TcpLink::on_lane_ok(const error_code& ec) {
   tcp_wire::encode_lane(lane_token_, lane);
   iovec parts[2];
   size_t n = 0;
-  if (corked_len_ != 0) parts[n++] = iovec{corked_, corked_len_};
+  const size_t held_len = encode_held_locked();
+  if (held_len != 0) parts[n++] = iovec{held_wire_, held_len};
   parts[n++] = iovec{lane, sizeof lane};
-  const int error = write_or_queue_locked(parts, n, n, corked_len_ + sizeof lane);
-  uncork_locked();
+  const int error = write_or_queue_locked(parts, n, n, held_len + sizeof lane);
+  held_.clear();
   if (error != 0) {
     fail_from_any_thread(error);
     return;

@@ -157,7 +157,7 @@ void TcpLink::close(bool report) {
     backlog_.store(false, std::memory_order_relaxed);
     write_armed_ = false;
     napping_ = false;
-    uncork_locked();
+    held_.clear();
   }
   {
     std::lock_guard lock(rx_mutex_);  // waits for a reader on another thread

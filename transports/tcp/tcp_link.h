@@ -9,7 +9,7 @@
 // TcpLink's member functions are in one file per concern, each file's top comment telling its
 // part in full:
 //   tcp_link.cpp         construction, the opening handshake, shutdown, close, failure reports
-//   tcp_link_send.cpp    send, held-back (corked) ACKs, writing the send queue, GOODBYE
+//   tcp_link_send.cpp    send, held-back ACKs, writing the send queue, GOODBYE
 //   tcp_bulk_lane.cpp    the bulk lane, both sides
 //   tcp_link_naps.cpp    the io thread's watch on the socket and its naps beside a busy program
 //   tcp_link_reader.cpp  reading, receiving in place, parsing and delivering
@@ -30,11 +30,13 @@
 #include <string>
 
 #include "transports/common/engine_interface.h"
+#include "transports/common/held_answers.h"
 #include "transports/common/nap.h"
 #include "transports/common/program_polls.h"
 #include "transports/tcp/tcp_lane_socket.h"
 #include "transports/tcp/tcp_rx_buffer.h"
 #include "transports/tcp/tcp_send_queue.h"
+#include "transports/tcp/tcp_wire.h"
 
 namespace transports::tcp {
 
@@ -69,8 +71,8 @@ class TcpLinkOwner {
   // Any thread: how many times the program has polled the transport so far (a counter that
   // only grows). The io thread compares it between two looks to tell a busy-polling program.
   virtual uint64_t program_polls() const = 0;
-  // Under the link's send lock: the link holds back ACKs now (TcpLink::flush_corked).
-  virtual void on_corked() = 0;
+  // Under the link's send lock: the link holds back ACKs now (TcpLink::send_held).
+  virtual void on_answers_held() = 0;
 };
 
 class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
@@ -116,8 +118,8 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
 
   // Any thread: sends the held-back ACKs if they were held since before the program's previous
   // poll (`polls_now` is TcpLinkOwner::program_polls()), or in any case when `always`.
-  void flush_corked(uint64_t polls_now, bool always);
-  bool has_corked() const { return has_corked_.load(std::memory_order_relaxed); }
+  void send_held(uint64_t polls_now, bool always);
+  bool holds_answers() const { return held_.any(); }
   // Any thread: if the io thread naps (leaving this connection to the polling program), it
   // ends the naps and watches the connection again (the program is about to block).
   void wake_from_nap();
@@ -184,7 +186,9 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // the errno of a failed socket (the link is then down; the caller has it closed).
   int write_or_queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part,
                             size_t total, bool datagram = false);
-  void uncork_locked();
+  // Under tx_mutex_: the held ACKs, encoded into held_wire_ for the write that takes them;
+  // its byte count (0: none held). The caller clears held_ once they are written or queued.
+  size_t encode_held_locked();
   void queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part, size_t skip,
                     size_t total, bool datagram = false);
   // Under tx_mutex_: writes what `queue` holds to fd until it is empty or the socket full; a
@@ -293,14 +297,12 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   bool write_armed_ = false;
   std::atomic<bool> backlog_{false};    // a queue is not empty (read without the lock by pump)
   std::atomic<uint32_t> pump_skip_{0};  // polls pump() still skips (one poller at a time)
-  // Held-back ACK frames (encoded), see tcp_link_send.cpp; napping_ mirrors the io thread's nap so
-  // that an ACK is held only while a nap's end is sure to send it.
-  static constexpr size_t kCorkBytes = 16 * 72;  // 16 frame headers
-  uint8_t corked_[kCorkBytes];
-  size_t corked_len_ = 0;
-  uint64_t corked_at_poll_ = 0;
+  // Held-back ACKs, see tcp_link_send.cpp: due after two polls (a poll's later progress rounds
+  // may still send a request they ride with). napping_ mirrors the io thread's nap, so that an
+  // ACK is held only while a nap's end is sure to send it.
+  HeldAnswers held_{2};
+  uint8_t held_wire_[HeldAnswers::kCapacity * tcp_wire::kFrameHeaderBytes];
   bool napping_ = false;
-  std::atomic<bool> has_corked_{false};
 
   // Receiving: rx_[rx_begin_, rx_end_) is received, not yet consumed. rx_open_ turns false
   // once the connection is failing, so that no reader touches the socket any more.

@@ -86,11 +86,11 @@ bool TcpLink::end_naps() {
   {
     std::lock_guard lock(tx_mutex_);
     napping_ = false;
-    if (corked_len_ != 0 && up_.load(std::memory_order_relaxed)) {
-      const iovec part{corked_, corked_len_};
-      error = write_or_queue_locked(&part, 1, 1, corked_len_);
+    if (!held_.empty() && up_.load(std::memory_order_relaxed)) {
+      const iovec part{held_wire_, encode_held_locked()};
+      error = write_or_queue_locked(&part, 1, 1, part.iov_len);
     }
-    uncork_locked();
+    held_.clear();
   }
   if (error != 0) {
     fail_from_any_thread(error);
@@ -117,7 +117,7 @@ void TcpLink::after_nap(const error_code& ec) {
       if (++naps_without_miss_ >= kNapsToForgetMisses) nap_backoff_ = kNapBackoffMin / 2;
       // ACKs held since before the program's previous poll go now: none is late by more
       // than about a nap.
-      flush_corked(polls, false);
+      send_held(polls, false);
       if (nap(busy_nap_.take())) return;
     }
     if (!rechecking_) {

@@ -1,4 +1,4 @@
-// TcpLink's sending side (tcp_link.h): send and GOODBYE, the held-back ("corked") ACKs, and
+// TcpLink's sending side (tcp_link.h): send and GOODBYE, the held-back ACKs, and
 // the send queue's writing (write_or_queue, queue, flush, pump). The bulk lane's part of a
 // split frame is in tcp_bulk_lane.cpp.
 //
@@ -9,11 +9,11 @@
 // So a frame costs one system call and no thread hand-off, and payloads are never staged
 // unless the socket is full.
 //
-// Acknowledgements are held back ("corked") while the io thread naps (tcp_link_naps.cpp): an
-// ACK the program's own poll produced leaves with the next frame to that peer (one system call
-// for both: in a ping-pong the reply carries it), at the program's next-but-one poll, or when
-// the nap ends, whichever comes first; so an ACK is late by at most one nap, and a busy program
-// pays one sendmsg per message instead of two. Behind a small request the ACKs go after it (a
+// ACKs the engine lets wait (kFrameMayHold: made inside a poll) are held back while the io
+// thread naps (tcp_link_naps.cpp), in the link's HeldAnswers: such an ACK leaves with the next
+// frame to that peer (one system call for both: in a ping-pong the reply carries it), at the
+// program's next-but-one poll, or when the nap ends, whichever comes first; so an ACK is late
+// by at most one nap, and a busy program pays one sendmsg per message instead of two. Behind a small request the ACKs go after it (a
 // request needs no order with answers), and a program's poll that delivered a request stops
 // before the answers behind it while the io thread naps (poll(true)): the program gets its
 // completion first, its next poll or the nap's end handles the ACKs.
@@ -77,7 +77,8 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
       iovec parts[kDirectParts];
       iovec lane_parts[kDirectParts];
       size_t n = 0, lane_n = 0;
-      if (corked_len_ != 0) parts[n++] = iovec{corked_, corked_len_};
+      const size_t held_len = encode_held_locked();
+      if (held_len != 0) parts[n++] = iovec{held_wire_, held_len};
       parts[n++] = iovec{head, sizeof head};
       const size_t headers = n;
       size_t main_left = payload - lane_bytes;
@@ -90,51 +91,46 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
         }
         main_left -= here;
       }
-      const size_t main_total = corked_len_ + sizeof head + payload - lane_bytes;
+      const size_t main_total = held_len + sizeof head + payload - lane_bytes;
       error = write_or_queue_locked(parts, n, headers, main_total);
-      uncork_locked();
+      held_.clear();
       if (error == 0) error = lane_write_or_queue_locked(lane_parts, lane_n, lane_bytes);
     } else {
-      tcp_wire::encode_header(header, static_cast<uint32_t>(payload), 0, head);
-      if (header.op == FrameOp::kAck && payload == 0 && napping_ &&
-          corked_len_ + sizeof head <= kCorkBytes) {
-        if (corked_len_ == 0) {
-          corked_at_poll_ = owner_.program_polls();
-          has_corked_.store(true, std::memory_order_relaxed);
-          owner_.on_corked();
-        }
-        std::memcpy(corked_ + corked_len_, head, sizeof head);
-        corked_len_ += sizeof head;
+      if (napping_ && held_.may_hold(header)) {
+        if (held_.empty()) owner_.on_answers_held();
+        held_.hold(header, owner_.program_polls());
         return true;
       }
+      tcp_wire::encode_header(header, static_cast<uint32_t>(payload), 0, head);
+      const size_t held_len = encode_held_locked();
       if (iovcnt + 2 <= kDirectParts) {
         // Held-back ACKs go in the same system call: after a small request (a request needs
         // no order with answers, and the peer's poll then returns the request's completion
         // before it handles the ACKs, see poll()), else first (answers keep their order).
         // Queued, the ACKs behind a payload are copied with it (kCopyLimit).
         const bool acks_after =
-            corked_len_ != 0 && !is_answer(header.op) && payload + corked_len_ <= kCopyLimit;
+            held_len != 0 && !is_answer(header.op) && payload + held_len <= kCopyLimit;
         iovec parts[kDirectParts];
         size_t n = 0;
-        if (corked_len_ != 0 && !acks_after) parts[n++] = iovec{corked_, corked_len_};
+        if (held_len != 0 && !acks_after) parts[n++] = iovec{held_wire_, held_len};
         parts[n++] = iovec{head, sizeof head};
         std::copy(iov, iov + iovcnt, parts + n);
         size_t nparts = n + iovcnt;
-        if (acks_after) parts[nparts++] = iovec{corked_, corked_len_};
-        const size_t total = corked_len_ + sizeof head + payload;
+        if (acks_after) parts[nparts++] = iovec{held_wire_, held_len};
+        const size_t total = held_len + sizeof head + payload;
         error = write_or_queue_locked(parts, nparts, n, total, datagram);
-        uncork_locked();
+        held_.clear();
       } else {
         // More pieces than the engine ever sends: no direct write, queued as is.
         std::vector<iovec> parts;
         parts.reserve(iovcnt + 2);
-        if (corked_len_ != 0) parts.push_back(iovec{corked_, corked_len_});
+        if (held_len != 0) parts.push_back(iovec{held_wire_, held_len});
         parts.push_back(iovec{head, sizeof head});
         const size_t headers = parts.size();
         parts.insert(parts.end(), iov, iov + iovcnt);
-        queue_locked(parts.data(), parts.size(), headers, 0, corked_len_ + sizeof head + payload,
+        queue_locked(parts.data(), parts.size(), headers, 0, held_len + sizeof head + payload,
                      datagram);
-        uncork_locked();
+        held_.clear();
       }
     }
   }
@@ -152,20 +148,25 @@ void TcpLink::say_goodbye() {
     // Held-back ACKs first: the GOODBYE is the last unit.
     iovec parts[2];
     size_t n = 0;
-    if (corked_len_ != 0) parts[n++] = iovec{corked_, corked_len_};
+    const size_t held_len = encode_held_locked();
+    if (held_len != 0) parts[n++] = iovec{held_wire_, held_len};
     parts[n++] = iovec{goodbye, sizeof goodbye};
-    error = write_or_queue_locked(parts, n, n, corked_len_ + sizeof goodbye);
-    uncork_locked();
+    error = write_or_queue_locked(parts, n, n, held_len + sizeof goodbye);
+    held_.clear();
   }
   if (error != 0) fail_from_any_thread(error);
 }
 
-void TcpLink::uncork_locked() {
-  corked_len_ = 0;
-  has_corked_.store(false, std::memory_order_relaxed);
+size_t TcpLink::encode_held_locked() {
+  size_t len = 0;
+  for (const FrameHeader& h : held_) {
+    tcp_wire::encode_header(h, 0, 0, held_wire_ + len);
+    len += kFrameHeaderBytes;
+  }
+  return len;
 }
 
-void TcpLink::flush_corked(uint64_t polls_now, bool always) {
+void TcpLink::send_held(uint64_t polls_now, bool always) {
   int error = 0;
   {
     // Unless asked to, never wait for the lock: its holder is sending (a large payload's
@@ -178,16 +179,16 @@ void TcpLink::flush_corked(uint64_t polls_now, bool always) {
     } else if (!lock.try_lock()) {
       return;
     }
-    if (corked_len_ == 0) return;
+    if (held_.empty()) return;
     // Held within the current poll (its later rounds): the program may be about to send.
-    if (!always && polls_now - corked_at_poll_ < 2) return;
+    if (!always && !held_.due(polls_now)) return;
     if (!up_.load(std::memory_order_relaxed)) {
-      uncork_locked();
+      held_.clear();
       return;
     }
-    const iovec part{corked_, corked_len_};
-    error = write_or_queue_locked(&part, 1, 1, corked_len_);
-    uncork_locked();
+    const iovec part{held_wire_, encode_held_locked()};
+    error = write_or_queue_locked(&part, 1, 1, part.iov_len);
+    held_.clear();
   }
   if (error != 0) fail_from_any_thread(error);
 }

@@ -195,26 +195,27 @@ class TcpTransport : public Transport, public TcpLinkOwner {
       for (int i = 0; i < n; ++i) delivered += static_cast<TcpLink*>(ready[i].data.ptr)->poll();
     }
     for (TcpLink* link : pollable_) link->pump();
-    if (corked_.load(std::memory_order_relaxed)) {
-      corked_.store(false, std::memory_order_relaxed);
+    if (answers_held_.load(std::memory_order_relaxed)) {
+      answers_held_.store(false, std::memory_order_relaxed);
       const uint64_t polls = program_polls_.count();
       for (TcpLink* link : pollable_) {
-        if (!link->has_corked()) continue;
-        link->flush_corked(polls, false);
-        if (link->has_corked()) corked_.store(true, std::memory_order_relaxed);
+        if (!link->holds_answers()) continue;
+        link->send_held(polls, false);
+        if (link->holds_answers()) answers_held_.store(true, std::memory_order_relaxed);
       }
     }
     return delivered;
   }
 
-  void release_payloads() override {
-    std::lock_guard lock(links_mutex_);
-    for (const auto& link : links_) link->own_queued_payloads();
-  }
-
-  void quiesce() override {
-    // Payload references queued before this call: wait until each has been written (or
-    // dropped with its connection). Frames written at send() time hold none.
+  void release_payloads(Release how) override {
+    if (how == Release::kCopy) {
+      std::lock_guard lock(links_mutex_);
+      for (const auto& link : links_) link->own_queued_payloads();
+      return;
+    }
+    // kWait: payload references queued before this call: wait until each has been written (or
+    // dropped with its connection), rather than copy what may be many large payloads. Frames
+    // written at send() time hold none.
     std::vector<std::pair<std::shared_ptr<TcpLink>, TcpLink::References>> pending;
     {
       std::lock_guard lock(links_mutex_);
@@ -368,24 +369,22 @@ class TcpTransport : public Transport, public TcpLinkOwner {
 
   uint64_t program_polls() const override { return program_polls_.count(); }
 
-  void deliver_arrived() override {
+  // No delivery runs in a FencedDeliveries scope here: finishing them is reading what waits.
+  void finish_deliveries() override {
     std::lock_guard lock(pollable_lock_);
     for (TcpLink* link : pollable_) link->read_waiting();
   }
 
-  void program_waits() override {
-    flush_held();
+  void send_held() override {
     std::lock_guard lock(pollable_lock_);
+    if (answers_held_.load(std::memory_order_relaxed)) {
+      answers_held_.store(false, std::memory_order_relaxed);
+      for (TcpLink* link : pollable_) link->send_held(0, true);
+    }
+    // The io thread stops leaving the connections to the program's polls.
     for (TcpLink* link : pollable_) link->wake_from_nap();
   }
-
-  void flush_held() override {
-    if (!corked_.load(std::memory_order_relaxed)) return;
-    std::lock_guard lock(pollable_lock_);
-    corked_.store(false, std::memory_order_relaxed);
-    for (TcpLink* link : pollable_) link->flush_corked(0, true);
-  }
-  void on_corked() override { corked_.store(true, std::memory_order_relaxed); }
+  void on_answers_held() override { answers_held_.store(true, std::memory_order_relaxed); }
 
   void on_down(TcpLink& link) override {
     std::shared_ptr<TcpLink> keep = link.shared_from_this();
@@ -539,7 +538,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
   std::atomic<FrameSink*> sink_{nullptr};
   std::atomic<int> delivering_{0};
   transports::ProgramPolls program_polls_;  // progress() calls that got the poll lock
-  std::atomic<bool> corked_{false};         // some link may hold back ACKs
+  std::atomic<bool> answers_held_{false};   // some link may hold back ACKs
 };
 
 }  // namespace

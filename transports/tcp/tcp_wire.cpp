@@ -148,7 +148,7 @@ void encode_header(const FrameHeader& h, uint32_t payload_len, uint32_t lane_byt
   put32(out + kOffMagic, kFrameMagic);
   out[kOffVersion] = kVersion;
   out[kOffOp] = static_cast<uint8_t>(h.op);
-  out[kOffFlags] = h.flags;
+  out[kOffFlags] = h.flags & static_cast<uint8_t>(~kFrameMayHold);  // a permission to us only
   out[kOffNak] = static_cast<uint8_t>(h.nak);
   out[kOffRnrTimer] = h.rnr_timer;
   out[kOffReserved1] = out[kOffReserved1 + 1] = out[kOffReserved1 + 2] = 0;
