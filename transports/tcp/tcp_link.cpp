@@ -28,7 +28,6 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
       dialed_(expected_peer != nullptr),
       local_(local),
       nap_timer_(io),
-      busy_nap_(kBusyProgramNapMin, kBusyProgramNapMax),
       rx_(kRxInitial) {
   if (expected_peer != nullptr) peer_ = *expected_peer;
   error_code ec;

@@ -14,8 +14,9 @@
 //   tcp_link_naps.cpp    the io thread's watch on the socket and its naps beside a busy program
 //   tcp_link_reader.cpp  reading, receiving in place, parsing and delivering
 //   tcp_link_internal.h  constants and helpers those files share
-// and the receive buffer and a lane's descriptor are classes of their own (tcp_rx_buffer.h,
-// tcp_lane_socket.h).
+// and these parts are classes of their own, members of TcpLink: the send queue (tcp_send_queue.h),
+// the receive buffer (tcp_rx_buffer.h), a lane's descriptor (tcp_lane_socket.h) and the decision
+// when the io thread naps (TcpNapPolicy, tcp_nap_policy.h).
 #pragma once
 
 #include <atomic>
@@ -31,9 +32,8 @@
 
 #include "transports/common/engine_interface.h"
 #include "transports/common/held_answers.h"
-#include "transports/common/nap.h"
-#include "transports/common/program_polls.h"
 #include "transports/tcp/tcp_lane_socket.h"
+#include "transports/tcp/tcp_nap_policy.h"
 #include "transports/tcp/tcp_rx_buffer.h"
 #include "transports/tcp/tcp_send_queue.h"
 #include "transports/tcp/tcp_wire.h"
@@ -276,19 +276,12 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::atomic<int> state_{kHandshake};
   bool closed_ = false;                  // io thread
   boost::asio::steady_timer nap_timer_;  // io thread
-  transports::CountWatch polls_seen_;    // io thread: TcpLinkOwner::program_polls()
-  // io thread: naps are off until no_nap_until_ after a nap let a frame wait (tcp_link_naps.cpp).
-  std::chrono::steady_clock::time_point no_nap_until_{};
-  std::chrono::milliseconds nap_backoff_{8};
-  // io thread: the naps beside a polling program (tcp_link_naps.cpp).
-  transports::DoublingNap<std::chrono::microseconds> busy_nap_;
-  uint32_t naps_without_miss_ = 0;
-  bool rechecking_ = false;  // this nap is the short second look at waiting bytes
-  bool released_ = false;    // napping: socket_ has released fd_ from the reactor
-  // Frames the program's polls delivered from this connection (poll()), and the io thread's
-  // copy at its last look.
+  // io thread: when to nap beside a polling program, and how long (tcp_link_naps.cpp).
+  TcpNapPolicy nap_policy_;
+  bool released_ = false;  // napping: socket_ has released fd_ from the reactor
+  // Frames the program's polls delivered from this connection (poll()); the io thread's copy
+  // at its last look is nap_policy_'s.
   std::atomic<uint64_t> program_frames_{0};
-  transports::CountWatch frames_seen_;  // io thread: program_frames_ at its last look
 
   // Sending. write_armed_: the io thread owns the queue's draining (set whenever the queue
   // is not empty).
