@@ -45,7 +45,7 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
 TcpLink::~TcpLink() {
   if (released_) ::close(fd_);  // napping when the transport went: the descriptor is ours
   lane_rx_.close();
-  lane_tx_.close();
+  lane_sender_.close_descriptor();
 }
 
 void TcpLink::start() {
@@ -152,7 +152,7 @@ void TcpLink::close(bool report) {
     std::lock_guard lock(tx_mutex_);
     up_.store(false, std::memory_order_release);
     queue_.clear();  // no caller memory is referenced from here on
-    close_lane_tx_locked();
+    lane_sender_.close_locked();
     backlog_.store(false, std::memory_order_relaxed);
     write_armed_ = false;
     napping_ = false;

@@ -15,8 +15,9 @@
 //   tcp_link_reader.cpp  reading, receiving in place, parsing and delivering
 //   tcp_link_internal.h  constants and helpers those files share
 // and these parts are classes of their own, members of TcpLink: the send queue (tcp_send_queue.h),
-// the receive buffer (tcp_rx_buffer.h), a lane's descriptor (tcp_lane_socket.h) and the decision
-// when the io thread naps (TcpNapPolicy, tcp_nap_policy.h).
+// the receive buffer (tcp_rx_buffer.h), a lane's descriptor (tcp_lane_socket.h), the bulk lane's
+// sending side (TcpBulkLaneSender, tcp_bulk_lane.h) and the decision when the io thread naps
+// (TcpNapPolicy, tcp_nap_policy.h).
 #pragma once
 
 #include <atomic>
@@ -32,6 +33,7 @@
 
 #include "transports/common/engine_interface.h"
 #include "transports/common/held_answers.h"
+#include "transports/tcp/tcp_bulk_lane.h"
 #include "transports/tcp/tcp_lane_socket.h"
 #include "transports/tcp/tcp_nap_policy.h"
 #include "transports/tcp/tcp_rx_buffer.h"
@@ -241,7 +243,6 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   void lane_flush();
   // io thread: the lane's LANE_OK arrived (or failed): announce the lane, or give it up.
   void on_lane_ok(const boost::system::error_code& ec);
-  void close_lane_tx_locked();
   // io thread: waits for the lane while a split frame waits for its lane part (and the io
   // thread is awake); reads what came before the wait.
   void wait_lane_if_needed();
@@ -340,18 +341,9 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::atomic<bool> lane_watch_requested_{false};
   std::atomic<bool> io_napping_{false};  // mirrors released_ for other threads
 
-  // Bulk lane, sending side (under tx_mutex_, the socket itself on the io thread). Once the
-  // lane is open its descriptor is in the reactor only while the io thread waits for room
-  // (lane_flush), for the reason given at lane_rx_: registered for good, each time the
-  // peer's reading freed room woke the sender's io thread (about 1,800 times a second).
-  enum LaneState : int { kLaneNone, kLaneOpening, kLaneReady, kLaneFailed };
-  int lane_state_ = kLaneNone;
-  uint64_t lane_token_ = 0;
-  int lane_tx_fd_ = -1;    // writers' copy, -1 once closed
-  TcpLaneSocket lane_tx_;  // io thread: the lane's descriptor
-  TcpSendQueue lane_queue_;
-  bool lane_write_armed_ = false;
-  uint8_t lane_ok_[8] = {};  // tcp_wire::kLaneOkBytes
+  // Bulk lane, sending side (under tx_mutex_, the socket itself on the io thread; its
+  // descriptor in the reactor only while the io thread waits for room: tcp_bulk_lane.h).
+  TcpBulkLaneSender lane_sender_;
 };
 
 }  // namespace transports::tcp

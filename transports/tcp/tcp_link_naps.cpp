@@ -128,7 +128,7 @@ void TcpLink::watch_again() {
   {
     std::lock_guard lock(tx_mutex_);
     main_left = write_armed_;
-    lane_left = lane_write_armed_;
+    lane_left = lane_sender_.flush_armed_locked();
   }
   if (main_left) flush();
   if (lane_left) lane_flush();
