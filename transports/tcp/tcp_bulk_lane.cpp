@@ -1,7 +1,8 @@
 // TcpLink's bulk lane (tcp_link.h), both sides: the sender dials it, announces it and writes
 // the lane part of split frames (the lane's sending state, descriptor and queue:
 // TcpBulkLaneSender, tcp_bulk_lane.h); the receiver attaches it and has the io thread watch it
-// while a split frame waits for its lane part. Reading the lane part itself is the reader's
+// while a split frame waits for its lane part (the lane's receiving state and descriptor:
+// TcpBulkLaneReceiver, tcp_bulk_lane.h). Reading the lane part itself is the reader's
 // (tcp_link_reader.cpp, place_locked).
 //
 // Bulk lane: a large payload (kStripeMin, tcp_link_send.cpp) is split in two, its first part
@@ -188,17 +189,15 @@ bool TcpLink::lane_ready() {
 }
 
 bool TcpLink::attach_lane(int fd, uint64_t token) {
-  if (closed_ || !ready() || lane_rx_.fd() >= 0) return false;
+  if (closed_ || !ready() || lane_receiver_.holds_descriptor()) return false;
   uint8_t ok[tcp_wire::kLaneOkBytes];
   tcp_wire::encode_lane_ok(ok);
   {
     std::lock_guard lock(rx_mutex_);
     if (!rx_open_) return false;  // the caller closes fd
-    lane_rx_fd_ = fd;
-    lane_rx_token_ = token;
+    lane_receiver_.attach_locked(fd, token);
   }
-  lane_rx_attached_.store(true, std::memory_order_relaxed);
-  lane_rx_.hold(io_, fd);
+  lane_receiver_.hold(io_, fd);
   // The connection carries bulk payloads from now on (tcp_options.h): set before the answer,
   // so that no byte of the first large frame, nor its delivery, comes before it.
   use_bulk_congestion_control(fd);
@@ -214,13 +213,12 @@ void TcpLink::watch_lane_from_any_thread() {
   // A split frame left waiting for its lane part by a program thread: unless the io thread
   // naps (the program then keeps polling, and reads the lane itself), it must watch the lane,
   // or the frame would wait for the program's next poll.
-  if (!lane_pending_.load(std::memory_order_acquire) ||
-      io_napping_.load(std::memory_order_acquire) ||
-      lane_watch_requested_.exchange(true, std::memory_order_acq_rel)) {
+  if (!lane_receiver_.part_pending() || io_napping_.load(std::memory_order_acquire) ||
+      !lane_receiver_.request_watch()) {
     return;
   }
   asio::post(io_, [self = shared_from_this()] {
-    self->lane_watch_requested_.store(false, std::memory_order_release);
+    self->lane_receiver_.watch_request_served();
     self->wait_lane_if_needed();
   });
 }
@@ -229,26 +227,21 @@ void TcpLink::wait_lane_if_needed() {
   // The io thread waits on the lane only while a split frame waits for its lane part and the
   // io thread is awake (napping, it leaves reading to the polling program, which reads the
   // lane too): a lane watched always would wake it for every arrival.
-  if (closed_ || lane_rx_.fd() < 0 || lane_wait_armed_ || released_ ||
-      !lane_pending_.load(std::memory_order_acquire)) {
+  if (closed_ || !lane_receiver_.holds_descriptor() || lane_receiver_.waited_on() || released_ ||
+      !lane_receiver_.part_pending()) {
     return;
   }
   // Into the reactor for this one wait only (TcpLaneSocket).
   error_code ec;
-  lane_rx_.enter(ec);
+  lane_receiver_.wait_readable(ec, [self = shared_from_this()](const error_code& ec) {
+    if (ec || self->closed_) return;
+    if (self->read_as_io_thread() < 0) return;
+    self->wait_lane_if_needed();
+  });
   if (ec) {
     spdlog::warn("tcp: connection with {}: cannot watch its bulk lane: {}", remote_, ec.message());
     return;  // the program's polls still read it
   }
-  lane_wait_armed_ = true;
-  lane_rx_.socket().async_wait(asio::ip::tcp::socket::wait_read,
-                               [self = shared_from_this()](const error_code& ec) {
-                                 self->lane_wait_armed_ = false;
-                                 self->lane_rx_.leave();
-                                 if (ec || self->closed_) return;
-                                 if (self->read_as_io_thread() < 0) return;
-                                 self->wait_lane_if_needed();
-                               });
   // Arm, then read (edge-triggered, as in after_nap): bytes that came before the arm.
   read_as_io_thread();
 }

@@ -44,7 +44,7 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
 
 TcpLink::~TcpLink() {
   if (released_) ::close(fd_);  // napping when the transport went: the descriptor is ours
-  lane_rx_.close();
+  lane_receiver_.close();
   lane_sender_.close_descriptor();
 }
 
@@ -161,9 +161,9 @@ void TcpLink::close(bool report) {
   {
     std::lock_guard lock(rx_mutex_);  // waits for a reader on another thread
     rx_open_ = false;
-    lane_rx_fd_ = -1;
+    lane_receiver_.detach_locked();
   }
-  lane_rx_.close();
+  lane_receiver_.close();
   int expected = kHandshake;
   state_.compare_exchange_strong(expected, kFailed, std::memory_order_acq_rel);
   nap_timer_.cancel();

@@ -15,9 +15,9 @@
 //   tcp_link_reader.cpp  reading, receiving in place, parsing and delivering
 //   tcp_link_internal.h  constants and helpers those files share
 // and these parts are classes of their own, members of TcpLink: the send queue (tcp_send_queue.h),
-// the receive buffer (tcp_rx_buffer.h), a lane's descriptor (tcp_lane_socket.h), the bulk lane's
-// sending side (TcpBulkLaneSender, tcp_bulk_lane.h) and the decision when the io thread naps
-// (TcpNapPolicy, tcp_nap_policy.h).
+// the receive buffer (tcp_rx_buffer.h), the bulk lane's two sides (TcpBulkLaneSender,
+// TcpBulkLaneReceiver: tcp_bulk_lane.h; each holds its descriptor, tcp_lane_socket.h) and the
+// decision when the io thread naps (TcpNapPolicy, tcp_nap_policy.h).
 #pragma once
 
 #include <atomic>
@@ -34,7 +34,6 @@
 #include "transports/common/engine_interface.h"
 #include "transports/common/held_answers.h"
 #include "transports/tcp/tcp_bulk_lane.h"
-#include "transports/tcp/tcp_lane_socket.h"
 #include "transports/tcp/tcp_nap_policy.h"
 #include "transports/tcp/tcp_rx_buffer.h"
 #include "transports/tcp/tcp_send_queue.h"
@@ -134,7 +133,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // Any thread: large frames are split over the bulk lane from now on.
   bool lane_ready();
   // Any thread: the peer's bulk lane to us is attached (large frames arrive in two parts).
-  bool receives_on_lane() const { return lane_rx_attached_.load(std::memory_order_relaxed); }
+  bool receives_on_lane() const { return lane_receiver_.attached(); }
 
   // Any thread: the references to caller memory queued so far (on the connection and on its
   // lane), and whether every one of them has been written (or dropped with the connection).
@@ -325,20 +324,9 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::unique_ptr<TcpRxBuffer> split_buf_;
   std::unique_ptr<uint8_t[]> discard_;  // sink for a payload whose region went away
 
-  // Bulk lane, receiving side: the peer's lane attached (lane_rx_fd_, under rx_mutex_; the
-  // descriptor itself on the io thread, lane_rx_), and whether the peer announced it
-  // (LANE). lane_rx_ is in the reactor only while the io thread waits on it
-  // (wait_lane_if_needed): a descriptor in the reactor's edge-triggered epoll set wakes the io
-  // thread at every arrival, waited on or not, and a 1 MiB stream took the receiving core
-  // about 7,000 times a second.
-  TcpLaneSocket lane_rx_;
-  std::atomic<bool> lane_rx_attached_{false};  // a lane is attached (read by pollers)
-  int lane_rx_fd_ = -1;
-  uint64_t lane_rx_token_ = 0;
-  bool lane_announced_ = false;
-  std::atomic<bool> lane_pending_{false};  // a split frame waits for its lane part
-  bool lane_wait_armed_ = false;           // io thread
-  std::atomic<bool> lane_watch_requested_{false};
+  // Bulk lane, receiving side (under rx_mutex_, the descriptor on the io thread; in the reactor
+  // only while the io thread waits on it: tcp_bulk_lane.h).
+  TcpBulkLaneReceiver lane_receiver_;
   std::atomic<bool> io_napping_{false};  // mirrors released_ for other threads
 
   // Bulk lane, sending side (under tx_mutex_, the socket itself on the io thread; its
