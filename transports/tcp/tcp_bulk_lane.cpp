@@ -1,6 +1,8 @@
 // TcpLink's bulk lane (tcp_link.h), both sides: the sender dials it, announces it and writes
-// the lane part of split frames; the receiver attaches it and has the io thread watch it while
-// a split frame waits for its lane part. Reading the lane part itself is the reader's
+// the lane part of split frames (the lane's sending state, descriptor and queue:
+// TcpBulkLaneSender, tcp_bulk_lane.h); the receiver attaches it and has the io thread watch it
+// while a split frame waits for its lane part (the lane's receiving state and descriptor:
+// TcpBulkLaneReceiver, tcp_bulk_lane.h). Reading the lane part itself is the reader's
 // (tcp_link_reader.cpp, place_locked).
 //
 // Bulk lane: a large payload (kStripeMin, tcp_link_send.cpp) is split in two, its first part
@@ -11,6 +13,8 @@
 // using it; the receiver reads both parts, each straight into the target when the engine
 // accepts it (direct_target), and delivers the frame once both are in. docs/wire.md, "TCP bulk
 // lane".
+#include "transports/tcp/tcp_bulk_lane.h"
+
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -30,15 +34,21 @@
 
 namespace transports::tcp {
 
-int TcpLink::lane_write_or_queue_locked(const iovec* parts, size_t nparts, size_t total) {
+void TcpBulkLaneSender::encode_hello_locked(const Gid& local,
+                                            uint8_t (&hello)[tcp_wire::kLaneHelloBytes]) {
+  token_ = (uint64_t{static_cast<uint32_t>(std::random_device{}())} << 32) |
+           static_cast<uint32_t>(std::random_device{}());
+  tcp_wire::encode_lane_hello(local, token_, hello);
+}
+
+TcpBulkLaneSender::Written TcpBulkLaneSender::write_or_queue_locked(const iovec* parts,
+                                                                    size_t nparts, size_t total,
+                                                                    const void* sync_key) {
   size_t written = 0;
-  if (lane_queue_.empty()) {
-    const ssize_t n = send_gathered(lane_tx_fd_, parts, nparts, tsan_key_);
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-      up_.store(false, std::memory_order_release);
-      return errno;
-    }
-    if (n == static_cast<ssize_t>(total)) return 0;
+  if (queue_.empty()) {
+    const ssize_t n = send_gathered(fd_, parts, nparts, sync_key);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return Written{errno, false, false};
+    if (n == static_cast<ssize_t>(total)) return Written{};
     written = n < 0 ? 0 : static_cast<size_t>(n);
   }
   // Lane parts are large (kStripeMin / 2 and more): written from the caller's memory.
@@ -48,13 +58,27 @@ int TcpLink::lane_write_or_queue_locked(const iovec* parts, size_t nparts, size_
     size_t len = parts[i].iov_len;
     const size_t drop = std::min(skip, len);
     skip -= drop;
-    if (len - drop != 0) lane_queue_.append_reference(base + drop, len - drop);
+    if (len - drop != 0) queue_.append_reference(base + drop, len - drop);
   }
+  Written result;
+  result.queued = true;
+  if (!flush_armed_) {
+    flush_armed_ = true;
+    result.flush_to_arm = true;
+  }
+  return result;
+}
+
+int TcpLink::lane_write_or_queue_locked(const iovec* parts, size_t nparts, size_t total) {
+  const TcpBulkLaneSender::Written w =
+      lane_sender_.write_or_queue_locked(parts, nparts, total, tsan_key_);
+  if (w.error != 0) {
+    up_.store(false, std::memory_order_release);
+    return w.error;
+  }
+  if (!w.queued) return 0;
   backlog_.store(true, std::memory_order_relaxed);
-  if (!lane_write_armed_) {
-    lane_write_armed_ = true;
-    asio::post(io_, [self = shared_from_this()] { self->lane_flush(); });
-  }
+  if (w.flush_to_arm) asio::post(io_, [self = shared_from_this()] { self->lane_flush(); });
   return 0;
 }
 
@@ -62,24 +86,21 @@ void TcpLink::lane_flush() {
   if (closed_) return;
   std::unique_lock lock(tx_mutex_);
   int err = 0;
-  const Drained d = write_queued_locked(lane_tx_fd_, lane_queue_, &err);
+  const Drained d =
+      write_queued_locked(lane_sender_.fd_locked(), lane_sender_.send_queue_locked(), &err);
   if (d == Drained::kFull) {
     lock.unlock();
-    if (released_) return;              // left to the program's polls, as in flush()
-    if (lane_tx_.in_reactor()) return;  // a wait armed already flushes when room appears
+    if (released_) return;                      // left to the program's polls, as in flush()
+    if (lane_sender_.waits_for_room()) return;  // a wait armed already flushes when room appears
     error_code ec;
-    lane_tx_.enter(ec);
+    lane_sender_.wait_for_room(ec, [self = shared_from_this()](const error_code& ec) {
+      if (!ec) self->lane_flush();
+    });
     if (ec) {
       spdlog::warn("tcp: sending to {} on its bulk lane: cannot wait for room: {}", remote_,
                    ec.message());
       close(true);
-      return;
     }
-    lane_tx_.socket().async_wait(asio::ip::tcp::socket::wait_write,
-                                 [self = shared_from_this()](const error_code& ec) {
-                                   self->lane_tx_.leave();
-                                   if (!ec) self->lane_flush();
-                                 });
     return;
   }
   if (d == Drained::kFailed) {
@@ -87,16 +108,15 @@ void TcpLink::lane_flush() {
     close_after_send_failed(err);
     return;
   }
-  lane_write_armed_ = false;
   if (queue_.empty()) backlog_.store(false, std::memory_order_relaxed);
-  lane_queue_.trim();
+  lane_sender_.drained_locked();
 }
 
 void TcpLink::lane_dialed(int fd) {
   if (fd < 0 || closed_) {
     if (fd >= 0) ::close(fd);
     std::lock_guard lock(tx_mutex_);
-    lane_state_ = kLaneFailed;  // large frames go whole on this connection
+    lane_sender_.give_up_locked();  // large frames go whole on this connection
     return;
   }
   // The connection carries bulk payloads from now on (tcp_options.h); the lane has had the
@@ -105,16 +125,14 @@ void TcpLink::lane_dialed(int fd) {
   uint8_t hello[tcp_wire::kLaneHelloBytes];
   {
     std::lock_guard lock(tx_mutex_);
-    lane_token_ = (uint64_t{static_cast<uint32_t>(std::random_device{}())} << 32) |
-                  static_cast<uint32_t>(std::random_device{}());
-    tcp_wire::encode_lane_hello(local_, lane_token_, hello);
+    lane_sender_.encode_hello_locked(local_, hello);
   }
   error_code ec;
-  lane_tx_.assign(io_, fd, ec);
+  lane_sender_.take_dialed(io_, fd, ec);
   if (ec) {
     ::close(fd);
     std::lock_guard lock(tx_mutex_);
-    lane_state_ = kLaneFailed;
+    lane_sender_.give_up_locked();
     return;
   }
   // A fresh connection's send buffer takes 32 bytes at once.
@@ -123,34 +141,33 @@ void TcpLink::lane_dialed(int fd) {
     on_lane_ok(asio::error::broken_pipe);
     return;
   }
-  asio::async_read(
-      lane_tx_.socket(), asio::buffer(lane_ok_),
+  lane_sender_.read_ok(
       [self = shared_from_this()](const error_code& e, size_t) { self->on_lane_ok(e); });
 }
 
 void TcpLink::on_lane_ok(const error_code& ec) {
   if (closed_) return;
   std::lock_guard lock(tx_mutex_);
-  if (ec || tcp_wire::decode_lane_ok(lane_ok_) != nullptr) {
+  if (ec || !lane_sender_.ok_is_valid()) {
     spdlog::debug("tcp: no bulk lane to {}: {}", remote_,
                   ec ? ec.message() : std::string("bad LANE_OK"));
-    close_lane_tx_locked();
-    lane_state_ = kLaneFailed;
+    lane_sender_.close_locked();
+    lane_sender_.give_up_locked();
     return;
   }
   if (!up_.load(std::memory_order_relaxed)) return;
-  // Out of the reactor until a wait for room needs it (lane_tx_).
+  // Out of the reactor until a wait for room needs it (TcpBulkLaneSender).
   error_code released;
-  lane_tx_.release(released);
+  lane_sender_.leave_reactor(released);
   if (released) {
-    close_lane_tx_locked();
-    lane_state_ = kLaneFailed;
+    lane_sender_.close_locked();
+    lane_sender_.give_up_locked();
     return;
   }
   // LANE goes on the connection before the first split frame (the peer checks it names the
   // lane it attached); from here on large frames are split.
   uint8_t lane[tcp_wire::kLaneBytes];
-  tcp_wire::encode_lane(lane_token_, lane);
+  lane_sender_.encode_announcement_locked(lane);
   iovec parts[2];
   size_t n = 0;
   const size_t held_len = encode_held_locked();
@@ -162,35 +179,25 @@ void TcpLink::on_lane_ok(const error_code& ec) {
     fail_from_any_thread(error);
     return;
   }
-  lane_tx_fd_ = lane_tx_.fd();
-  lane_state_ = kLaneReady;
+  lane_sender_.announced_locked();
   spdlog::debug("tcp: bulk lane to {} open", remote_);
 }
 
 bool TcpLink::lane_ready() {
   std::lock_guard lock(tx_mutex_);
-  return lane_state_ == kLaneReady && up_.load(std::memory_order_relaxed);
-}
-
-void TcpLink::close_lane_tx_locked() {
-  lane_queue_.clear();
-  lane_write_armed_ = false;
-  lane_tx_fd_ = -1;
-  lane_tx_.close();
+  return lane_sender_.ready_locked() && up_.load(std::memory_order_relaxed);
 }
 
 bool TcpLink::attach_lane(int fd, uint64_t token) {
-  if (closed_ || !ready() || lane_rx_.fd() >= 0) return false;
+  if (closed_ || !ready() || lane_receiver_.holds_descriptor()) return false;
   uint8_t ok[tcp_wire::kLaneOkBytes];
   tcp_wire::encode_lane_ok(ok);
   {
     std::lock_guard lock(rx_mutex_);
     if (!rx_open_) return false;  // the caller closes fd
-    lane_rx_fd_ = fd;
-    lane_rx_token_ = token;
+    lane_receiver_.attach_locked(fd, token);
   }
-  lane_rx_attached_.store(true, std::memory_order_relaxed);
-  lane_rx_.hold(io_, fd);
+  lane_receiver_.hold(io_, fd);
   // The connection carries bulk payloads from now on (tcp_options.h): set before the answer,
   // so that no byte of the first large frame, nor its delivery, comes before it.
   use_bulk_congestion_control(fd);
@@ -206,13 +213,12 @@ void TcpLink::watch_lane_from_any_thread() {
   // A split frame left waiting for its lane part by a program thread: unless the io thread
   // naps (the program then keeps polling, and reads the lane itself), it must watch the lane,
   // or the frame would wait for the program's next poll.
-  if (!lane_pending_.load(std::memory_order_acquire) ||
-      io_napping_.load(std::memory_order_acquire) ||
-      lane_watch_requested_.exchange(true, std::memory_order_acq_rel)) {
+  if (!lane_receiver_.part_pending() || io_napping_.load(std::memory_order_acquire) ||
+      !lane_receiver_.request_watch()) {
     return;
   }
   asio::post(io_, [self = shared_from_this()] {
-    self->lane_watch_requested_.store(false, std::memory_order_release);
+    self->lane_receiver_.watch_request_served();
     self->wait_lane_if_needed();
   });
 }
@@ -221,26 +227,21 @@ void TcpLink::wait_lane_if_needed() {
   // The io thread waits on the lane only while a split frame waits for its lane part and the
   // io thread is awake (napping, it leaves reading to the polling program, which reads the
   // lane too): a lane watched always would wake it for every arrival.
-  if (closed_ || lane_rx_.fd() < 0 || lane_wait_armed_ || released_ ||
-      !lane_pending_.load(std::memory_order_acquire)) {
+  if (closed_ || !lane_receiver_.holds_descriptor() || lane_receiver_.waited_on() || released_ ||
+      !lane_receiver_.part_pending()) {
     return;
   }
   // Into the reactor for this one wait only (TcpLaneSocket).
   error_code ec;
-  lane_rx_.enter(ec);
+  lane_receiver_.wait_readable(ec, [self = shared_from_this()](const error_code& ec) {
+    if (ec || self->closed_) return;
+    if (self->read_as_io_thread() < 0) return;
+    self->wait_lane_if_needed();
+  });
   if (ec) {
     spdlog::warn("tcp: connection with {}: cannot watch its bulk lane: {}", remote_, ec.message());
     return;  // the program's polls still read it
   }
-  lane_wait_armed_ = true;
-  lane_rx_.socket().async_wait(asio::ip::tcp::socket::wait_read,
-                               [self = shared_from_this()](const error_code& ec) {
-                                 self->lane_wait_armed_ = false;
-                                 self->lane_rx_.leave();
-                                 if (ec || self->closed_) return;
-                                 if (self->read_as_io_thread() < 0) return;
-                                 self->wait_lane_if_needed();
-                               });
   // Arm, then read (edge-triggered, as in after_nap): bytes that came before the arm.
   read_as_io_thread();
 }

@@ -1,8 +1,8 @@
-// A bulk lane's descriptor (TcpLink's, tcp_bulk_lane.cpp), on the io thread only. It is in the
-// reactor (its socket object open) only while the io thread waits on it: a descriptor in the
-// reactor's edge-triggered epoll set wakes the io thread at every arrival and every freed room,
-// waited on or not (tcp_link.h, at TcpLink's lane members, tells how often that was). The rest
-// of the time it is held as a plain descriptor.
+// A bulk lane's descriptor (TcpBulkLaneSender's and TcpBulkLaneReceiver's, tcp_bulk_lane.h), on
+// the io thread only. It is in the reactor (its socket object open) only while the io thread
+// waits on it: a descriptor in the reactor's edge-triggered epoll set wakes the io thread at every
+// arrival and every freed room, waited on or not (tcp_bulk_lane.h tells how often that was). The
+// rest of the time it is held as a plain descriptor.
 #pragma once
 
 #include <sys/socket.h>

@@ -28,7 +28,6 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
       dialed_(expected_peer != nullptr),
       local_(local),
       nap_timer_(io),
-      busy_nap_(kBusyProgramNapMin, kBusyProgramNapMax),
       rx_(kRxInitial) {
   if (expected_peer != nullptr) peer_ = *expected_peer;
   error_code ec;
@@ -45,8 +44,8 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
 
 TcpLink::~TcpLink() {
   if (released_) ::close(fd_);  // napping when the transport went: the descriptor is ours
-  lane_rx_.close();
-  lane_tx_.close();
+  lane_receiver_.close();
+  lane_sender_.close_descriptor();
 }
 
 void TcpLink::start() {
@@ -153,7 +152,7 @@ void TcpLink::close(bool report) {
     std::lock_guard lock(tx_mutex_);
     up_.store(false, std::memory_order_release);
     queue_.clear();  // no caller memory is referenced from here on
-    close_lane_tx_locked();
+    lane_sender_.close_locked();
     backlog_.store(false, std::memory_order_relaxed);
     write_armed_ = false;
     napping_ = false;
@@ -162,9 +161,9 @@ void TcpLink::close(bool report) {
   {
     std::lock_guard lock(rx_mutex_);  // waits for a reader on another thread
     rx_open_ = false;
-    lane_rx_fd_ = -1;
+    lane_receiver_.detach_locked();
   }
-  lane_rx_.close();
+  lane_receiver_.close();
   int expected = kHandshake;
   state_.compare_exchange_strong(expected, kFailed, std::memory_order_acq_rel);
   nap_timer_.cancel();

@@ -14,8 +14,10 @@
 //   tcp_link_naps.cpp    the io thread's watch on the socket and its naps beside a busy program
 //   tcp_link_reader.cpp  reading, receiving in place, parsing and delivering
 //   tcp_link_internal.h  constants and helpers those files share
-// and the receive buffer and a lane's descriptor are classes of their own (tcp_rx_buffer.h,
-// tcp_lane_socket.h).
+// and these parts are classes of their own, members of TcpLink: the send queue (tcp_send_queue.h),
+// the receive buffer (tcp_rx_buffer.h), the bulk lane's two sides (TcpBulkLaneSender,
+// TcpBulkLaneReceiver: tcp_bulk_lane.h; each holds its descriptor, tcp_lane_socket.h) and the
+// decision when the io thread naps (TcpNapPolicy, tcp_nap_policy.h).
 #pragma once
 
 #include <atomic>
@@ -31,9 +33,8 @@
 
 #include "transports/common/engine_interface.h"
 #include "transports/common/held_answers.h"
-#include "transports/common/nap.h"
-#include "transports/common/program_polls.h"
-#include "transports/tcp/tcp_lane_socket.h"
+#include "transports/tcp/tcp_bulk_lane.h"
+#include "transports/tcp/tcp_nap_policy.h"
 #include "transports/tcp/tcp_rx_buffer.h"
 #include "transports/tcp/tcp_send_queue.h"
 #include "transports/tcp/tcp_wire.h"
@@ -132,7 +133,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // Any thread: large frames are split over the bulk lane from now on.
   bool lane_ready();
   // Any thread: the peer's bulk lane to us is attached (large frames arrive in two parts).
-  bool receives_on_lane() const { return lane_rx_attached_.load(std::memory_order_relaxed); }
+  bool receives_on_lane() const { return lane_receiver_.attached(); }
 
   // Any thread: the references to caller memory queued so far (on the connection and on its
   // lane), and whether every one of them has been written (or dropped with the connection).
@@ -241,7 +242,6 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   void lane_flush();
   // io thread: the lane's LANE_OK arrived (or failed): announce the lane, or give it up.
   void on_lane_ok(const boost::system::error_code& ec);
-  void close_lane_tx_locked();
   // io thread: waits for the lane while a split frame waits for its lane part (and the io
   // thread is awake); reads what came before the wait.
   void wait_lane_if_needed();
@@ -276,19 +276,12 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::atomic<int> state_{kHandshake};
   bool closed_ = false;                  // io thread
   boost::asio::steady_timer nap_timer_;  // io thread
-  transports::CountWatch polls_seen_;    // io thread: TcpLinkOwner::program_polls()
-  // io thread: naps are off until no_nap_until_ after a nap let a frame wait (tcp_link_naps.cpp).
-  std::chrono::steady_clock::time_point no_nap_until_{};
-  std::chrono::milliseconds nap_backoff_{8};
-  // io thread: the naps beside a polling program (tcp_link_naps.cpp).
-  transports::DoublingNap<std::chrono::microseconds> busy_nap_;
-  uint32_t naps_without_miss_ = 0;
-  bool rechecking_ = false;  // this nap is the short second look at waiting bytes
-  bool released_ = false;    // napping: socket_ has released fd_ from the reactor
-  // Frames the program's polls delivered from this connection (poll()), and the io thread's
-  // copy at its last look.
+  // io thread: when to nap beside a polling program, and how long (tcp_link_naps.cpp).
+  TcpNapPolicy nap_policy_;
+  bool released_ = false;  // napping: socket_ has released fd_ from the reactor
+  // Frames the program's polls delivered from this connection (poll()); the io thread's copy
+  // at its last look is nap_policy_'s.
   std::atomic<uint64_t> program_frames_{0};
-  transports::CountWatch frames_seen_;  // io thread: program_frames_ at its last look
 
   // Sending. write_armed_: the io thread owns the queue's draining (set whenever the queue
   // is not empty).
@@ -331,34 +324,14 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::unique_ptr<TcpRxBuffer> split_buf_;
   std::unique_ptr<uint8_t[]> discard_;  // sink for a payload whose region went away
 
-  // Bulk lane, receiving side: the peer's lane attached (lane_rx_fd_, under rx_mutex_; the
-  // descriptor itself on the io thread, lane_rx_), and whether the peer announced it
-  // (LANE). lane_rx_ is in the reactor only while the io thread waits on it
-  // (wait_lane_if_needed): a descriptor in the reactor's edge-triggered epoll set wakes the io
-  // thread at every arrival, waited on or not, and a 1 MiB stream took the receiving core
-  // about 7,000 times a second.
-  TcpLaneSocket lane_rx_;
-  std::atomic<bool> lane_rx_attached_{false};  // a lane is attached (read by pollers)
-  int lane_rx_fd_ = -1;
-  uint64_t lane_rx_token_ = 0;
-  bool lane_announced_ = false;
-  std::atomic<bool> lane_pending_{false};  // a split frame waits for its lane part
-  bool lane_wait_armed_ = false;           // io thread
-  std::atomic<bool> lane_watch_requested_{false};
+  // Bulk lane, receiving side (under rx_mutex_, the descriptor on the io thread; in the reactor
+  // only while the io thread waits on it: tcp_bulk_lane.h).
+  TcpBulkLaneReceiver lane_receiver_;
   std::atomic<bool> io_napping_{false};  // mirrors released_ for other threads
 
-  // Bulk lane, sending side (under tx_mutex_, the socket itself on the io thread). Once the
-  // lane is open its descriptor is in the reactor only while the io thread waits for room
-  // (lane_flush), for the reason given at lane_rx_: registered for good, each time the
-  // peer's reading freed room woke the sender's io thread (about 1,800 times a second).
-  enum LaneState : int { kLaneNone, kLaneOpening, kLaneReady, kLaneFailed };
-  int lane_state_ = kLaneNone;
-  uint64_t lane_token_ = 0;
-  int lane_tx_fd_ = -1;    // writers' copy, -1 once closed
-  TcpLaneSocket lane_tx_;  // io thread: the lane's descriptor
-  TcpSendQueue lane_queue_;
-  bool lane_write_armed_ = false;
-  uint8_t lane_ok_[8] = {};  // tcp_wire::kLaneOkBytes
+  // Bulk lane, sending side (under tx_mutex_, the socket itself on the io thread; its
+  // descriptor in the reactor only while the io thread waits for room: tcp_bulk_lane.h).
+  TcpBulkLaneSender lane_sender_;
 };
 
 }  // namespace transports::tcp

@@ -1,6 +1,7 @@
 // TcpLink's io thread watching the connection (tcp_link.h): its wait for readability, and its
-// naps beside a busy-polling program (the policy and its constants: tcp_link_internal.h,
-// kBusyProgramPolls).
+// naps beside a busy-polling program (when to nap and for how long: TcpNapPolicy,
+// tcp_nap_policy.h; here, acting on its answers: the socket out of the reactor and back, the
+// nap timer, the held-back ACKs).
 //
 // While the program busy-polls, the io thread stands aside: it waits for neither readability
 // nor writability (the socket leaves the reactor's epoll set, which reports every arrival and
@@ -13,7 +14,6 @@
 #include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
 
-#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <chrono>
 
@@ -30,12 +30,9 @@ void TcpLink::wait_readable() {
 void TcpLink::on_readable(const error_code& ec) {
   if (ec || closed_) return;
   if (read_as_io_thread() < 0) return;
-  const bool program_polling = polls_seen_.look(owner_.program_polls()) >= kBusyProgramPolls;
-  busy_nap_.start_over();
-  if (program_polling && std::chrono::steady_clock::now() >= no_nap_until_ &&
-      nap(busy_nap_.take())) {
-    return;
-  }
+  const TcpNapPolicy::Next next = nap_policy_.after_read(
+      owner_.program_polls(), [] { return std::chrono::steady_clock::now(); });
+  if (next.action == TcpNapPolicy::Action::kNap && nap(next.length)) return;
   // Re-arming re-checks readiness, so data left behind by the budget is picked up at once.
   wait_readable();
   wait_lane_if_needed();
@@ -71,7 +68,7 @@ bool TcpLink::end_naps() {
   nap_timer_.cancel();
   released_ = false;
   io_napping_.store(false, std::memory_order_release);
-  rechecking_ = false;
+  nap_policy_.naps_ended();
   error_code ec;
   socket_.assign(asio::ip::tcp::v4(), fd_, ec);
   if (ec) {
@@ -102,36 +99,18 @@ bool TcpLink::end_naps() {
 void TcpLink::after_nap(const error_code& ec) {
   if (ec || closed_ || !released_) return;
   const uint64_t polls = owner_.program_polls();
-  const bool program_polled =
-      polls_seen_.look(polls) >= (rechecking_ ? uint64_t{1} : kBusyProgramPolls);
   const auto now = std::chrono::steady_clock::now();
-  if (program_polled) {
-    const bool program_read =
-        frames_seen_.look(program_frames_.load(std::memory_order_relaxed)) != 0;
-    // The program read frames of this connection since the last look: bytes found waiting now
-    // are on their way to it (and this thread, taking a core to look, may be what delays them:
-    // looking again soon would take it again). Only bytes that wait while the program reads
-    // none of them are a miss.
-    if (program_read || bytes_waiting() == 0) {
-      rechecking_ = false;
-      if (++naps_without_miss_ >= kNapsToForgetMisses) nap_backoff_ = kNapBackoffMin / 2;
+  // A nap that cannot be taken falls to the step after it (nap_refused): a recheck, a miss.
+  for (TcpNapPolicy::Next next =
+           nap_policy_.after_nap(polls, now, program_frames_.load(std::memory_order_relaxed),
+                                 [this] { return bytes_waiting(); });
+       next.action != TcpNapPolicy::Action::kWatch; next = nap_policy_.nap_refused(now)) {
+    if (next.action == TcpNapPolicy::Action::kNap) {
       // ACKs held since before the program's previous poll go now: none is late by more
       // than about a nap.
       send_held(polls, false);
-      if (nap(busy_nap_.take())) return;
     }
-    if (!rechecking_) {
-      // Bytes are waiting, perhaps only since a moment: a polling program takes them within
-      // microseconds. Look again shortly.
-      rechecking_ = true;
-      if (nap(kRecheck)) return;
-    }
-    // Still waiting: the program polls, but not this connection's frames in time (it
-    // alternates polling a CQ with spinning on memory an RDMA WRITE fills). No naps for a
-    // while, longer after each such miss.
-    nap_backoff_ = std::clamp(nap_backoff_ * 2, kNapBackoffMin, kNapBackoffMax);
-    no_nap_until_ = now + nap_backoff_;
-    naps_without_miss_ = 0;
+    if (nap(next.length)) return;
   }
   watch_again();
 }
@@ -149,7 +128,7 @@ void TcpLink::watch_again() {
   {
     std::lock_guard lock(tx_mutex_);
     main_left = write_armed_;
-    lane_left = lane_write_armed_;
+    lane_left = lane_sender_.flush_armed_locked();
   }
   if (main_left) flush();
   if (lane_left) lane_flush();

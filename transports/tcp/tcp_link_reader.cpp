@@ -169,9 +169,9 @@ TcpLink::PlaceStep TcpLink::place_locked(size_t budget, size_t* got, ReadResult*
       size_t* done;
       bool* waits;
     };
-    const Part parts[] = {
-        {fd_, 0, placing_main_len_, &placing_main_done_, &main_waits},
-        {lane_rx_fd_, placing_main_len_, placing_lane_len_, &placing_lane_done_, &lane_waits}};
+    const Part parts[] = {{fd_, 0, placing_main_len_, &placing_main_done_, &main_waits},
+                          {lane_receiver_.fd_locked(), placing_main_len_, placing_lane_len_,
+                           &placing_lane_done_, &lane_waits}};
     for (const Part& part : parts) {
       if (*part.waits) continue;
       const size_t want = std::min(part.len - *part.done, budget - *got);
@@ -277,7 +277,7 @@ size_t TcpLink::parse_locked(ReadResult* r) {
       }
       uint64_t token = 0;
       const char* why = tcp_wire::decode_lane(p, &token);
-      if (why == nullptr && (lane_rx_fd_ < 0 || token != lane_rx_token_)) {
+      if (why == nullptr && !lane_receiver_.names_attached_lane_locked(token)) {
         why = "LANE names no bulk lane attached to this connection";
       }
       if (why != nullptr) {
@@ -286,7 +286,7 @@ size_t TcpLink::parse_locked(ReadResult* r) {
         return frames;
       }
       rx_begin_ += tcp_wire::kLaneBytes;
-      lane_announced_ = true;
+      lane_receiver_.announced_locked();
       continue;
     }
     if (avail < kFrameHeaderBytes) {
@@ -302,7 +302,7 @@ size_t TcpLink::parse_locked(ReadResult* r) {
       return frames;
     }
     if (lane_bytes != 0) {
-      if (!lane_announced_ || lane_rx_fd_ < 0) {
+      if (!lane_receiver_.carries_lane_bytes_locked()) {
         r->failure = Failure::kBadFrame;
         r->reason = "lane bytes in a frame, but no bulk lane was announced";
         return frames;
@@ -358,7 +358,7 @@ bool TcpLink::start_placing_locked(const FrameHeader& h, size_t len, size_t lane
   }
   placing_main_len_ = len - lane_bytes;
   placing_lane_len_ = lane_bytes;
-  if (lane_bytes != 0) lane_pending_.store(true, std::memory_order_release);
+  if (lane_bytes != 0) lane_receiver_.set_part_pending(true);
   placing_lane_done_ = 0;
   // The part already buffered moves now; what follows it in the buffer stays there.
   const size_t buffered = std::min(rx_end_ - rx_begin_ - kFrameHeaderBytes, placing_main_len_);
@@ -403,7 +403,7 @@ ssize_t TcpLink::receive_placed_locked(int fd, size_t offset, size_t want) {
 
 void TcpLink::finish_placing_locked() {
   placing_ = false;
-  lane_pending_.store(false, std::memory_order_release);
+  lane_receiver_.set_part_pending(false);
   direct_declined_ = false;
   FrameHeader h = placing_header_;
   base::tsan_acquire(tsan_key_);

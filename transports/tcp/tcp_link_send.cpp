@@ -13,10 +13,11 @@
 // thread naps (tcp_link_naps.cpp), in the link's HeldAnswers: such an ACK leaves with the next
 // frame to that peer (one system call for both: in a ping-pong the reply carries it), at the
 // program's next-but-one poll, or when the nap ends, whichever comes first; so an ACK is late
-// by at most one nap, and a busy program pays one sendmsg per message instead of two. Behind a small request the ACKs go after it (a
-// request needs no order with answers), and a program's poll that delivered a request stops
-// before the answers behind it while the io thread naps (poll(true)): the program gets its
-// completion first, its next poll or the nap's end handles the ACKs.
+// by at most one nap, and a busy program pays one sendmsg per message instead of two. Behind a
+// small request the ACKs go after it (a request needs no order with answers), and a program's poll
+// that delivered a request stops before the answers behind it while the io thread naps
+// (poll(true)): the program gets its completion first, its next poll or the nap's end handles the
+// ACKs.
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <cerrno>
@@ -65,11 +66,11 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
     if (!up_.load(std::memory_order_relaxed)) return is_answer(header.op);
     if (datagram && !is_answer(header.op) && queue_.bytes() >= kDatagramQueueLimit) return false;
     const bool stripe = payload >= kStripeMin && !datagram && iovcnt + 2 <= kDirectParts;
-    if (stripe && lane_state_ == kLaneNone && ready()) {
-      lane_state_ = kLaneOpening;  // this frame goes whole; later ones use the lane
+    if (stripe && lane_sender_.unopened_locked() && ready()) {
+      lane_sender_.begin_opening_locked();  // this frame goes whole; later ones use the lane
       owner_.open_lane(*this);
     }
-    if (stripe && lane_state_ == kLaneReady) {
+    if (stripe && lane_sender_.ready_locked()) {
       const size_t lane_bytes = (payload / 2) & ~size_t{4095};
       tcp_wire::encode_header(header, static_cast<uint32_t>(payload),
                               static_cast<uint32_t>(lane_bytes), head);
@@ -278,7 +279,7 @@ void TcpLink::flush() {
     return;
   }
   write_armed_ = false;
-  if (lane_queue_.empty()) backlog_.store(false, std::memory_order_relaxed);
+  if (lane_sender_.send_queue_locked().empty()) backlog_.store(false, std::memory_order_relaxed);
   queue_.trim();
 }
 
@@ -303,8 +304,10 @@ void TcpLink::pump() {
   // The write_armed flags stay as they are: the io thread's pending flushes find the queues as
   // we leave them.
   int err = 0;
-  for (const auto& [fd, queue] : {std::pair<int, TcpSendQueue*>{fd_, &queue_},
-                                  std::pair<int, TcpSendQueue*>{lane_tx_fd_, &lane_queue_}}) {
+  TcpSendQueue& lane_queue = lane_sender_.send_queue_locked();
+  for (const auto& [fd, queue] :
+       {std::pair<int, TcpSendQueue*>{fd_, &queue_},
+        std::pair<int, TcpSendQueue*>{lane_sender_.fd_locked(), &lane_queue}}) {
     if (queue->empty()) continue;
     const Drained d = write_queued_locked(fd, *queue, &err);
     if (d == Drained::kFull) pump_skip_.store(kPumpSkipWhenFull, std::memory_order_relaxed);
@@ -316,29 +319,30 @@ void TcpLink::pump() {
     fail_from_any_thread(err);
     return;
   }
-  if (queue_.empty() && lane_queue_.empty()) backlog_.store(false, std::memory_order_relaxed);
+  if (queue_.empty() && lane_queue.empty()) backlog_.store(false, std::memory_order_relaxed);
 }
 
 bool TcpLink::has_queued() {
   std::lock_guard lock(tx_mutex_);
-  return !queue_.empty() || !lane_queue_.empty();
+  return !queue_.empty() || !lane_sender_.send_queue_locked().empty();
 }
 
 void TcpLink::own_queued_payloads() {
   std::lock_guard lock(tx_mutex_);
   queue_.own_references();
-  lane_queue_.own_references();
+  lane_sender_.send_queue_locked().own_references();
 }
 
 TcpLink::References TcpLink::references_queued() {
   std::lock_guard lock(tx_mutex_);
-  return References{queue_.references_appended(), lane_queue_.references_appended()};
+  return References{queue_.references_appended(),
+                    lane_sender_.send_queue_locked().references_appended()};
 }
 
 bool TcpLink::references_released(const References& count) {
   std::lock_guard lock(tx_mutex_);
   return queue_.references_released() >= count.main &&
-         lane_queue_.references_released() >= count.lane;
+         lane_sender_.send_queue_locked().references_released() >= count.lane;
 }
 
 }  // namespace transports::tcp
