@@ -2,7 +2,7 @@
 // doubles at each look that finds the program still keeping up, to a cap, so that a program
 // that polls on its own is disturbed less and less; it starts over once the program stops.
 // Each transport sets its own bounds and decides when to nap (shm_receiver_thread.cpp,
-// tcp_link_naps.cpp).
+// tcp/tcp_nap_policy.h).
 #pragma once
 
 #include <algorithm>

@@ -242,7 +242,7 @@ void TcpLink::wait_lane_if_needed() {
     spdlog::warn("tcp: connection with {}: cannot watch its bulk lane: {}", remote_, ec.message());
     return;  // the program's polls still read it
   }
-  // Arm, then read (edge-triggered, as in after_nap): bytes that came before the arm.
+  // Arm, then read (edge-triggered, as in watch_again): bytes that came before the arm.
   read_as_io_thread();
 }
 

@@ -13,11 +13,11 @@
 // thread naps (tcp_link_naps.cpp), in the link's HeldAnswers: such an ACK leaves with the next
 // frame to that peer (one system call for both: in a ping-pong the reply carries it), at the
 // program's next-but-one poll, or when the nap ends, whichever comes first; so an ACK is late
-// by at most one nap, and a busy program pays one sendmsg per message instead of two. Behind a
-// small request the ACKs go after it (a request needs no order with answers), and a program's poll
-// that delivered a request stops before the answers behind it while the io thread naps
-// (poll(true)): the program gets its completion first, its next poll or the nap's end handles the
-// ACKs.
+// by at most one nap, and a busy program pays one sendmsg per message instead of two. Behind
+// a small request the ACKs go after it (a request needs no order with answers), and a
+// program's poll that delivered a request stops before the answers behind it while the io
+// thread naps (poll(true)): the program gets its completion first, its next poll or the nap's
+// end handles the ACKs.
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <cerrno>
