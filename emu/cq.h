@@ -9,8 +9,8 @@
 #include <memory>
 
 #include "base/mpsc_ring.h"
-#include "emu/objects.h"
 #include "base/spin_lock.h"
+#include "emu/objects.h"
 
 namespace emu {
 

@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "emu/objects.h"
 #include "base/spin_lock.h"
+#include "emu/objects.h"
 #include "emu/wqe.h"
 
 namespace emu {

@@ -48,7 +48,8 @@ enum FrameFlags : uint8_t {
   kFrameSolicited = 1 << 1,  // solicited event requested
   kFrameDatagram = 1 << 2,   // UC/UD: never answered; the transport copies its payload
   kFrameFetchAdd = 1 << 3,   // atomic request: fetch-and-add (else compare-and-swap)
-  kFrameAckReq = 1 << 4,     // RC request: acknowledge it now (others may wait, Requester::wants_ack_locked)
+  // An RC request to acknowledge now; others may wait (Requester::wants_ack_locked).
+  kFrameAckReq = 1 << 4,
   // An ACK the transport may hold back, to send it with the link's next frame (one write, one
   // ring record fewer on the peer's path). The engine alone decides which: ACKs it makes while
   // delivering inside Transport::progress, whose caller polls again at once. A transport that
@@ -196,9 +197,9 @@ class Link {
   // checked, without the risk of a new link at a freed one's address.
   uint64_t id() const { return id_; }
   // Queues a frame. The payload memory must stay valid until the peer's response to this
-  // frame arrives or the link goes down (after a retransmission, until release_payloads()); except for
-  // a datagram (kFrameDatagram: UC, UD), whose sender completes its WR as soon as send()
-  // returns true, so the transport must not read its payload after that. Returns false
+  // frame arrives or the link goes down (after a retransmission, until release_payloads());
+  // except for a datagram (kFrameDatagram: UC, UD), whose sender completes its WR as soon as
+  // send() returns true, so the transport must not read its payload after that. Returns false
   // when the transport cannot take the frame now (back-pressure); the engine then retries from
   // Transport::progress.
   virtual bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) = 0;
