@@ -105,6 +105,12 @@ void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payloa
   // answered), are dropped.
   const bool request = is_request(header.op);
   if (!request || (header.flags & kFrameDatagram) != 0) return;
+  if (from.backlogged()) {
+    // A peer that floods requests to QPNs that do not exist and reads none of the answers
+    // would grow the link's queue without bound: silence is what the NAK models anyway.
+    drop_unanswered(header);
+    return;
+  }
   FrameHeader r{};
   r.op = FrameOp::kNak;
   r.nak = NakCode::kUnavailable;
@@ -112,6 +118,24 @@ void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payloa
   r.dst_qpn = header.src_qpn;
   r.psn = header.psn;
   from.send(r, nullptr, 0);
+}
+
+void Node::drop_unanswered(const FrameHeader& header) {
+  if (unknown_qpn_answers_dropped_.count_and_should_log()) {
+    spdlog::warn(
+        "a peer that reads nothing sends requests to QPs that cannot take them (QPN {:#x}): "
+        "they go unanswered ({} so far)",
+        header.dst_qpn, unknown_qpn_answers_dropped_.count());
+  }
+}
+
+void Node::drop_foreign_frame(const FrameHeader& header) {
+  if (foreign_frames_dropped_.count_and_should_log()) {
+    spdlog::warn(
+        "frame for QP {:#x} from QP {:#x} on a link to another node or from another QP than the "
+        "connected one: dropped ({} so far)",
+        header.dst_qpn, header.src_qpn, foreign_frames_dropped_.count());
+  }
 }
 
 bool Node::poll_satisfied() const {
