@@ -21,6 +21,46 @@ using emu::FrameOp;
 using emu_test::Attacker;
 using emu_test::Host;
 
+// Four processes' worth of nodes: an attacker who guesses "the first QP of a process" must not
+// hit them all. (Before, every node's first QP was 0x4002.)
+TEST(HostileQpn, FirstQpnDiffersFromNodeToNode) {
+  constexpr int kNodes = 4;
+  Host hosts[kNodes];
+  std::set<uint32_t> first;
+  for (Host& h : hosts) {
+    h.set_up("loopback");
+    emu::Qp* qp = h.create_qp();
+    ASSERT_NE(qp, nullptr);
+    first.insert(qp->qpn());
+  }
+  EXPECT_GT(first.size(), 1u) << "every node's first QPN is " << std::hex << *first.begin();
+  for (Host& h : hosts) h.tear_down();
+}
+
+// One slot created and destroyed over and over: every QPN valid (24 bits, never 0 or 1, slot
+// 0 and 1 never used) and none repeats until the slot's generations have all been used once,
+// whatever generation the slot started at.
+TEST(HostileQpn, NoQpnRepeatsBeforeTheGenerationsWrap) {
+  constexpr uint32_t kGenerations = (1u << 10) - 1;  // 10 generation bits, 0 skipped
+  Host host;
+  host.set_up("loopback");
+  std::set<uint32_t> seen;
+  uint32_t slot = 0;
+  for (uint32_t i = 0; i < kGenerations; ++i) {
+    emu::Qp* qp = nullptr;
+    ASSERT_EQ(host.ctx->create_qp(host.pd, emu_test::rc_qp_init(host.cq, host.cq, 1), &qp), 0);
+    const uint32_t qpn = qp->qpn();
+    ASSERT_EQ(host.ctx->destroy_qp(qp), 0);
+    ASSERT_LE(qpn, 0xffffffu);
+    ASSERT_GE(qpn & (emu::kMaxQp - 1), 2u) << "QPN " << qpn;
+    ASSERT_NE(qpn >> 14, 0u) << "generation 0 (QPN " << qpn << ")";
+    if (i == 0) slot = qpn & (emu::kMaxQp - 1);
+    ASSERT_EQ(qpn & (emu::kMaxQp - 1), slot) << "a freed slot is reused first";
+    ASSERT_TRUE(seen.insert(qpn).second) << "QPN " << std::hex << qpn << " repeated after " << i;
+  }
+  host.tear_down();
+}
+
 // A link whose peer reads nothing: backlogged, and recording what the engine still sends.
 class UnreadLink : public emu::Link {
  public:
