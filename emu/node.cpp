@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <random>
+
 #include "base/log.h"
 #include "emu/limits.h"
 #include "emu/poll_demand.h"
@@ -13,6 +16,7 @@ namespace {
 
 constexpr uint32_t kSlotBits = 14;  // kMaxQp == 1 << kSlotBits
 static_assert((1u << kSlotBits) == kMaxQp);
+constexpr uint32_t kGenerationMask = (1u << (24 - kSlotBits)) - 1;
 
 }  // namespace
 
@@ -27,6 +31,14 @@ Node::Node(std::unique_ptr<Transport> transport)
   free_qp_slots_.reserve(kMaxQp);
   // QPN 0 and 1 are the special QPs of IB: slots 0 and 1 are never handed out.
   for (uint32_t i = kMaxQp; i-- > 2;) free_qp_slots_.push_back(i);
+  // A stranger must not guess the QPNs of a process from its start (the first QP always had
+  // the same number): slots are handed out in a random order, each starting at a random
+  // generation. Drawn once here, never on the fast path.
+  std::random_device entropy;
+  std::seed_seq seed{entropy(), entropy(), entropy(), entropy()};
+  std::mt19937 random(seed);
+  std::shuffle(free_qp_slots_.begin(), free_qp_slots_.end(), random);
+  for (uint16_t& g : qp_generation_) g = static_cast<uint16_t>(random() & kGenerationMask);
   deferred_.reserve(kMaxQp);
   transport_->set_sink(this);
   progress_thread_ = std::thread([this] { progress_thread_main(); });
@@ -53,8 +65,8 @@ uint32_t Node::register_qp(Qp* qp) {
   if (free_qp_slots_.empty()) return 0;
   uint32_t slot = free_qp_slots_.back();
   free_qp_slots_.pop_back();
-  uint32_t gen = ++qp_generation_[slot] & ((1u << (24 - kSlotBits)) - 1);
-  if (gen == 0) gen = ++qp_generation_[slot] & ((1u << (24 - kSlotBits)) - 1);
+  uint32_t gen = ++qp_generation_[slot] & kGenerationMask;
+  if (gen == 0) gen = ++qp_generation_[slot] & kGenerationMask;
   const uint32_t qpn = (gen << kSlotBits) | slot;
   // The QP must carry its number before any other thread can find it in the table.
   qp->set_qpn(qpn);
@@ -105,6 +117,12 @@ void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payloa
   // answered), are dropped.
   const bool request = is_request(header.op);
   if (!request || (header.flags & kFrameDatagram) != 0) return;
+  if (from.backlogged()) {
+    // A peer that floods requests to QPNs that do not exist and reads none of the answers
+    // would grow the link's queue without bound: silence is what the NAK models anyway.
+    drop_unanswered(header);
+    return;
+  }
   FrameHeader r{};
   r.op = FrameOp::kNak;
   r.nak = NakCode::kUnavailable;
@@ -112,6 +130,24 @@ void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payloa
   r.dst_qpn = header.src_qpn;
   r.psn = header.psn;
   from.send(r, nullptr, 0);
+}
+
+void Node::drop_unanswered(const FrameHeader& header) {
+  if (unknown_qpn_answers_dropped_.count_and_should_log()) {
+    spdlog::warn(
+        "a peer that reads nothing sends requests to QPs that cannot take them (QPN {:#x}): "
+        "they go unanswered ({} so far)",
+        header.dst_qpn, unknown_qpn_answers_dropped_.count());
+  }
+}
+
+void Node::drop_foreign_frame(const FrameHeader& header) {
+  if (foreign_frames_dropped_.count_and_should_log()) {
+    spdlog::warn(
+        "frame for QP {:#x} from QP {:#x} on a link to another node or from another QP than the "
+        "connected one: dropped ({} so far)",
+        header.dst_qpn, header.src_qpn, foreign_frames_dropped_.count());
+  }
 }
 
 bool Node::poll_satisfied() const {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/spin_lock.h"
+#include "emu/drop_counter.h"
 #include "emu/mr_table.h"
 #include "emu/transport.h"
 
@@ -92,6 +93,16 @@ class Node : public FrameSink {
   void release_region(uint32_t region_key) override { mrs_.release_hold(region_key); }
   bool poll_satisfied() const override;
 
+  // What hostile or confused peers sent that the node dropped (counted, logged at most once a
+  // second). A frame for a connected QP (RC, UC) from a link to another node than the QP's
+  // peer, or from another QP than the connected one: dropped unseen, as hardware does.
+  void drop_foreign_frame(const FrameHeader& header);
+  uint64_t foreign_frames_dropped() const { return foreign_frames_dropped_.count(); }
+  // A request for a QP that does not exist (or cannot receive yet), whose NAK was not sent
+  // because the link was backlogged (Link::backlogged).
+  void drop_unanswered(const FrameHeader& header);
+  uint64_t unknown_qpn_answers_dropped() const { return unknown_qpn_answers_dropped_.count(); }
+
  private:
   struct Timer {
     Clock::time_point deadline;
@@ -127,6 +138,9 @@ class Node : public FrameSink {
   base::SpinLock deferred_lock_;
   std::vector<uint32_t> deferred_;
   std::atomic<bool> has_deferred_{false};
+
+  DropCounter foreign_frames_dropped_;
+  DropCounter unknown_qpn_answers_dropped_;
 
   std::atomic<bool> stopping_{false};
   std::thread progress_thread_;

@@ -182,6 +182,8 @@ void Qp::reset_locked() {
   completer_.stop_timers_locked();
   responder_.send_owed_ack_locked();
   link_.reset();
+  has_peer_ = false;
+  peer_link_id_ = 0;
   responder_.reset_locked();
   ibv_qp_attr fresh{};
   fresh.cap = cap_;
@@ -221,8 +223,38 @@ void Qp::on_link_down(const Link& link) {
   fatal(IBV_EVENT_QP_FATAL);
 }
 
+Qp::Sender Qp::check_sender_locked(const Link& from, const FrameHeader& h) {
+  if (type_ == IBV_QPT_UD) return Sender::kPeer;
+  if (!has_peer_) {
+    // RESET or INIT: nothing here can complete or write, and a request is answered as silence
+    // would be (kUnavailable, Responder::respond_locked), unless its link is backlogged.
+    const bool answered = is_request(h.op) && (h.flags & kFrameDatagram) == 0;
+    return answered && from.backlogged() ? Sender::kUnanswerable : Sender::kPeer;
+  }
+  if (h.src_qpn != attr_.dest_qp_num) return Sender::kForeign;
+  // Compared with the GID the program gave and with the one our link to it carries (a
+  // transport may reach one node under two spellings of its GID: auto's TCP path).
+  if (from.peer() == peer_gid_ || (link_ != nullptr && from.peer() == link_->peer())) {
+    peer_link_id_ = from.id();
+    return Sender::kPeer;
+  }
+  return Sender::kForeign;
+}
+
 void Qp::on_frame(Link& from, const FrameHeader& h, PayloadSource& payload) {
   std::lock_guard lock(lock_);
+  if (!from_known_peer_locked(from, h)) {
+    switch (check_sender_locked(from, h)) {
+      case Sender::kPeer:
+        break;
+      case Sender::kForeign:
+        node().drop_foreign_frame(h);
+        return;
+      case Sender::kUnanswerable:
+        node().drop_unanswered(h);
+        return;
+    }
+  }
   completer_.restart_ack_timer();  // the peer is alive (completer.cpp)
   switch (h.op) {
     case FrameOp::kSend:
@@ -258,10 +290,15 @@ void Qp::resume_send() {
   requester_.transmit_locked();
 }
 
-bool Qp::direct_target(Link& /*from*/, const FrameHeader& h, DirectTarget* target) {
+bool Qp::direct_target(Link& from, const FrameHeader& h, DirectTarget* target) {
   // Only an RC WRITE with a payload may be received in place: the rest without the lock.
   if (h.op != FrameOp::kWrite || (h.flags & kFrameDatagram) != 0 || h.length == 0) return false;
   std::lock_guard lock(lock_);
+  // Checked before a byte is written: a foreigner's WRITE is buffered, and dropped (and
+  // counted) when on_frame sees it.
+  if (!from_known_peer_locked(from, h) && check_sender_locked(from, h) != Sender::kPeer) {
+    return false;
+  }
   return responder_.direct_target_locked(h, target);
 }
 

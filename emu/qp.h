@@ -90,6 +90,19 @@ class Qp : public ApiHandle {
   friend class Completer;
   friend class CompletionWriter;
 
+  // Who sent a frame, as far as a connected QP (RC, UC) may act on it: its peer (the link leads
+  // to the node the address vector names, and the frame comes from dest_qp_num), a foreigner
+  // (dropped unseen, as hardware drops a packet whose source QP or path is not the QP's), or,
+  // before the QP has a peer, a request whose "unavailable" answer the link cannot take now.
+  // UD frames are all taken: the responder checks their Q_Key.
+  enum class Sender { kPeer, kForeign, kUnanswerable };
+  // The fast path: the peer's QP on a link already checked, or a UD QP. Two compares.
+  bool from_known_peer_locked(const Link& from, const FrameHeader& h) const {
+    return (h.src_qpn == attr_.dest_qp_num && from.id() == peer_link_id_) || type_ == IBV_QPT_UD;
+  }
+  // Otherwise (qp.cpp): remembers a link found to lead to the peer.
+  Sender check_sender_locked(const Link& from, const FrameHeader& h);
+
   // post_send, and bind_mw with type1_bind (a type 1 window is bound only by ibv_bind_mw).
   int post_send_impl(const ibv_send_wr* wr, ibv_send_wr** bad_wr, bool type1_bind);
   // qp.cpp
@@ -118,6 +131,12 @@ class Qp : public ApiHandle {
   std::atomic<ibv_qp_state> state_{IBV_QPS_RESET};
   ibv_qp_attr attr_{};          // the attributes as last modified, for query
   std::shared_ptr<Link> link_;  // RC/UC: the peer node, set at RTR
+  // RC/UC: the peer's GID from the address vector (set at RTR, until RESET), and the id of the
+  // last link checked to lead to it (0: none; Link ids start at 1). A peer may reach us on
+  // another link than link_ (both sides attached at once, a reconnect): the GID decides.
+  bool has_peer_ = false;
+  Gid peer_gid_;
+  uint64_t peer_link_id_ = 0;
 
   // Receive queue: posted lock-free by any thread, taken by the responder under lock_.
   std::unique_ptr<base::MpscRing<RecvWqe>> rq_;

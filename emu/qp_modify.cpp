@@ -99,6 +99,12 @@ void Qp::apply_modify_locked(const ibv_qp_attr& a, int mask, ibv_qp_state next,
   if (mask & IBV_QP_QKEY) attr_.qkey = a.qkey;
   if (mask & IBV_QP_AV) {
     attr_.ah_attr = a.ah_attr;
+    if (type_ != IBV_QPT_UD) {
+      // The only node whose frames this QP takes from now on (Qp::check_sender_locked).
+      has_peer_ = true;
+      peer_gid_ = gid_of(a.ah_attr);
+      peer_link_id_ = 0;
+    }
     if (link) {
       link_ = std::move(link);
       responder_.forget_answer_path();

@@ -125,7 +125,8 @@ Link& Responder::answer_path_locked(Link& arrived_on) {
   // Two nodes that attach to each other at once hold two links, and every request then
   // arrives on the other one: the peers are compared once per link, not per frame.
   if (arrived_on.id() == same_peer_link_id_) return *own;
-  // A frame from another node (a stray with the peer's QPN) is answered where it came from.
+  // Qp::on_frame already dropped frames from other nodes; this compare only tells the peer's
+  // spelling of its GID on our link from another one (then answered where it came from).
   if (!(own->peer() == arrived_on.peer())) return arrived_on;
   same_peer_link_id_ = arrived_on.id();
   return *own;
