@@ -208,6 +208,9 @@ class Link {
   // Whether the peer ended the link in order: its transport said goodbye (at its teardown,
   // when its program ended) before closing. Meaningful once the link is down.
   virtual bool farewell() const { return false; }
+  // Whether the peer has stopped taking what the link already queued: the engine then drops
+  // answers it may drop (a NAK to a request for a QP that does not exist) and counts them.
+  virtual bool backlogged() const { return false; }
 
  private:
   const uint64_t id_;
