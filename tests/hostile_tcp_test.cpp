@@ -365,7 +365,7 @@ TEST(HostileTcpHello, AHelloFromAnotherAddressThanItsGidIsRefused) {
 // Processes that disagree on the secret never connect, whichever side has the secret (the
 // dialer or the acceptor), and the log says which. (Each refused connect() waits out the dial
 // bound, EMURDMA_TCP_TIMEOUT_MS: the peer might be dialing back.)
-TEST(HostileTcpHello, PeersThatDisagreeOnTheSecretAreRefused) {
+TEST(TcpSecret, PeersThatDisagreeOnTheSecretNeverConnect) {
   struct Case {
     std::string a, b;
   };
