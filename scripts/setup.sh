@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   cmake g++ make ninja-build pkg-config
-  libboost-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libboost-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
   libibverbs-dev libdapl-dev libdapl2
   ibverbs-utils perftest dapl2-utils libfabric-bin ucx-utils qperf iproute2
 )

@@ -492,7 +492,9 @@ TEST(TcpTransport, MalformedInputClosesOnlyThatConnection) {
   namespace wire = transports::tcp::tcp_wire;
   uint8_t hello[wire::kHelloBytes];
   Gid stranger = transports::tcp::tcp_gid_of({0x7f000001, 9});
-  wire::encode_hello(stranger, hello);
+  wire::Hello stranger_hello;
+  stranger_hello.gid = stranger;
+  wire::encode_hello(stranger_hello, hello);
   auto valid_header = [](FrameOp op, uint32_t payload) {
     std::vector<uint8_t> h(wire::kFrameHeaderBytes);
     wire::encode_header(header_of(op, 7, payload), payload, 0, h.data());
@@ -572,7 +574,7 @@ TEST(TcpTransport, MalformedInputClosesOnlyThatConnection) {
       {"LANE_HELLO of no connection here",
        [&] {
          std::vector<uint8_t> v(wire::kLaneHelloBytes);
-         wire::encode_lane_hello(stranger, 42, v.data());
+         wire::encode_lane_hello(stranger, 42, transports::tcp::Mac{}, v.data());
          return v;
        },
        false},
@@ -1283,13 +1285,15 @@ TEST(TcpChild, DISABLED_AcceptFailureBacksOff) {
   for (int fd : fillers) ::close(fd);
   // Accepted after the back-off: our HELLO is answered with b's.
   uint8_t hello[transports::tcp::tcp_wire::kHelloBytes];
-  transports::tcp::tcp_wire::encode_hello(transports::tcp::tcp_gid_of({0x7f000001, 9}), hello);
+  transports::tcp::tcp_wire::Hello ours;
+  ours.gid = transports::tcp::tcp_gid_of({0x7f000001, 9});
+  transports::tcp::tcp_wire::encode_hello(ours, hello);
   ASSERT_TRUE(raw.write(hello, sizeof hello));
   uint8_t answer[transports::tcp::tcp_wire::kHelloBytes];
   ASSERT_TRUE(raw.read_exact(answer, sizeof answer, 5000ms));
-  Gid gid;
-  EXPECT_EQ(transports::tcp::tcp_wire::decode_hello(answer, &gid), nullptr);
-  EXPECT_TRUE(gid == b.transport->local_gid());
+  transports::tcp::tcp_wire::Hello theirs;
+  EXPECT_EQ(transports::tcp::tcp_wire::decode_hello(answer, &theirs), nullptr);
+  EXPECT_TRUE(theirs.gid == b.transport->local_gid());
 }
 
 TEST(TcpTransport, AcceptFailureBacksOffAndRecovers) {

@@ -36,6 +36,8 @@ int tcp_link_socket(const Link& link);
 size_t tcp_connection_count(Transport& t);
 // For tests: the connections of a TCP transport whose bulk lane for sending is open.
 size_t tcp_bulk_lanes(Transport& t);
+// For tests: the largest receive buffer among a TCP transport's connections, in bytes.
+size_t tcp_rx_capacity(Transport& t);
 
 }  // namespace tcp
 

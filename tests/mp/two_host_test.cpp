@@ -4,7 +4,8 @@
 // Every peer uses the engine's TCP transport, listening on its namespace's address.
 //
 // Environment (set by two_host.sh): EMU_MP_NS_A, EMU_MP_NS_B (namespace names),
-// EMU_MP_ADDR_A, EMU_MP_ADDR_B (their addresses), EMU_MP_VETH_A (the veth end in A).
+// EMU_MP_ADDR_A, EMU_MP_ADDR_B (their addresses), EMU_MP_VETH_A (the veth end in A),
+// EMU_MP_SECRET_FILE (the job's secret: every peer proves it, EMURDMA_SECRET_FILE).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -22,8 +23,8 @@ std::string env(const char* name) {
 class TwoHost : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* name :
-         {"EMU_MP_NS_A", "EMU_MP_NS_B", "EMU_MP_ADDR_A", "EMU_MP_ADDR_B", "EMU_MP_VETH_A"}) {
+    for (const char* name : {"EMU_MP_NS_A", "EMU_MP_NS_B", "EMU_MP_ADDR_A", "EMU_MP_ADDR_B",
+                             "EMU_MP_VETH_A", "EMU_MP_SECRET_FILE"}) {
       ASSERT_FALSE(env(name).empty()) << name << " is not set: run this through two_host.sh";
     }
   }
@@ -36,6 +37,7 @@ class TwoHost : public ::testing::Test {
       spec.wrapper = {"ip", "netns", "exec", ns};
       spec.env.emplace_back("EMURDMA_TRANSPORT", "tcp");
       spec.env.emplace_back("EMURDMA_TCP_ADDR", env(host_a ? "EMU_MP_ADDR_A" : "EMU_MP_ADDR_B"));
+      spec.env.emplace_back("EMURDMA_SECRET_FILE", env("EMU_MP_SECRET_FILE"));
     };
   }
 };

@@ -187,9 +187,14 @@ std::string default_tcp_listen_address() {
 
 std::unique_ptr<Transport> make_auto_transport(const std::string& tcp_listen,
                                                TransportChoice choice) {
-  const std::string listen = tcp_listen.empty() ? default_tcp_listen_address() : tcp_listen;
   std::unique_ptr<Transport> over_tcp;
-  if (choice != TransportChoice::kShm) over_tcp = tcp::make_tcp_transport(listen);
+  if (choice != TransportChoice::kShm) {
+    // Without a secret, only loopback unless the user names an address (tcp_config.h).
+    const std::string listen = tcp_listen.empty()
+                                   ? tcp::tcp_default_listen_address(default_tcp_listen_address())
+                                   : tcp_listen;
+    over_tcp = tcp::make_tcp_transport(listen);
+  }
   shm::ShmOptions shm_options = shm::shm_options_from_environment();
   if (over_tcp) {
     // The shm GID carries the TCP listener, so one GID reaches us either way.

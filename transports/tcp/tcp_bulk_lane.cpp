@@ -34,11 +34,12 @@
 
 namespace transports::tcp {
 
-void TcpBulkLaneSender::encode_hello_locked(const Gid& local,
+void TcpBulkLaneSender::encode_hello_locked(const Gid& local, const Mac* session,
                                             uint8_t (&hello)[tcp_wire::kLaneHelloBytes]) {
   token_ = (uint64_t{static_cast<uint32_t>(std::random_device{}())} << 32) |
            static_cast<uint32_t>(std::random_device{}());
-  tcp_wire::encode_lane_hello(local, token_, hello);
+  const Mac proof = session != nullptr ? lane_proof(*session, local, token_) : Mac{};
+  tcp_wire::encode_lane_hello(local, token_, proof, hello);
 }
 
 TcpBulkLaneSender::Written TcpBulkLaneSender::write_or_queue_locked(const iovec* parts,
@@ -125,7 +126,7 @@ void TcpLink::lane_dialed(int fd) {
   uint8_t hello[tcp_wire::kLaneHelloBytes];
   {
     std::lock_guard lock(tx_mutex_);
-    lane_sender_.encode_hello_locked(local_, hello);
+    lane_sender_.encode_hello_locked(local_, secret_.empty() ? nullptr : &session_, hello);
   }
   error_code ec;
   lane_sender_.take_dialed(io_, fd, ec);
@@ -135,7 +136,7 @@ void TcpLink::lane_dialed(int fd) {
     lane_sender_.give_up_locked();
     return;
   }
-  // A fresh connection's send buffer takes 32 bytes at once.
+  // A fresh connection's send buffer takes 64 bytes at once.
   if (::send(fd, hello, sizeof hello, MSG_DONTWAIT | MSG_NOSIGNAL) !=
       static_cast<ssize_t>(sizeof hello)) {
     on_lane_ok(asio::error::broken_pipe);
@@ -188,8 +189,17 @@ bool TcpLink::lane_ready() {
   return lane_sender_.ready_locked() && up_.load(std::memory_order_relaxed);
 }
 
-bool TcpLink::attach_lane(int fd, uint64_t token) {
+bool TcpLink::attach_lane(int fd, uint64_t token, const Mac& proof) {
   if (closed_ || !ready() || lane_receiver_.holds_descriptor()) return false;
+  if (!secret_.empty()) {
+    // Only the peer that completed this connection's handshake knows its session key: no one
+    // else can attach a lane to it (and so hold back or feed its split frames).
+    const Mac expected = lane_proof(session_, peer_, token);
+    if (!same_mac(expected.data(), proof.data())) {
+      spdlog::warn("tcp: a bulk lane claiming to be {}'s fails its proof; closing it", remote_);
+      return false;
+    }
+  }
   uint8_t ok[tcp_wire::kLaneOkBytes];
   tcp_wire::encode_lane_ok(ok);
   {

@@ -48,8 +48,10 @@ class TcpBulkLaneSender {
   // No lane after all (its dial, LANE_HELLO or LANE_OK failed): large frames go whole on the
   // connection.
   void give_up_locked() { state_ = State::kFailed; }
-  // Draws the lane's token (random) and encodes the LANE_HELLO that names it as `local`'s lane.
-  void encode_hello_locked(const Gid& local, uint8_t (&hello)[tcp_wire::kLaneHelloBytes]);
+  // Draws the lane's token (random) and encodes the LANE_HELLO that names it as `local`'s lane,
+  // with its proof under the connection's session key (none without a secret: null).
+  void encode_hello_locked(const Gid& local, const Mac* session,
+                           uint8_t (&hello)[tcp_wire::kLaneHelloBytes]);
   // The LANE unit, which announces the lane on the connection before the first split frame.
   void encode_announcement_locked(uint8_t (&lane)[tcp_wire::kLaneBytes]) const {
     tcp_wire::encode_lane(token_, lane);

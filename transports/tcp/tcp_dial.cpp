@@ -15,7 +15,7 @@
 namespace transports::tcp {
 
 int tcp_dial(const TcpEndpoint& ep, std::chrono::milliseconds timeout, std::string* why,
-             DialPurpose purpose) {
+             DialPurpose purpose, uint32_t source_ipv4) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     *why = std::strerror(errno);
@@ -29,6 +29,17 @@ int tcp_dial(const TcpEndpoint& ep, std::chrono::milliseconds timeout, std::stri
     ::close(fd);
     return -1;
   };
+  if (source_ipv4 != 0) {
+    sockaddr_in source{};
+    source.sin_family = AF_INET;
+    source.sin_addr.s_addr = htonl(source_ipv4);
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(&source), sizeof source) != 0) {
+      const int err = errno;
+      *why = std::string("cannot bind the source address: ") + std::strerror(err);
+      ::close(fd);
+      return -1;
+    }
+  }
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(ep.port);

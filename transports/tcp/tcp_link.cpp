@@ -1,9 +1,10 @@
 // TcpLink (tcp_link.h): construction, the opening handshake, shutdown and close, and the
 // reports of a failed connection. The rest of the class is in the files tcp_link.h lists.
 //
-// Opening: the dialer sends its HELLO; the acceptor answers with its own only once its owner
-// has accepted the connection (see TcpTransport: simultaneous dials converge on one
-// connection). No frame crosses before both HELLOs.
+// Opening (the handshake: tcp_link_handshake.cpp): the dialer sends its HELLO, the acceptor
+// answers with its own, the dialer proves it holds the job's secret, and the acceptor, once
+// its owner keeps the connection (see TcpTransport: simultaneous dials converge on one
+// connection), sends the WELCOME. No frame crosses before it.
 #include "transports/tcp/tcp_link.h"
 
 #include <spdlog/spdlog.h>
@@ -27,6 +28,8 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
       fd_(socket_.native_handle()),
       dialed_(expected_peer != nullptr),
       local_(local),
+      secret_(owner.secret()),
+      hello_timer_(io),
       nap_timer_(io),
       rx_(kRxInitial) {
   if (expected_peer != nullptr) peer_ = *expected_peer;
@@ -37,6 +40,7 @@ TcpLink::TcpLink(TcpLinkOwner& owner, asio::io_context& io, asio::ip::tcp::socke
   socket_.native_non_blocking(true, ec);
   auto ep = socket_.remote_endpoint(ec);
   remote_ = ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
+  if (!ec && ep.address().is_v4()) remote_ipv4_ = ep.address().to_v4().to_uint();
   error_code local_ec;
   const auto local_ep = socket_.local_endpoint(local_ec);
   tsan_key_ = base::tsan_key(ec ? 0 : ep.port(), local_ec ? 0 : local_ep.port());
@@ -46,25 +50,6 @@ TcpLink::~TcpLink() {
   if (released_) ::close(fd_);  // napping when the transport went: the descriptor is ours
   lane_receiver_.close();
   lane_sender_.close_descriptor();
-}
-
-void TcpLink::start() {
-  if (dialed_) {
-    uint8_t hello[kHelloBytes];
-    tcp_wire::encode_hello(local_, hello);
-    const iovec part{hello, sizeof hello};
-    int error;
-    {
-      std::lock_guard lock(tx_mutex_);
-      error = write_or_queue_locked(&part, 1, 1, sizeof hello);
-    }
-    if (error != 0) {
-      spdlog::warn("tcp: sending the HELLO to {} failed: {}", remote_, std::strerror(error));
-      close(true);
-      return;
-    }
-  }
-  wait_readable();
 }
 
 void TcpLink::shutdown() {
@@ -79,17 +64,6 @@ void TcpLink::abort() {
                 "tcp: dropping the connection with {}", remote_);
   }
   close(true);
-}
-
-bool TcpLink::answer_hello() {
-  uint8_t hello[kHelloBytes];
-  tcp_wire::encode_hello(local_, hello);
-  const iovec part{hello, sizeof hello};
-  std::lock_guard lock(tx_mutex_);
-  if (!up_.load(std::memory_order_relaxed)) return false;
-  if (write_or_queue_locked(&part, 1, 1, sizeof hello) != 0) return false;
-  state_.store(kReady, std::memory_order_release);
-  return true;
 }
 
 void TcpLink::report_failure(const ReadResult& r) {
@@ -114,6 +88,10 @@ void TcpLink::report_failure(const ReadResult& r) {
       return;
     case Failure::kRefused:
       spdlog::debug("tcp: connection from {} refused: the peers already share one", remote_);
+      return;
+    case Failure::kTimedOut:
+      spdlog::warn("tcp: connection from {} did not complete its handshake within {} ms; closing",
+                   remote_, owner_.hello_timeout().count());
       return;
   }
 }
@@ -154,6 +132,7 @@ void TcpLink::close(bool report) {
     queue_.clear();  // no caller memory is referenced from here on
     lane_sender_.close_locked();
     backlog_.store(false, std::memory_order_relaxed);
+    queued_bytes_.store(0, std::memory_order_relaxed);
     write_armed_ = false;
     napping_ = false;
     held_.clear();
@@ -167,6 +146,7 @@ void TcpLink::close(bool report) {
   int expected = kHandshake;
   state_.compare_exchange_strong(expected, kFailed, std::memory_order_acq_rel);
   nap_timer_.cancel();
+  hello_timer_.cancel();
   if (released_) {
     // Napping: the descriptor is ours, not the reactor's.
     ::shutdown(fd_, SHUT_RDWR);

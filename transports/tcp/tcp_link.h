@@ -36,6 +36,7 @@
 #include "transports/tcp/tcp_bulk_lane.h"
 #include "transports/tcp/tcp_nap_policy.h"
 #include "transports/tcp/tcp_rx_buffer.h"
+#include "transports/tcp/tcp_secret.h"
 #include "transports/tcp/tcp_send_queue.h"
 #include "transports/tcp/tcp_wire.h"
 
@@ -47,9 +48,13 @@ class TcpLink;
 class TcpLinkOwner {
  public:
   virtual ~TcpLinkOwner() = default;
-  // io thread. The peer's HELLO arrived (link.peer() is now known). For an accepted
-  // connection, returns whether to keep it (false closes it without a report); a dialed
-  // connection is ready once this returns.
+  // The job's secret (empty: none) every handshake proves, and how long an accepted
+  // connection may take to complete its handshake before it is closed.
+  virtual const TcpSecret& secret() const = 0;
+  virtual std::chrono::milliseconds hello_timeout() const = 0;
+  // io thread. The peer's handshake completed (link.peer() is known and, with a secret, proved
+  // it holds it). For an accepted connection, returns whether to keep it (false closes it
+  // without a report); a dialed connection is ready once this returns.
   virtual bool on_hello(TcpLink& link) = 0;
   // Any thread reading the connection (one at a time per connection).
   virtual void deliver(TcpLink& link, const FrameHeader& header, PayloadSource& payload) = 0;
@@ -66,9 +71,10 @@ class TcpLinkOwner {
   // waiting; the io thread then hands the result to link.lane_dialed.
   virtual void open_lane(TcpLink& link) = 0;
   // io thread: an accepted connection introduced itself (LANE_HELLO) as the bulk lane `token`
-  // of the peer `gid`: attach it to the connection with that peer. Takes fd (closed when no
-  // connection takes it); returns whether one did.
-  virtual bool adopt_lane(const Gid& gid, uint64_t token, int fd) = 0;
+  // of the peer `gid`, with `proof` (tcp_secret.h lane_proof): attach it to the connection
+  // with that peer if the proof holds. Takes fd (closed when no connection takes it); returns
+  // whether one did.
+  virtual bool adopt_lane(const Gid& gid, uint64_t token, const Mac& proof, int fd) = 0;
   // Any thread: how many times the program has polled the transport so far (a counter that
   // only grows). The io thread compares it between two looks to tell a busy-polling program.
   virtual uint64_t program_polls() const = 0;
@@ -95,15 +101,21 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   void shutdown();
   // io thread: closes the connection as a failure would (reported to the owner).
   void abort();
-  // io thread, accepted connection, from TcpLinkOwner::on_hello: sends our HELLO, after which
-  // the link is ready. Call it before the link is made known to the engine, so that the
-  // HELLO precedes every frame. Returns false if the connection failed meanwhile.
+  // io thread, accepted connection, from TcpLinkOwner::on_hello: sends the WELCOME, after
+  // which the link is ready. Call it before the link is made known to the engine, so that the
+  // WELCOME precedes every frame. Returns false if the connection failed meanwhile.
   bool answer_hello();
 
   bool send(const FrameHeader& header, const iovec* iov, size_t iovcnt) override;
   const Gid& peer() const override { return peer_; }
   bool up() const override { return up_.load(std::memory_order_acquire); }
   bool farewell() const override { return farewell_.load(std::memory_order_acquire); }
+  // The peer has left more than kBacklogBytes unread in our send queue (a relaxed load: the
+  // engine asks on its delivery path).
+  bool backlogged() const override {
+    return queued_bytes_.load(std::memory_order_relaxed) > kBacklogBytes;
+  }
+  static constexpr size_t kBacklogBytes = size_t{4} << 20;
   // Any thread: sends the GOODBYE (after everything sent so far): this end closes in order.
   void say_goodbye();
 
@@ -128,8 +140,9 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // Sending side, io thread: the lane connection TcpLinkOwner::open_lane dialed (-1: none).
   void lane_dialed(int fd);
   // Receiving side, io thread: attaches an accepted lane connection and answers LANE_OK; false
-  // (fd not taken) when this connection is not ready or already has a lane.
-  bool attach_lane(int fd, uint64_t token);
+  // (fd not taken) when this connection is not ready, already has a lane, or (with a secret)
+  // `proof` is not the lane proof of this connection's session.
+  bool attach_lane(int fd, uint64_t token, const Mac& proof);
   // Any thread: large frames are split over the bulk lane from now on.
   bool lane_ready();
   // Any thread: the peer's bulk lane to us is attached (large frames arrive in two parts).
@@ -159,6 +172,11 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   bool failed_handshake() const { return state_.load(std::memory_order_acquire) == kFailed; }
   const std::string& remote() const { return remote_; }
   int native_handle() const { return fd_; }
+  // For tests: the receive buffer's size now (bounded by the bytes really received).
+  size_t rx_capacity() {
+    std::lock_guard lock(rx_mutex_);
+    return rx_.size();
+  }
 
  private:
   enum State : int { kHandshake, kReady, kFailed };
@@ -170,7 +188,8 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
     kBadHello,
     kBadFrame,
     kRefused,
-    kLaneHello
+    kLaneHello,
+    kTimedOut
   };
   struct ReadResult {
     size_t frames = 0;
@@ -179,9 +198,25 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
     const char* reason = nullptr;      // for kBadHello, kBadFrame
     Gid lane_gid;                      // for kLaneHello
     uint64_t lane_token = 0;
+    Mac lane_proof{};
     bool stopped_early = false;  // poll(true) left an answer in the buffer
   };
   enum class PlaceStep { kDone, kDrained, kBudget, kFailed };
+  // Where the opening handshake stands (docs/wire.md, "TCP handshake"); under rx_mutex_.
+  enum class Handshake { kAwaitHello, kAwaitProof, kAwaitWelcome, kDone };
+  enum class HandshakeStep { kNeedMore, kContinue, kFailed };
+
+  // Under rx_mutex_, io thread (the only reader before the handshake ends): consumes the
+  // handshake unit at rx_begin_, if whole (tcp_link_handshake.cpp).
+  HandshakeStep handshake_locked(ReadResult* r);
+  HandshakeStep on_dialer_hello_locked(const tcp_wire::Hello& hello, ReadResult* r);
+  HandshakeStep on_acceptor_hello_locked(const tcp_wire::Hello& hello, ReadResult* r);
+  // The dialer is who it claims (or no secret is in use): the owner keeps the link or not.
+  HandshakeStep decide_locked(ReadResult* r);
+  // Writes a handshake unit (or queues it); false when the connection failed.
+  bool send_handshake_unit(const uint8_t* unit, size_t len);
+  // io thread, accepted connection: closes it if its handshake has not ended in time.
+  void arm_hello_timeout();
 
   // Writes [parts] now if nothing is queued, queues the rest; under tx_mutex_. Returns 0, or
   // the errno of a failed socket (the link is then down; the caller has it closed).
@@ -220,6 +255,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // Under rx_mutex_: reads at most `budget` bytes and delivers the complete frames; a failure
   // also closes the receive side (rx_open_).
   ReadResult read_locked(size_t budget);
+  ReadResult read_some_locked(size_t budget);  // read_locked, but for allocation failures
   // Under rx_mutex_: consumes the complete units (HELLO, frames) in the receive buffer;
   // returns the number of frames delivered, or sets r->failure.
   size_t parse_locked(ReadResult* r);
@@ -269,8 +305,17 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   const bool dialed_;
   Gid local_;
   Gid peer_;
-  std::string remote_;              // "a.b.c.d:port" of the socket's other end
-  const void* tsan_key_ = nullptr;  // tsan_sync.h
+  std::string remote_;        // "a.b.c.d:port" of the socket's other end
+  uint32_t remote_ipv4_ = 0;  // its address, host order (0: unknown)
+  // The handshake: the secret it proves (owner's), our nonce, what both sides said, and the
+  // session key the connection's bulk lanes prove themselves with.
+  const TcpSecret& secret_;
+  Nonce nonce_{};
+  HandshakeTranscript transcript_;
+  Mac session_{};
+  Handshake handshake_ = Handshake::kAwaitHello;  // under rx_mutex_
+  boost::asio::steady_timer hello_timer_;         // io thread
+  const void* tsan_key_ = nullptr;                // tsan_sync.h
   std::atomic<bool> up_{true};
   std::atomic<bool> farewell_{false};  // the peer's GOODBYE arrived
   std::atomic<int> state_{kHandshake};
@@ -288,8 +333,9 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::mutex tx_mutex_;
   TcpSendQueue queue_;
   bool write_armed_ = false;
-  std::atomic<bool> backlog_{false};    // a queue is not empty (read without the lock by pump)
-  std::atomic<uint32_t> pump_skip_{0};  // polls pump() still skips (one poller at a time)
+  std::atomic<bool> backlog_{false};     // a queue is not empty (read without the lock by pump)
+  std::atomic<size_t> queued_bytes_{0};  // queue_.bytes(), for backlogged()
+  std::atomic<uint32_t> pump_skip_{0};   // polls pump() still skips (one poller at a time)
   // Held-back ACKs, see tcp_link_send.cpp: due after two polls (a poll's later progress rounds
   // may still send a request they ride with). napping_ mirrors the io thread's nap, so that an
   // ACK is held only while a nap's end is sure to send it.
@@ -301,7 +347,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // once the connection is failing, so that no reader touches the socket any more.
   std::mutex rx_mutex_;
   bool rx_open_ = true;
-  bool hello_received_ = false;
+  bool rx_out_of_memory_ = false;  // a buffer could not grow: the connection fails
   TcpRxBuffer rx_;
   size_t rx_begin_ = 0;
   size_t rx_end_ = 0;

@@ -17,8 +17,10 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "base/tsan_sync.h"
+#include "transports/tcp/tcp_gid.h"
 #include "transports/tcp/tcp_link.h"
 #include "transports/tcp/tcp_link_internal.h"
 #include "transports/tcp/tcp_wire.h"
@@ -95,8 +97,11 @@ ptrdiff_t TcpLink::read_as_io_thread() {
     // Only the io thread reads a connection before its HELLO: the socket is ours to give.
     error_code ec;
     const int fd = socket_.release(ec);
-    if (!ec && !owner_.adopt_lane(r.lane_gid, r.lane_token, fd)) {
-      spdlog::warn("tcp: a bulk lane from {} names no connection here; closing it", remote_);
+    if (!ec && !owner_.adopt_lane(r.lane_gid, r.lane_token, r.lane_proof, fd)) {
+      spdlog::warn(
+          "tcp: a bulk lane from {} names no connection here or fails its proof; "
+          "closing it",
+          remote_);
     }
   }
   if (r.failure != Failure::kNone) {
@@ -108,12 +113,22 @@ ptrdiff_t TcpLink::read_as_io_thread() {
 }
 
 TcpLink::ReadResult TcpLink::read_locked(size_t budget) {
+  ReadResult r = read_some_locked(budget);
+  if (rx_out_of_memory_ && r.failure == Failure::kNone) {
+    r.failure = Failure::kBadFrame;
+    r.reason = "no memory for the frame being received";
+    rx_open_ = false;
+  }
+  return r;
+}
+
+TcpLink::ReadResult TcpLink::read_some_locked(size_t budget) {
   ReadResult r;
   size_t got = 0;
   // Frames a poll left parsed-but-undelivered (it stopped before an answer) come first.
   if (!placing_ && rx_end_ != rx_begin_) {
     r.frames += parse_locked(&r);
-    if (r.failure != Failure::kNone || r.stopped_early) return r;
+    if (r.failure != Failure::kNone || r.stopped_early || rx_out_of_memory_) return r;
   }
   for (;;) {
     if (placing_) {
@@ -123,7 +138,7 @@ TcpLink::ReadResult TcpLink::read_locked(size_t budget) {
       ++r.frames;
       // Frames that followed the payload's first part may already sit in the buffer.
       r.frames += parse_locked(&r);
-      if (r.failure != Failure::kNone) break;
+      if (r.failure != Failure::kNone || rx_out_of_memory_) break;
       if (got >= budget) return r;
       continue;
     }
@@ -133,7 +148,7 @@ TcpLink::ReadResult TcpLink::read_locked(size_t budget) {
       rx_end_ += static_cast<size_t>(n);
       got += static_cast<size_t>(n);
       r.frames += parse_locked(&r);
-      if (r.failure != Failure::kNone) break;
+      if (r.failure != Failure::kNone || rx_out_of_memory_) break;
       if (r.stopped_early) return r;
       if (placing_) continue;  // the rest of this payload goes straight to where it belongs
       if (static_cast<size_t>(n) < want) return r;  // drained for now
@@ -213,47 +228,29 @@ size_t TcpLink::parse_locked(ReadResult* r) {
   for (;;) {
     const size_t avail = rx_end_ - rx_begin_;
     const uint8_t* p = rx_.data() + rx_begin_;
-    if (!hello_received_ && !dialed_ && avail >= 4 && tcp_wire::is_lane(p)) {
-      // A peer's bulk lane: handed over to the connection it belongs to (read_as_io_thread).
+    if (handshake_ == Handshake::kAwaitHello && !dialed_ && avail >= 4 && tcp_wire::is_lane(p)) {
+      // A peer's bulk lane: handed over to the connection it belongs to (read_as_io_thread),
+      // if it comes from the address its GID names.
       if (avail < tcp_wire::kLaneHelloBytes) {
         make_room_locked(tcp_wire::kLaneHelloBytes);
         return frames;
       }
-      const char* why = tcp_wire::decode_lane_hello(p, &r->lane_gid, &r->lane_token);
+      const char* why =
+          tcp_wire::decode_lane_hello(p, &r->lane_gid, &r->lane_token, &r->lane_proof);
       if (why == nullptr && avail != tcp_wire::kLaneHelloBytes) {
         why = "bytes after LANE_HELLO before LANE_OK";
+      }
+      const std::optional<TcpEndpoint> ep = tcp_endpoint_of(r->lane_gid);
+      if (why == nullptr && (!ep || ep->ipv4 != remote_ipv4_)) {
+        why = "LANE_HELLO whose GID names another address than the connection comes from";
       }
       r->failure = why == nullptr ? Failure::kLaneHello : Failure::kBadHello;
       r->reason = why;
       return frames;
     }
-    if (!hello_received_) {
-      if (avail < kHelloBytes) {
-        make_room_locked(kHelloBytes);
-        return frames;
-      }
-      Gid gid;
-      if (const char* why = tcp_wire::decode_hello(p, &gid)) {
-        r->failure = Failure::kBadHello;
-        r->reason = why;
-        return frames;
-      }
-      rx_begin_ += kHelloBytes;
-      hello_received_ = true;
-      if (dialed_) {
-        if (!(gid == peer_)) {
-          spdlog::warn("tcp: the peer dialed at {} introduces itself with another GID", remote_);
-        }
-        state_.store(kReady, std::memory_order_release);
-        owner_.on_hello(*this);
-      } else {
-        peer_ = gid;
-        // The owner answers our HELLO (answer_hello) if it keeps the connection.
-        if (!owner_.on_hello(*this)) {
-          r->failure = Failure::kRefused;
-          return frames;
-        }
-      }
+    if (handshake_ != Handshake::kDone) {
+      const HandshakeStep step = handshake_locked(r);
+      if (step != HandshakeStep::kContinue) return frames;
       continue;
     }
     if (avail >= 4 && tcp_wire::is_goodbye(p)) {
@@ -342,20 +339,24 @@ bool TcpLink::start_placing_locked(const FrameHeader& h, size_t len, size_t lane
     direct_declined_ = true;
     return false;
   }
+  if (!direct) {
+    // Split but not placed: both parts meet in a buffer of their own.
+    if (!split_buf_ || split_buf_->size() < len || split_buf_->size() > std::max(len, kRxKeep)) {
+      split_buf_.reset();
+      try {
+        split_buf_ = std::make_unique<TcpRxBuffer>(std::max(len, size_t{1}));
+      } catch (const std::bad_alloc&) {
+        rx_out_of_memory_ = true;  // read_locked turns it into a link error
+        return true;               // nothing placed: the reader stops at the error
+      }
+    }
+  }
   placing_ = true;
   placing_direct_ = direct;
   placing_lost_ = false;
   placing_header_ = h;
   placing_target_ = target;
-  if (direct) {
-    placing_dest_ = target.addr;
-  } else {
-    // Split but not placed: both parts meet in a buffer of their own.
-    if (!split_buf_ || split_buf_->size() < len || split_buf_->size() > std::max(len, kRxKeep)) {
-      split_buf_ = std::make_unique<TcpRxBuffer>(std::max(len, size_t{1}));
-    }
-    placing_dest_ = split_buf_->data();
-  }
+  placing_dest_ = direct ? target.addr : split_buf_->data();
   placing_main_len_ = len - lane_bytes;
   placing_lane_len_ = lane_bytes;
   if (lane_bytes != 0) lane_receiver_.set_part_pending(true);
@@ -421,21 +422,28 @@ void TcpLink::finish_placing_locked() {
 
 void TcpLink::make_room_locked(size_t frame_bytes) {
   const size_t avail = rx_end_ - rx_begin_;
-  if (avail == 0) {
-    rx_begin_ = rx_end_ = 0;
-    if (rx_.size() > kRxKeep && frame_bytes <= kRxInitial) rx_.resize(kRxInitial, 0);
-  }
-  if (rx_.size() < frame_bytes) {
-    // A frame larger than the buffer: a buffer that holds it whole (given back once it has
-    // been delivered and a small frame follows).
-    if (avail != 0 && rx_begin_ != 0) std::memmove(rx_.data(), rx_.data() + rx_begin_, avail);
-    rx_.resize(frame_bytes + (frame_bytes > kRxKeep ? 0 : kRxInitial), avail);
-    rx_begin_ = 0;
-    rx_end_ = avail;
-  } else if (rx_.size() - rx_begin_ < frame_bytes || rx_end_ == rx_.size()) {
-    if (avail != 0) std::memmove(rx_.data(), rx_.data() + rx_begin_, avail);
-    rx_begin_ = 0;
-    rx_end_ = avail;
+  try {
+    if (avail == 0) {
+      rx_begin_ = rx_end_ = 0;
+      if (rx_.size() > kRxKeep && frame_bytes <= kRxInitial) rx_.resize(kRxInitial, 0);
+    }
+    if (rx_.size() < frame_bytes) {
+      // A frame larger than the buffer: the buffer grows with what has arrived of it (at most
+      // doubling each time it fills), never to a size the header merely announces, up to one
+      // that holds it whole (given back once it has been delivered and a small frame follows).
+      const size_t whole = frame_bytes + (frame_bytes > kRxKeep ? 0 : kRxInitial);
+      const size_t grown = std::min(whole, std::max(2 * rx_.size(), avail + kRxInitial));
+      if (avail != 0 && rx_begin_ != 0) std::memmove(rx_.data(), rx_.data() + rx_begin_, avail);
+      rx_begin_ = 0;
+      rx_end_ = avail;
+      if (rx_end_ == rx_.size() || grown == whole) rx_.resize(grown, avail);
+    } else if (rx_.size() - rx_begin_ < frame_bytes || rx_end_ == rx_.size()) {
+      if (avail != 0) std::memmove(rx_.data(), rx_.data() + rx_begin_, avail);
+      rx_begin_ = 0;
+      rx_end_ = avail;
+    }
+  } catch (const std::bad_alloc&) {
+    rx_out_of_memory_ = true;  // read_locked turns it into a link error
   }
 }
 

@@ -235,6 +235,7 @@ void TcpLink::queue_locked(const iovec* parts, size_t nparts, size_t first_paylo
     }
   }
   if (!queue_.empty()) backlog_.store(true, std::memory_order_relaxed);
+  queued_bytes_.store(queue_.bytes(), std::memory_order_relaxed);
   if (was_empty && !queue_.empty() && !write_armed_) {
     write_armed_ = true;
     // Under the lock: a link that is up belongs to a live transport, whose io_context exists.
@@ -249,6 +250,7 @@ TcpLink::Drained TcpLink::write_queued_locked(int fd, TcpSendQueue& queue, int* 
     const ssize_t written = send_gathered(fd, iov, n, tsan_key_);
     if (written > 0) {
       queue.consume(static_cast<size_t>(written));
+      if (&queue == &queue_) queued_bytes_.store(queue_.bytes(), std::memory_order_relaxed);
       continue;
     }
     if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Drained::kFull;

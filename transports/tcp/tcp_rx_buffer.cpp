@@ -9,41 +9,47 @@
 
 namespace transports::tcp {
 
-void TcpRxBuffer::allocate(size_t size) {
-  size_ = size;
-  mapped_ = size > kRxKeep;
-  if (!mapped_) {
-    data_ = new uint8_t[size];
-    return;
-  }
+namespace {
+
+// Memory for a buffer of `size` bytes; throws std::bad_alloc, leaving nothing behind.
+uint8_t* allocate_bytes(size_t size, bool mapped) {
+  if (!mapped) return new uint8_t[size];
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   ::madvise(p, size, MADV_HUGEPAGE);  // advisory: fine if refused
-  data_ = static_cast<uint8_t*>(p);
+  return static_cast<uint8_t*>(p);
+}
+
+void free_bytes(uint8_t* p, size_t size, bool mapped) {
+  if (p == nullptr) return;
+  if (mapped) {
+    ::munmap(p, size);
+  } else {
+    delete[] p;
+  }
+}
+
+}  // namespace
+
+void TcpRxBuffer::allocate(size_t size) {
+  data_ = allocate_bytes(size, size > kRxKeep);
+  size_ = size;
+  mapped_ = size > kRxKeep;
 }
 
 void TcpRxBuffer::release() {
-  if (data_ == nullptr) return;
-  if (mapped_) {
-    ::munmap(data_, size_);
-  } else {
-    delete[] data_;
-  }
+  free_bytes(data_, size_, mapped_);
   data_ = nullptr;
 }
 
 void TcpRxBuffer::resize(size_t size, size_t keep) {
-  uint8_t* old = data_;
-  const size_t old_size = size_;
-  const bool old_mapped = mapped_;
-  data_ = nullptr;
-  allocate(size);
-  if (keep != 0) std::memcpy(data_, old, keep);
-  if (old_mapped) {
-    ::munmap(old, old_size);
-  } else {
-    delete[] old;
-  }
+  // The new memory first: on std::bad_alloc the buffer stays as it was.
+  uint8_t* fresh = allocate_bytes(size, size > kRxKeep);
+  if (keep != 0) std::memcpy(fresh, data_, keep);
+  free_bytes(data_, size_, mapped_);
+  data_ = fresh;
+  size_ = size;
+  mapped_ = size > kRxKeep;
 }
 
 }  // namespace transports::tcp

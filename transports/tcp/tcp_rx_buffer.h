@@ -23,6 +23,7 @@ class TcpRxBuffer {
   TcpRxBuffer(const TcpRxBuffer&) = delete;
   TcpRxBuffer& operator=(const TcpRxBuffer&) = delete;
   // Replaces the buffer by one of `size` bytes, keeping the first `keep` bytes of the old one.
+  // Throws std::bad_alloc (the buffer then stays as it was).
   void resize(size_t size, size_t keep);
   uint8_t* data() { return data_; }
   size_t size() const { return size_; }

@@ -24,6 +24,7 @@
 
 #include "base/spin_lock.h"
 #include "transports/common/program_polls.h"
+#include "transports/tcp/tcp_admission.h"
 #include "transports/tcp/tcp_dial.h"
 #include "transports/tcp/tcp_link.h"
 #include "transports/tcp/tcp_options.h"
@@ -45,11 +46,12 @@ constexpr std::chrono::milliseconds kAcceptBackoffMax{1000};
 // A bulk lane's TCP connect (tcp_link.h), on the io thread, once per connection and direction;
 // the peer is reachable (the connection is up), so this bounds only a pathological case.
 constexpr std::chrono::milliseconds kLaneDialTimeout{500};
-
 class TcpTransport : public Transport, public TcpLinkOwner {
  public:
-  explicit TcpTransport(const TcpEndpoint& listen)
-      : timeouts_(tcp_timeouts()),
+  TcpTransport(const TcpEndpoint& listen, TcpConfig config)
+      : config_(std::move(config)),
+        admission_(config_.max_pending, config_.max_connections),
+        timeouts_(tcp_timeouts()),
         poll_epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)),
         work_(asio::make_work_guard(io_)),
         acceptor_(io_),
@@ -65,7 +67,15 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     TcpEndpoint bound = listen;
     bound.port = acceptor_.local_endpoint().port();
     gid_ = tcp_gid_of(bound);
-    spdlog::debug("tcp: listening on {}", to_string(bound));
+    source_ipv4_ = bound.ipv4;
+    spdlog::debug("tcp: listening on {} ({})", to_string(bound),
+                  config_.secret.empty() ? "no secret" : "peers prove the job's secret");
+    if (config_.secret.empty() && (listen.ipv4 >> 24) != 127) {
+      spdlog::warn(
+          "tcp: listening on {} without a secret: anyone who reaches it may connect; set "
+          "EMURDMA_SECRET_FILE (or EMURDMA_SECRET) in every process of the job",
+          to_string(bound));
+    }
     accept_next();
     io_thread_ = std::thread([this] { run(); });
   }
@@ -261,6 +271,18 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     return links_.size();
   }
 
+  // For tests: the largest receive buffer of the connections open now.
+  size_t rx_capacity() {
+    std::vector<std::shared_ptr<TcpLink>> all;
+    {
+      std::lock_guard lock(links_mutex_);  // never held with a receive lock: copied first
+      all.assign(links_.begin(), links_.end());
+    }
+    size_t most = 0;
+    for (auto& link : all) most = std::max(most, link->rx_capacity());
+    return most;
+  }
+
   // TcpLinkOwner (io thread)
   bool on_hello(TcpLink& link) override {
     auto self = std::static_pointer_cast<TcpLink>(link.shared_from_this());
@@ -283,25 +305,26 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     }
     // Two processes keep one connection; when both dial at once, the one dialed by the lower
     // GID wins on both sides (ours is refused by the peer when we are the higher one).
-    std::shared_ptr<TcpLink> stale;
     auto it = canonical_.find(peer);
     if (it != canonical_.end() && it->second->up()) {
       // Our own dial, and we are the lower GID: the peer may have dialed before hearing of it;
       // it wins, and the peer uses it.
       if (it->second->dialed() && gid_.raw < peer) return false;
-      // Otherwise the peer would be using the connection we hold had it not lost it (a pulled
-      // cable we have not noticed yet): the new one replaces it.
-      stale = it->second;
+      // A HELLO never replaces a live link: a newcomer claiming a connected peer's GID is
+      // refused while that link is up. A peer that lost its end (a pulled cable) dials again
+      // once this end has noticed too (EMURDMA_TCP_TIMEOUT_MS: TCP_USER_TIMEOUT and
+      // keepalive end the old connection, docs/wire.md "TCP handshake").
+      spdlog::warn(
+          "tcp: {} introduces itself as a peer we are connected to; refused while that "
+          "connection is up",
+          link.remote());
+      return false;
     }
     if (dialing_.count(peer) != 0 && gid_.raw < peer) return false;
     if (!link.answer_hello()) return false;
     canonical_[peer] = self;
     add_pollable(&link);
     links_cv_.notify_all();
-    if (stale) {
-      spdlog::warn("tcp: {} dialed again: dropping the connection it replaces", link.remote());
-      asio::post(io_, [stale] { stale->abort(); });
-    }
     return true;
   }
 
@@ -332,10 +355,11 @@ class TcpTransport : public Transport, public TcpLinkOwner {
   }
 
   void open_lane(TcpLink& link) override {
-    asio::post(io_, [self = link.shared_from_this()] {
+    asio::post(io_, [self = link.shared_from_this(), source = source_ipv4_] {
       const std::optional<TcpEndpoint> ep = tcp_endpoint_of(self->peer());
       std::string why = "the peer's GID names no TCP endpoint";
-      const int fd = ep ? tcp_dial(*ep, kLaneDialTimeout, &why, DialPurpose::kBulkLane) : -1;
+      const int fd =
+          ep ? tcp_dial(*ep, kLaneDialTimeout, &why, DialPurpose::kBulkLane, source) : -1;
       if (fd < 0) spdlog::debug("tcp: no bulk lane to {}: {}", self->remote(), why);
       // As every connection (the lane's accepting end has them from accept).
       if (fd >= 0 && !apply_tcp_options(fd, tcp_timeouts(), &why)) {
@@ -345,14 +369,14 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     });
   }
 
-  bool adopt_lane(const Gid& gid, uint64_t token, int fd) override {
+  bool adopt_lane(const Gid& gid, uint64_t token, const Mac& proof, int fd) override {
     std::shared_ptr<TcpLink> link;
     {
       std::lock_guard lock(links_mutex_);
       const auto it = canonical_.find(gid.raw);
       if (it != canonical_.end()) link = it->second;
     }
-    if (!link || !link->attach_lane(fd, token)) {
+    if (!link || !link->attach_lane(fd, token, proof)) {
       ::close(fd);
       return false;
     }
@@ -368,6 +392,8 @@ class TcpTransport : public Transport, public TcpLinkOwner {
   }
 
   uint64_t program_polls() const override { return program_polls_.count(); }
+  const TcpSecret& secret() const override { return config_.secret; }
+  std::chrono::milliseconds hello_timeout() const override { return config_.hello_timeout; }
 
   // No delivery runs in a FencedDeliveries scope here: finishing them is reading what waits.
   void finish_deliveries() override {
@@ -442,7 +468,8 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     std::string why;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    const int fd = tcp_dial(ep, std::max(left, std::chrono::milliseconds(1)), &why);
+    const int fd = tcp_dial(ep, std::max(left, std::chrono::milliseconds(1)), &why,
+                            DialPurpose::kConnection, source_ipv4_);
     if (fd < 0) {
       spdlog::warn("tcp: cannot reach {}: {}", to_string(ep), why);
       return nullptr;
@@ -485,6 +512,12 @@ class TcpTransport : public Transport, public TcpLinkOwner {
         return;
       }
       accept_backoff_ = std::chrono::milliseconds(0);
+      if (!admit()) {
+        error_code ignored;
+        socket.close(ignored);
+        accept_next();
+        return;
+      }
       std::string why;
       if (!apply_tcp_options(socket.native_handle(), timeouts_, &why)) {
         spdlog::warn("tcp: accepted connection: {}", why);
@@ -499,6 +532,17 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     });
   }
 
+  // io thread, on each accepted connection: whether it may stay (TcpAdmission).
+  bool admit() {
+    size_t total = 0, pending = 0;
+    {
+      std::lock_guard lock(links_mutex_);
+      total = links_.size();
+      for (const auto& l : links_) pending += !l->dialed() && !l->ready() && l->up();
+    }
+    return admission_.admit(total, pending);
+  }
+
   void run() {
     for (;;) {
       try {
@@ -510,7 +554,10 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     }
   }
 
+  TcpConfig config_;
+  TcpAdmission admission_;  // io thread
   const TcpTimeouts timeouts_;
+  uint32_t source_ipv4_ = 0;  // our GID's address: the source of our dials
   // Level-triggered epoll over the ready connections, for polling calls (progress()); the io
   // thread has its own (asio's).
   const int poll_epoll_fd_;
@@ -560,12 +607,23 @@ size_t tcp_connection_count(Transport& t) {
   return tcp == nullptr ? 0 : tcp->connection_count();
 }
 
+size_t tcp_rx_capacity(Transport& t) {
+  auto* tcp = dynamic_cast<TcpTransport*>(&t);
+  return tcp == nullptr ? 0 : tcp->rx_capacity();
+}
+
 size_t tcp_bulk_lanes(Transport& t) {
   auto* tcp = dynamic_cast<TcpTransport*>(&t);
   return tcp == nullptr ? 0 : tcp->bulk_lanes();
 }
 
 std::unique_ptr<Transport> make_tcp_transport(const std::string& listen_spec) {
+  std::optional<TcpConfig> config = tcp_config_from_environment();
+  if (!config) return nullptr;
+  return make_tcp_transport(listen_spec, std::move(*config));
+}
+
+std::unique_ptr<Transport> make_tcp_transport(const std::string& listen_spec, TcpConfig config) {
   const std::optional<TcpEndpoint> ep = parse_tcp_endpoint(listen_spec);
   if (!ep) {
     spdlog::error("tcp: \"{}\" is not an IPv4 address with an optional port", listen_spec);
@@ -576,7 +634,7 @@ std::unique_ptr<Transport> make_tcp_transport(const std::string& listen_spec) {
     return nullptr;
   }
   try {
-    return std::make_unique<TcpTransport>(*ep);
+    return std::make_unique<TcpTransport>(*ep, std::move(config));
   } catch (const std::exception& e) {
     spdlog::error("tcp: cannot listen on {}: {}", listen_spec, e.what());
     return nullptr;

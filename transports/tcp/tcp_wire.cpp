@@ -28,12 +28,20 @@ constexpr size_t kOffCompareAdd = 56;
 constexpr size_t kOffSwap = 64;
 static_assert(kOffSwap + 8 == kFrameHeaderBytes);
 
-// Offsets in a HELLO.
+// Offsets in a HELLO (and, up to the GID, in GOODBYE and LANE_HELLO, whose reserved bytes
+// start at kHelloOffFlags).
 constexpr size_t kHelloOffMagic = 0;
 constexpr size_t kHelloOffVersion = 4;
-constexpr size_t kHelloOffReserved = 5;  // 3 bytes, zero
+constexpr size_t kHelloOffFlags = 5;
+constexpr size_t kHelloOffReserved = 6;  // 2 bytes, zero
 constexpr size_t kHelloOffGid = 8;
-static_assert(kHelloOffGid + 16 == kHelloBytes);
+constexpr size_t kHelloOffNonce = 24;
+constexpr size_t kHelloOffProof = 56;
+static_assert(kHelloOffProof + kMacBytes == kHelloBytes);
+static_assert(kHelloOffGid + 16 == kGoodbyeBytes);
+constexpr size_t kLaneHelloOffToken = 24;
+constexpr size_t kLaneHelloOffProof = 32;
+static_assert(kLaneHelloOffProof + kMacBytes == kLaneHelloBytes);
 
 constexpr uint8_t kKnownFlags =
     kFrameImm | kFrameSolicited | kFrameDatagram | kFrameFetchAdd | kFrameAckReq;
@@ -67,24 +75,67 @@ bool carries_payload(FrameOp op) {
   return op == FrameOp::kSend || op == FrameOp::kWrite || op == FrameOp::kReadResponse;
 }
 
-void encode_hello(const Gid& gid, uint8_t out[kHelloBytes]) {
+void encode_hello(const Hello& hello, uint8_t out[kHelloBytes]) {
   std::memset(out, 0, kHelloBytes);
   put32(out + kHelloOffMagic, kHelloMagic);
   out[kHelloOffVersion] = kVersion;
-  std::memcpy(out + kHelloOffGid, gid.raw.data(), gid.raw.size());
+  out[kHelloOffFlags] = hello.has_secret ? kHelloHasSecret : 0;
+  std::memcpy(out + kHelloOffGid, hello.gid.raw.data(), hello.gid.raw.size());
+  std::memcpy(out + kHelloOffNonce, hello.nonce.data(), kNonceBytes);
+  std::memcpy(out + kHelloOffProof, hello.proof.data(), kMacBytes);
 }
 
-const char* decode_hello(const uint8_t in[kHelloBytes], Gid* gid) {
+const char* check_hello_prefix(const uint8_t in[kHelloPrefixBytes]) {
   if (get32(in + kHelloOffMagic) != kHelloMagic) return "bad HELLO magic (not an emurdma peer)";
-  if (in[kHelloOffVersion] != kVersion) return "unsupported protocol version in HELLO";
-  if (!all_zero(in + kHelloOffReserved, 3)) return "reserved HELLO bytes not zero";
-  std::memcpy(gid->raw.data(), in + kHelloOffGid, gid->raw.size());
+  if (in[kHelloOffVersion] != kVersion) {
+    return "HELLO of another emurdma protocol version (this end speaks version 3): both ends "
+           "must run the same release";
+  }
+  if ((in[kHelloOffFlags] & ~kHelloHasSecret) != 0) return "unknown HELLO flags";
+  if (!all_zero(in + kHelloOffReserved, 2)) return "reserved HELLO bytes not zero";
+  return nullptr;
+}
+
+const char* decode_hello(const uint8_t in[kHelloBytes], Hello* hello) {
+  if (const char* why = check_hello_prefix(in)) return why;
+  hello->has_secret = (in[kHelloOffFlags] & kHelloHasSecret) != 0;
+  std::memcpy(hello->gid.raw.data(), in + kHelloOffGid, hello->gid.raw.size());
+  std::memcpy(hello->nonce.data(), in + kHelloOffNonce, kNonceBytes);
+  std::memcpy(hello->proof.data(), in + kHelloOffProof, kMacBytes);
+  return nullptr;
+}
+
+void encode_proof(const Mac& proof, uint8_t out[kProofBytes]) {
+  std::memset(out, 0, kProofBytes);
+  put32(out, kProofMagic);
+  out[4] = kVersion;
+  std::memcpy(out + 8, proof.data(), kMacBytes);
+}
+
+const char* decode_proof(const uint8_t in[kProofBytes], Mac* proof) {
+  if (get32(in) != kProofMagic || in[4] != kVersion || !all_zero(in + 5, 3)) return "bad PROOF";
+  std::memcpy(proof->data(), in + 8, kMacBytes);
+  return nullptr;
+}
+
+void encode_welcome(uint8_t out[kWelcomeBytes]) {
+  std::memset(out, 0, kWelcomeBytes);
+  put32(out, kWelcomeMagic);
+  out[4] = kVersion;
+}
+
+const char* decode_welcome(const uint8_t in[kWelcomeBytes]) {
+  if (get32(in) != kWelcomeMagic || in[4] != kVersion || !all_zero(in + 5, 3)) {
+    return "bad WELCOME";
+  }
   return nullptr;
 }
 
 void encode_goodbye(const Gid& gid, uint8_t out[kGoodbyeBytes]) {
-  encode_hello(gid, out);
+  std::memset(out, 0, kGoodbyeBytes);
   put32(out + kHelloOffMagic, kGoodbyeMagic);
+  out[kHelloOffVersion] = kVersion;
+  std::memcpy(out + kHelloOffGid, gid.raw.data(), gid.raw.size());
 }
 
 bool is_goodbye(const uint8_t* in) {
@@ -93,24 +144,28 @@ bool is_goodbye(const uint8_t* in) {
 
 const char* decode_goodbye(const uint8_t in[kGoodbyeBytes]) {
   if (in[kHelloOffVersion] != kVersion) return "unsupported protocol version in GOODBYE";
-  if (!all_zero(in + kHelloOffReserved, 3)) return "reserved GOODBYE bytes not zero";
+  if (!all_zero(in + kHelloOffFlags, 3)) return "reserved GOODBYE bytes not zero";
   return nullptr;
 }
 
-void encode_lane_hello(const Gid& gid, uint64_t token, uint8_t out[kLaneHelloBytes]) {
+void encode_lane_hello(const Gid& gid, uint64_t token, const Mac& proof,
+                       uint8_t out[kLaneHelloBytes]) {
   std::memset(out, 0, kLaneHelloBytes);
   put32(out + kHelloOffMagic, kLaneMagic);
   out[kHelloOffVersion] = kVersion;
   std::memcpy(out + kHelloOffGid, gid.raw.data(), gid.raw.size());
-  put64(out + kHelloBytes, token);
+  put64(out + kLaneHelloOffToken, token);
+  std::memcpy(out + kLaneHelloOffProof, proof.data(), kMacBytes);
 }
 
-const char* decode_lane_hello(const uint8_t in[kLaneHelloBytes], Gid* gid, uint64_t* token) {
+const char* decode_lane_hello(const uint8_t in[kLaneHelloBytes], Gid* gid, uint64_t* token,
+                              Mac* proof) {
   if (get32(in + kHelloOffMagic) != kLaneMagic) return "bad LANE_HELLO magic";
   if (in[kHelloOffVersion] != kVersion) return "unsupported protocol version in LANE_HELLO";
-  if (!all_zero(in + kHelloOffReserved, 3)) return "reserved LANE_HELLO bytes not zero";
+  if (!all_zero(in + kHelloOffFlags, 3)) return "reserved LANE_HELLO bytes not zero";
   std::memcpy(gid->raw.data(), in + kHelloOffGid, gid->raw.size());
-  *token = get64(in + kHelloBytes);
+  *token = get64(in + kLaneHelloOffToken);
+  std::memcpy(proof->data(), in + kLaneHelloOffProof, kMacBytes);
   return nullptr;
 }
 
