@@ -643,9 +643,11 @@ size_t segment_bytes(uint64_t ring_bytes) {
 
 // A memfd holding `bytes` bytes, its header (if it fits) and both rings' capacities.
 int handmade_segment(size_t bytes, uint64_t magic, uint32_t version, uint64_t ring_bytes) {
-  const int fd = ::memfd_create("shm-test-segment", MFD_CLOEXEC);
+  const int fd = ::memfd_create("shm-test-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return -1;
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+  // Sealed at its size, as Segment::create makes it: only the field under test is wrong.
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
     ::close(fd);
     return -1;
   }
