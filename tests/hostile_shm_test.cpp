@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -293,6 +294,78 @@ TEST(HostileShmStaged, HugeAnnouncedChunkedFrameCostsNoMemory) {
   EXPECT_LT(grown, uint64_t{256} << 20) << "resident memory grew by " << (grown >> 20) << " MiB";
   EXPECT_EQ(v.victim.sink.frames_from(hostile), 0u);
   EXPECT_TRUE(v.friend_still_delivers(2));
+}
+
+// Under an address-space limit the chunks of a huge frame exhaust the victim's memory: the
+// allocation that fails is a link error, not an abort. Before the fix the 2 GiB announcement
+// alone threw std::bad_alloc on the receiver thread, which ended the process. The victim runs
+// in a forked child under RLIMIT_AS (not under ASan, whose shadow memory needs far more).
+TEST(HostileShmStaged, AllocationFailureIsALinkErrorNotAnAbort) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "RLIMIT_AS cannot be combined with AddressSanitizer";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  GTEST_SKIP() << "RLIMIT_AS cannot be combined with AddressSanitizer";
+#endif
+#endif
+  Pipe gid_pipe;
+  Pipe hostile_pipe;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int code = 0;
+    {
+      VictimWithFriend v;
+      const Gid gid = v.ready() ? v.victim.gid() : Gid{};
+      Gid hostile;
+      if (!v.ready() || !v.friend_still_delivers(1)) {
+        code = 3;
+      } else {
+        // Room for what the process has, and 160 MiB more: the staging buffer, which
+        // doubles, fails at 128 MiB (64 MiB of chunks sent).
+        uint64_t pages = 0;
+        std::ifstream("/proc/self/statm") >> pages;
+        const rlim_t limit =
+            pages * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + (rlim_t{160} << 20);
+        const rlimit rl{limit, limit};
+        if (::setrlimit(RLIMIT_AS, &rl) != 0) code = 6;
+      }
+      gid_pipe.put(gid.raw.data(), gid.raw.size());
+      if (code == 0 && !hostile_pipe.get(hostile.raw.data(), hostile.raw.size(), 8000ms)) code = 4;
+      if (code == 0 && !v.victim.sink.wait_downs_of(hostile, 1, 9000ms)) code = 7;
+      if (code == 0 && !v.friend_still_delivers(2)) code = 5;
+    }
+    ::_exit(code);
+  }
+  Gid victim;
+  ASSERT_TRUE(gid_pipe.get(victim.raw.data(), victim.raw.size(), 5000ms));
+  RawDialer attacker;
+  std::string why;
+  const Gid hostile = raw_peer_gid();
+  ASSERT_TRUE(attacker.attach(victim, hostile, &why)) << why;
+  ASSERT_TRUE(hostile_pipe.put(hostile.raw.data(), hostile.raw.size()));
+  put(attacker, shm::kFrameStaged, staged_frame_body(static_cast<uint32_t>(shm::kMaxPayload)));
+  // Chunks until the victim hangs up (or a bound: 1 GiB, 8 s).
+  const std::vector<uint8_t> chunk = chunk_body(shm::kChunkBytes);
+  const uint32_t size = shm::record_size(sizeof(RecordHead) + chunk.size());
+  const auto deadline = Clock::now() + 8s;
+  for (int sent = 0; sent < 16384 && Clock::now() < deadline;) {
+    uint8_t* at = attacker.producer().reserve(size);
+    if (at == nullptr) {
+      attacker.ring_victim();
+      if (sees_end_of_stream(attacker.socket_fd(), 0ms)) break;
+      std::this_thread::yield();
+      continue;
+    }
+    std::memcpy(at, chunk.data(), chunk.size());
+    attacker.producer().commit(shm::kChunk);
+    if (++sent % 16 == 0) attacker.ring_victim();
+  }
+  attacker.ring_victim();
+  const int code = reap(child);
+  EXPECT_EQ(code, 0) << "victim exit code " << code
+                     << " (-1: killed by a signal, std::bad_alloc's abort before the fix; 7: the "
+                        "hostile link stayed up; 5: its friendly link stopped delivering)";
 }
 
 // =============================================================================================
