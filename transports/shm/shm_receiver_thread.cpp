@@ -68,6 +68,20 @@ void ShmTransport::expire_handshakes() {
   links_version_.fetch_add(1, std::memory_order_release);
 }
 
+void ShmTransport::complete_readable_handshakes(const std::vector<pollfd>& fds, size_t first) {
+  // Each readable one (its Hello, or its end) is attached or refused now; the others keep
+  // waiting (their list changed: the thread builds it again).
+  for (size_t i = first; i < fds.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    for (size_t k = 0; k < pending_.size(); ++k) {
+      if (pending_.fd(k) != fds[i].fd) continue;
+      complete_attach(pending_.take(k));
+      links_version_.fetch_add(1, std::memory_order_release);
+      break;
+    }
+  }
+}
+
 void ShmTransport::receiver_main() {
   std::vector<pollfd> fds;
   std::vector<ShmLink*> fd_links;  // fds[i + 2] belongs to fd_links[i]
@@ -141,6 +155,9 @@ void ShmTransport::receiver_main() {
     if (armed) {
       for (ShmLink* l : fd_links) l->cancel_sleep();
     }
+    const size_t links_end = 2 + fd_links.size();
+    // Pending handshakes first, while their descriptors' numbers are still theirs.
+    if (ready > 0 && links_end < fds.size()) complete_readable_handshakes(fds, links_end);
     if (!pending_.empty()) expire_handshakes();
     if (ready <= 0) continue;
     if (fds[0].revents != 0) {
@@ -159,21 +176,6 @@ void ShmTransport::receiver_main() {
           spdlog::warn("shm: cannot accept an attach: {}", std::strerror(errno));
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
-        break;
-      }
-    }
-    const size_t links_end = 2 + fd_links.size();
-    // A pending handshake whose socket is readable (its Hello, or its end) is completed or
-    // refused now; the others keep waiting (their list changed: it is built again).
-    std::vector<int> readable;
-    for (size_t i = links_end; i < fds.size(); ++i) {
-      if (fds[i].revents != 0) readable.push_back(fds[i].fd);
-    }
-    for (int fd : readable) {
-      for (size_t k = 0; k < pending_.size(); ++k) {
-        if (pending_.fd(k) != fd) continue;
-        complete_attach(pending_.take(k));
-        links_version_.fetch_add(1, std::memory_order_release);
         break;
       }
     }

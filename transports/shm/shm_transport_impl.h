@@ -5,6 +5,7 @@
 // defined here, in the class, so that each file can inline them as when it was one file.
 #pragma once
 
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -276,6 +277,8 @@ class ShmTransport final : public Transport, public LinkOwner {
   void receiver_main();
   // Closes the accepted connections whose Hello did not come in time.
   void expire_handshakes();
+  // Attaches or refuses the pending handshakes whose socket, fds[first...], is readable.
+  void complete_readable_handshakes(const std::vector<pollfd>& fds, size_t first);
 
   const ShmOptions options_;
   const ShmAddress address_;
