@@ -321,12 +321,12 @@ TEST(HostileShmStaged, AllocationFailureIsALinkErrorNotAnAbort) {
       if (!v.ready() || !v.friend_still_delivers(1)) {
         code = 3;
       } else {
-        // Room for what the process has, and 160 MiB more: the staging buffer, which
-        // doubles, fails at 128 MiB (64 MiB of chunks sent).
+        // Room for what the process has, and 96 MiB more: the staging buffer, which
+        // doubles, fails at 64 MiB (32 MiB of chunks sent).
         uint64_t pages = 0;
         std::ifstream("/proc/self/statm") >> pages;
         const rlim_t limit =
-            pages * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + (rlim_t{160} << 20);
+            pages * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + (rlim_t{96} << 20);
         const rlimit rl{limit, limit};
         if (::setrlimit(RLIMIT_AS, &rl) != 0) code = 6;
       }
