@@ -567,7 +567,8 @@ TEST(HostileShmLinks, FiftyPastPeersLeaveNoLinksMappingsOrDescriptors) {
   // The friend's link: its segment, mapped once here and once in the friendly transport.
   EXPECT_LE(lines_of_maps("emurdma-shm"), 2u);
   EXPECT_LE(open_descriptors(), fds_before + 2);
-  EXPECT_LE(lines_of_maps(), maps_before + 8) << "mappings grew with the peers";
+  // Fewer than one per peer: allocators (ASan's above all) map a few regions of their own.
+  EXPECT_LE(lines_of_maps(), maps_before + 25) << "mappings grew with the peers";
   EXPECT_TRUE(v.friend_still_delivers(2));
 }
 
