@@ -42,6 +42,7 @@
 #include "emu/poll_demand.h"
 #include "emu/transport.h"
 #include "tests/memfd_buffer.h"
+#include "tests/shm_test_peers.h"
 #include "transports/auto/auto_transport.h"
 #include "transports/shm/guarded_copy.h"
 #include "transports/shm/shm_gid.h"
@@ -57,6 +58,7 @@
 namespace {
 
 using namespace std::chrono_literals;
+using namespace shm_test;
 using Clock = std::chrono::steady_clock;
 using emu::FrameHeader;
 using emu::FrameOp;
@@ -72,10 +74,6 @@ using transports::shm::RingControl;
 using transports::shm::RingProducer;
 using transports::shm::Segment;
 namespace shm = transports::shm;
-
-// Every wait in this file is bounded by one of these: a test fails, it never hangs.
-constexpr auto kDeliveryLimit = 5s;
-constexpr auto kChildLimit = 10s;
 
 // =============================================================================================
 // Rings
@@ -379,11 +377,6 @@ bool wait_doorbell(int fd, Clock::time_point deadline) {
   }
 }
 
-void ring(int fd) {
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(fd, &one, sizeof one);
-}
-
 // The stress record: a sequence number, a checksum of the filler, the filler.
 struct StressHead {
   uint64_t seq;
@@ -650,9 +643,11 @@ size_t segment_bytes(uint64_t ring_bytes) {
 
 // A memfd holding `bytes` bytes, its header (if it fits) and both rings' capacities.
 int handmade_segment(size_t bytes, uint64_t magic, uint32_t version, uint64_t ring_bytes) {
-  const int fd = ::memfd_create("shm-test-segment", MFD_CLOEXEC);
+  const int fd = ::memfd_create("shm-test-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return -1;
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+  // Sealed at its size, as Segment::create makes it: only the field under test is wrong.
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
     ::close(fd);
     return -1;
   }
@@ -838,220 +833,8 @@ TEST(ShmSegment, AttachRefusesRingsWhoseCapacityDisagreesWithTheHeader) {
 // =============================================================================================
 // Transports, sinks and a hand-made peer
 
-struct Received {
-  Gid from;  // the link's peer, read during delivery (a down link may be freed later)
-  FrameHeader header;
-  size_t payload_size = 0;
-  std::vector<uint8_t> payload;  // empty when payload_size is beyond reason
-};
-
-// Records what a transport delivers and reports; every wait is bounded.
-class RecordingSink : public emu::FrameSink {
- public:
-  void on_frame(Link& from, const FrameHeader& h, emu::PayloadSource& payload) override {
-    Received r{from.peer(), h, payload.size(), {}};
-    // A payload claiming more than any message may hold is recorded, never read.
-    if (r.payload_size <= shm::kMaxPayload) {
-      r.payload.resize(r.payload_size);
-      payload.read(r.payload.data(), r.payload.size());
-    }
-    std::lock_guard lock(mutex_);
-    frames_.push_back(std::move(r));
-    cv_.notify_all();
-  }
-  void on_link_down(Link& link) override {
-    std::lock_guard lock(mutex_);
-    downs_.push_back(link.peer());
-    if (link.farewell()) farewells_.push_back(link.peer());
-    cv_.notify_all();
-  }
-  // How many links to `peer` went down after the peer said goodbye.
-  size_t farewells_of(const Gid& peer) {
-    std::lock_guard lock(mutex_);
-    return static_cast<size_t>(std::count(farewells_.begin(), farewells_.end(), peer));
-  }
-
-  size_t frames_from(const Gid& peer) {
-    std::lock_guard lock(mutex_);
-    return count_frames(peer);
-  }
-  size_t downs_of(const Gid& peer) {
-    std::lock_guard lock(mutex_);
-    return count_downs(peer);
-  }
-  size_t frame_count() {
-    std::lock_guard lock(mutex_);
-    return frames_.size();
-  }
-  size_t down_count() {
-    std::lock_guard lock(mutex_);
-    return downs_.size();
-  }
-  bool wait_frames_from(const Gid& peer, size_t n, std::chrono::milliseconds limit) {
-    std::unique_lock lock(mutex_);
-    return cv_.wait_for(lock, limit, [&] { return count_frames(peer) >= n; });
-  }
-  bool wait_downs_of(const Gid& peer, size_t n, std::chrono::milliseconds limit) {
-    std::unique_lock lock(mutex_);
-    return cv_.wait_for(lock, limit, [&] { return count_downs(peer) >= n; });
-  }
-  std::vector<Received> frames() {
-    std::lock_guard lock(mutex_);
-    return frames_;
-  }
-
- private:
-  size_t count_frames(const Gid& peer) const {
-    size_t n = 0;
-    for (const Received& r : frames_) n += r.from == peer;
-    return n;
-  }
-  size_t count_downs(const Gid& peer) const {
-    size_t n = 0;
-    for (const Gid& g : downs_) n += g == peer;
-    return n;
-  }
-
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::vector<Received> frames_;
-  std::vector<Gid> farewells_;
-  std::vector<Gid> downs_;
-};
-
-// A shm transport with its recording sink, detached before destruction as a node does.
-template <class Sink>
-struct ShmEndpointWith {
-  explicit ShmEndpointWith(const transports::shm::ShmOptions& options = {})
-      : transport(transports::shm::make_shm_transport(options)) {
-    if (transport) transport->set_sink(&sink);
-  }
-  ~ShmEndpointWith() {
-    if (transport) transport->set_sink(nullptr);
-  }
-  Gid gid() const { return transport->local_gid(); }
-
-  Sink sink;
-  std::unique_ptr<Transport> transport;
-};
-using ShmEndpoint = ShmEndpointWith<RecordingSink>;
-
-FrameHeader frame_header(uint32_t psn, uint32_t length) {
-  FrameHeader h{};
-  h.op = FrameOp::kSend;
-  h.src_qpn = 0x51;
-  h.dst_qpn = 0x52;
-  h.psn = psn;
-  h.length = length;
-  return h;
-}
-
-bool send_frame(Link& link, uint32_t psn, std::vector<uint8_t> bytes = {1, 2, 3, 4, 5}) {
-  iovec iov{bytes.data(), bytes.size()};
-  return link.send(frame_header(psn, static_cast<uint32_t>(bytes.size())), &iov, 1);
-}
-
-// The dialer's half of the handshake written by hand (shm_handshake.h), then a producer on the
-// dialer -> acceptor ring: nothing of ShmTransport, so the test decides every byte the
-// acceptor reads.
-class RawDialer {
- public:
-  RawDialer() = default;
-  RawDialer(const RawDialer&) = delete;
-  RawDialer& operator=(const RawDialer&) = delete;
-  ~RawDialer() {
-    close_socket();
-    for (int fd : {own_doorbell_, victim_doorbell_}) {
-      if (fd >= 0) ::close(fd);
-    }
-  }
-
-  // Attaches to the node at victim, announcing itself as own.
-  bool attach(const Gid& victim, const Gid& own, std::string* why) {
-    const auto address = shm::address_of(victim);
-    if (!address) {
-      *why = "not a shm GID";
-      return false;
-    }
-    socket_ = shm::dial(shm::socket_name(*address), why);
-    if (socket_ < 0 || shm::same_user_peer(socket_, why) <= 0) return false;
-    int memfd = -1;
-    segment_ = Segment::create(shm::kRingBytes, &memfd, why);
-    if (!segment_) return false;
-    own_doorbell_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    const shm::Hello hello{shm::kHandshakeMagic, shm::kProtocolVersion, own.raw,
-                           shm::probe_address()};
-    const int fds[2] = {memfd, own_doorbell_};
-    const bool sent = shm::send_message(socket_, &hello, sizeof hello, fds, 2);
-    ::close(memfd);
-    shm::Welcome welcome{};
-    if (!sent || !shm::receive_message(socket_, &welcome, sizeof welcome, &victim_doorbell_, 1,
-                                       2000ms, why)) {
-      if (!sent) *why = "Hello not sent";
-      return false;
-    }
-    if (welcome.magic != shm::kHandshakeMagic || welcome.gid != victim.raw) {
-      *why = "unexpected Welcome";
-      return false;
-    }
-    producer_ = RingProducer(control(), data(), segment_->sync_key(Segment::kDialerToAcceptor));
-    return true;
-  }
-
-  RingProducer& producer() { return producer_; }
-  RingControl* control() const { return segment_->control(Segment::kDialerToAcceptor); }
-  uint8_t* data() const { return segment_->data(Segment::kDialerToAcceptor); }
-  // As a producer does after publishing (the spurious ring is harmless if it was awake).
-  void ring_victim() { ring(victim_doorbell_); }
-  int socket_fd() const { return socket_; }
-  void close_socket() {
-    if (socket_ >= 0) ::close(socket_);
-    socket_ = -1;
-  }
-
- private:
-  int socket_ = -1;
-  int own_doorbell_ = -1;
-  int victim_doorbell_ = -1;
-  std::unique_ptr<Segment> segment_;
-  RingProducer producer_;
-};
-
-// A GID for a hand-made peer: this host and process, an instance no transport takes.
-Gid raw_peer_gid() {
-  static std::atomic<uint16_t> next{50000};
-  return shm::gid_of({shm::local_host_tag(), static_cast<uint32_t>(::getpid()), next++}, 0);
-}
-
-// Whether fd reaches end of file within the limit: the other side closed or shut it down.
-bool sees_end_of_stream(int fd, std::chrono::milliseconds limit) {
-  pollfd p{fd, POLLIN, 0};
-  int n;
-  do {
-    n = ::poll(&p, 1, static_cast<int>(limit.count()));
-  } while (n < 0 && errno == EINTR);
-  if (n != 1) return false;
-  char byte;
-  return ::recv(fd, &byte, 1, MSG_DONTWAIT) == 0;
-}
-
 // =============================================================================================
 // Attach refusal: another user
-
-// Waits (bounded) for the child; kills it if it overstays. Its exit code, or -1.
-int reap(pid_t child) {
-  const auto deadline = Clock::now() + kChildLimit;
-  int status = 0;
-  while (::waitpid(child, &status, WNOHANG) == 0) {
-    if (Clock::now() > deadline) {
-      ::kill(child, SIGKILL);
-      ::waitpid(child, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(1ms);
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 TEST(ShmAttach, ProcessOfAnotherUserIsRefused) {
   if (::geteuid() != 0) {

@@ -6,9 +6,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <optional>
+
+#include "transports/shm/shm_gid.h"
+#include "transports/shm/shm_wire.h"
 
 namespace transports::shm {
 
@@ -147,6 +152,33 @@ bool receive_message(int fd, void* msg, size_t len, int* fds, int nfds,
     return false;
   }
   for (int i = 0; i < nfds; ++i) fds[i] = received[i];
+  return true;
+}
+
+bool decode_hello(const void* bytes, size_t len, pid_t peer_pid, uint32_t host_tag, Hello* out,
+                  std::string* why) {
+  if (len != sizeof(Hello)) {
+    *why = "a Hello of " + std::to_string(len) + " bytes";
+    return false;
+  }
+  Hello hello;
+  std::memcpy(&hello, bytes, sizeof hello);
+  if (hello.magic != kHandshakeMagic || hello.version != kProtocolVersion) {
+    *why = "another protocol version";
+    return false;
+  }
+  Gid gid;
+  std::copy(hello.gid.begin(), hello.gid.end(), gid.raw.begin());
+  const std::optional<ShmAddress> address = address_of(gid);
+  if (!address || address->host_tag != host_tag || static_cast<pid_t>(address->pid) != peer_pid) {
+    *why = "pid " + std::to_string(peer_pid) + " announced a GID that is not its own (" +
+           (address ? "pid " + std::to_string(address->pid) + ", host tag " +
+                          std::to_string(address->host_tag)
+                    : std::string("not a shm GID")) +
+           ")";
+    return false;
+  }
+  *out = hello;
   return true;
 }
 

@@ -34,6 +34,13 @@ struct Welcome {
 
 inline constexpr uint32_t kHandshakeMagic = 0x656d7368;  // "emsh"
 
+// The acceptor's check of a Hello (`len` bytes as received), a pure function for the fuzzer:
+// the magic and version, and a GID that names the connecting process itself (a shm GID of
+// this host, `host_tag`, whose pid is the socket's SO_PEERCRED pid, `peer_pid`), so that no
+// process attaches under another's name. The Hello in *out; false and *why otherwise.
+bool decode_hello(const void* bytes, size_t len, pid_t peer_pid, uint32_t host_tag, Hello* out,
+                  std::string* why);
+
 // A listening socket at the abstract name, non-blocking; -1 and *why on failure.
 int listen_at(const std::string& name, std::string* why);
 // A connection to the abstract name, or -1 and *why (nobody listens: the peer is gone).

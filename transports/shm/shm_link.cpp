@@ -31,7 +31,7 @@ RingConsumer consumer_of(const Segment& segment, Segment::Direction d) {
 
 ShmLink::ShmLink(LinkOwner& owner, LinkSetup setup)
     : segment_(std::move(setup.segment)),
-      side_(setup.socket_fd),
+      side_(setup.socket_fd, owner.mapping_budget()),
       doorbell_(setup.peer_doorbell_fd),
       peer_(setup.peer),
       sender_(producer_of(*segment_, outgoing(setup.dialer)), owner, side_, doorbell_, up_),

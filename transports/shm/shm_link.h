@@ -114,10 +114,13 @@ class ShmLink : public Link {
   void set_we_read_in_place(bool can) { receiver_.set_we_read_in_place(can); }
 
   int socket_fd() const { return side_.fd(); }
-  // Frees what a down link holds: socket, doorbell, backlog and the shared pages. The object
-  // stays (threads may still hold its address; they see up() false under its locks), and so
-  // does the address range of the segment (see ShmReceiver's next_incoming_). Only the
-  // receiver thread calls it, the only thread that touches the rings without those locks.
+  // Why the side channel refused the peer's messages (SideChannel::refusal), or nullptr.
+  const char* side_refusal() const { return side_.refusal(); }
+  // Frees what a down link holds: socket, doorbell, backlog, the peer's objects and the shared
+  // pages. The object stays while threads may still hold it (they see up() false under its
+  // locks), and so does the address range of the segment (see ShmReceiver's next_incoming_),
+  // until the object goes. The receiver thread calls it (ShmTransport::retire_links), the only
+  // thread that touches the rings without those locks, or the transport's end.
   void release();
   // Set once the transport has reported the link down: release() may follow.
   void set_retired() { retired_.store(true, std::memory_order_release); }

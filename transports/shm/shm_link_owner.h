@@ -7,6 +7,7 @@
 
 #include "transports/common/engine_interface.h"
 #include "transports/shm/shared_memory.h"
+#include "transports/shm/shm_mapping_budget.h"
 
 namespace transports::shm {
 
@@ -29,6 +30,8 @@ class LinkOwner {
   virtual void on_answers_held() = 0;
   // Whether [addr, addr+len) lies in registered memory of an object mapped shared (SharedRanges).
   virtual bool find_shared(const void* addr, size_t len, SharedPiece* out) const = 0;
+  // What the peers of all links together may make this process map.
+  virtual MappingBudget& mapping_budget() = 0;
 };
 
 }  // namespace transports::shm

@@ -7,6 +7,7 @@
 #include "transports/shm/shm_receiver.h"
 
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "transports/shm/shm_link.h"
@@ -169,7 +170,14 @@ bool ShmReceiver::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kin
     *why = "chunked payload of " + std::to_string(fr.payload_bytes) + " bytes";
     return false;
   }
-  staged_.begin(fr.header, fr.payload_bytes);
+  try {
+    staged_.begin(fr.header, fr.payload_bytes);
+  } catch (const std::bad_alloc&) {
+    staged_.free();
+    staged_.finish();
+    *why = "no memory to stage a chunked payload of " + std::to_string(fr.payload_bytes) + " bytes";
+    return false;
+  }
   if (fr.payload_bytes == 0) return deliver_staged_chunk(nullptr, 0, why);
   return true;
 }
@@ -197,7 +205,10 @@ bool ShmReceiver::deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uin
     const SideChannel::Mapping* object = side_.mapping(m.object);
     if (object == nullptr && !socket_read) {
       // The sender hands an object over the socket before the first record that names it.
-      side_.read(0);
+      if (!side_.read(0) && side_.refusal() != nullptr) {
+        *why = side_.refusal();
+        return false;
+      }
       socket_read = true;
       object = side_.mapping(m.object);
     }
@@ -285,7 +296,15 @@ bool ShmReceiver::deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes,
       *why = "chunk of " + std::to_string(ch.bytes) + " bytes overruns its frame";
       return false;
     }
-    staged_.append(body + sizeof ch, ch.bytes);
+    try {
+      staged_.append(body + sizeof ch, ch.bytes);
+    } catch (const std::bad_alloc&) {
+      *why = "no memory to stage " + std::to_string(staged_.size() + ch.bytes) +
+             " bytes of a chunked payload";
+      staged_.free();
+      staged_.finish();
+      return false;
+    }
   }
   if (!staged_.complete()) return true;
   staged_.finish();

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -42,6 +43,8 @@ constexpr std::chrono::milliseconds kPollingProgramNapMax{8};
 constexpr uint32_t kBusyPollerPolls = 64;
 // A sleeping receiver thread needs no timeout (the doorbell wakes it); this is a safety net.
 constexpr int kSleepCapMs = 1000;
+// While past links wait for their grace period, the thread looks at least this often.
+constexpr int kRetiredLinksLookMs = 20;
 
 }  // namespace
 
@@ -55,6 +58,28 @@ bool ShmTransport::arm_sleep(const std::vector<ShmLink*>& links) {
     }
   }
   return true;
+}
+
+void ShmTransport::expire_handshakes() {
+  const size_t closed = pending_.expire(PendingHandshakes::Clock::now());
+  if (closed == 0) return;
+  spdlog::warn("shm: {} attach(es) refused: no Hello within {} ms", closed,
+               options_.handshake_timeout.count());
+  links_version_.fetch_add(1, std::memory_order_release);
+}
+
+void ShmTransport::complete_readable_handshakes(const std::vector<pollfd>& fds, size_t first) {
+  // Each readable one (its Hello, or its end) is attached or refused now; the others keep
+  // waiting (their list changed: the thread builds it again).
+  for (size_t i = first; i < fds.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    for (size_t k = 0; k < pending_.size(); ++k) {
+      if (pending_.fd(k) != fds[i].fd) continue;
+      complete_attach(pending_.take(k));
+      links_version_.fetch_add(1, std::memory_order_release);
+      break;
+    }
+  }
 }
 
 void ShmTransport::receiver_main() {
@@ -87,21 +112,21 @@ void ShmTransport::receiver_main() {
     const uint64_t version = links_version_.load(std::memory_order_acquire);
     if (version != version_seen) {
       version_seen = version;
+      retire_links();
       fds.assign({pollfd{doorbell_fd_, POLLIN, 0}, pollfd{listen_fd_, POLLIN, 0}});
       fd_links.clear();
       const size_t n = active_count_.load(std::memory_order_acquire);
       for (size_t i = 0; i < n; ++i) {
         ShmLink* link = active_[i].load(std::memory_order_acquire);
-        if (!link->up()) {
-          // Only this thread touches rings without the link's locks, and the link is no
-          // longer in its lists: its resources can go.
-          if (link->retired() && !link->released()) link->release();
-          continue;
-        }
+        if (!link->up()) continue;  // retired soon (link_failed)
         fds.push_back(pollfd{link->socket_fd(), POLLIN, 0});
         fd_links.push_back(link);
       }
+      // Then the accepted connections waiting for their Hello.
+      for (size_t i = 0; i < pending_.size(); ++i) fds.push_back(pollfd{pending_.fd(i), POLLIN, 0});
     }
+    // Past links held for a grace period (shm_link_readers.h): looked at again each round.
+    const bool links_held = !retired_links_.empty() && retired_links_.collect();
     bool armed = false;
     receiver_napping_.store(true, std::memory_order_seq_cst);  // see send_held()
     const bool polls_paused = polls_paused_.exchange(false, std::memory_order_seq_cst);
@@ -117,6 +142,12 @@ void ShmTransport::receiver_main() {
       if (!arm_sleep(fd_links)) continue;
       armed = true;
     }
+    if (links_held) timeout_ms = std::min(timeout_ms, kRetiredLinksLookMs);
+    if (!pending_.empty()) {
+      // A handshake's deadline ends the wait (the clock is read only while one is pending).
+      const int to_deadline = pending_.ms_to_first_deadline(PendingHandshakes::Clock::now());
+      if (to_deadline < timeout_ms) timeout_ms = to_deadline;
+    }
     for (auto& p : fds) p.revents = 0;
     const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
     receiver_napping_.store(false, std::memory_order_relaxed);
@@ -124,6 +155,10 @@ void ShmTransport::receiver_main() {
     if (armed) {
       for (ShmLink* l : fd_links) l->cancel_sleep();
     }
+    const size_t links_end = 2 + fd_links.size();
+    // Pending handshakes first, while their descriptors' numbers are still theirs.
+    if (ready > 0 && links_end < fds.size()) complete_readable_handshakes(fds, links_end);
+    if (!pending_.empty()) expire_handshakes();
     if (ready <= 0) continue;
     if (fds[0].revents != 0) {
       uint64_t count;
@@ -133,7 +168,7 @@ void ShmTransport::receiver_main() {
       for (;;) {
         const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
         if (fd >= 0) {
-          attach_incoming(fd);
+          accept_incoming(fd);
           continue;
         }
         if (errno == EMFILE || errno == ENFILE) {
@@ -144,7 +179,7 @@ void ShmTransport::receiver_main() {
         break;
       }
     }
-    for (size_t i = 2; i < fds.size(); ++i) {
+    for (size_t i = 2; i < links_end; ++i) {
       if (fds[i].revents == 0) continue;
       // The socket carries a goodbye and shared objects; otherwise readable means it ended.
       if (fd_links[i - 2]->socket_ended(fds[i].revents)) {
@@ -158,8 +193,10 @@ void ShmTransport::receiver_main() {
           ended.wait_for_drain();
           if (!ended.up() || !ended.incoming_pending()) break;
         }
-        link_failed(ended, ended.farewell() ? "the peer closed the link in order"
-                                            : "the peer process ended without closing the link");
+        const char* refusal = ended.side_refusal();
+        link_failed(ended, refusal != nullptr ? refusal
+                           : ended.farewell() ? "the peer closed the link in order"
+                                              : "the peer process ended without closing the link");
       }
     }
   }

@@ -1,5 +1,6 @@
 #include "transports/shm/shm_segment.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@ namespace transports::shm {
 namespace {
 
 constexpr uint64_t kMagic = 0x6d68732d756d65ull;  // "emu-shm"
+constexpr int kSizeSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
 struct alignas(kCacheUnit) SegmentHeader {
   uint64_t magic;
@@ -44,13 +46,16 @@ uint64_t random_salt() {
 
 std::unique_ptr<Segment> Segment::create(uint64_t ring_bytes, int* fd, std::string* why) {
   const size_t bytes = footprint(ring_bytes);
-  const int memfd = ::memfd_create("emurdma-shm", MFD_CLOEXEC);
+  const int memfd = ::memfd_create("emurdma-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (memfd < 0) {
     *why = errno_text("memfd_create");
     return nullptr;
   }
   // memfds are created 0777 less the umask: only our user may map this one.
-  if (::fchmod(memfd, 0600) != 0 || ::ftruncate(memfd, static_cast<off_t>(bytes)) != 0) {
+  // Sealed at its size: the peer keeps the descriptor, and a shrunk segment would make our
+  // next ring access SIGBUS. F_SEAL_SEAL: nobody adds a seal (a write seal) later either.
+  if (::fchmod(memfd, 0600) != 0 || ::ftruncate(memfd, static_cast<off_t>(bytes)) != 0 ||
+      ::fcntl(memfd, F_ADD_SEALS, kSizeSeals | F_SEAL_SEAL) != 0) {
     *why = errno_text("memfd set-up");
     ::close(memfd);
     return nullptr;
@@ -83,6 +88,13 @@ std::unique_ptr<Segment> Segment::attach(int fd, std::string* why) {
   }
   if (static_cast<size_t>(st.st_size) < sizeof(SegmentHeader)) {
     *why = "segment too small";
+    return nullptr;
+  }
+  // The peer that made it keeps its descriptor: unless it can no longer change the size, it
+  // could shrink the segment under our mapping (SIGBUS at our next ring access).
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kSizeSeals) != kSizeSeals) {
+    *why = "segment not sealed against resizing";
     return nullptr;
   }
   const size_t bytes = static_cast<size_t>(st.st_size);

@@ -1,7 +1,8 @@
 // The memory two processes share to talk: one segment per process pair, holding the two
 // rings (dialer -> acceptor and acceptor -> dialer). The dialer creates it as a memfd with
-// mode 0600 and hands the descriptor to the acceptor over the Unix socket of the handshake
-// (shm_handshake.h), so no name ever appears in a file system and no other user can open it.
+// mode 0600, sealed at its size, and hands the descriptor to the acceptor over the Unix socket of
+// the handshake (shm_handshake.h), so no name ever appears in a file system and no other user can
+// open it.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +21,8 @@ class Segment {
   // A new segment with two empty rings of ring_bytes data bytes each (a power of two).
   // *fd receives the memfd, to pass to the peer and then close. nullptr and *why on failure.
   static std::unique_ptr<Segment> create(uint64_t ring_bytes, int* fd, std::string* why);
-  // Maps a segment the peer created, after checking its size and header. Does not take fd.
+  // Maps a segment the peer created, after checking its seals (it can neither shrink nor grow:
+  // F_SEAL_SHRINK | F_SEAL_GROW), size and header. Does not take fd.
   static std::unique_ptr<Segment> attach(int fd, std::string* why);
 
   ~Segment();

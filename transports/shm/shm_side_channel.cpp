@@ -43,7 +43,7 @@ bool SideChannel::read(short revents) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return (revents & (POLLHUP | POLLERR | POLLNVAL)) == 0;
-    if (n <= 0) return false;
+    if (n <= 0 || refusal() != nullptr) return false;
     // At most one descriptor is ever sent with a message; any more are closed.
     int fd = -1;
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
@@ -65,6 +65,7 @@ bool SideChannel::read(short revents) {
     } else if (fd >= 0) {
       ::close(fd);
     }
+    if (refusal() != nullptr) return false;
   }
 }
 
@@ -73,25 +74,15 @@ void SideChannel::take(const SocketMessage& m, int fd) {
     case kGoodbye:
       farewell_.store(true, std::memory_order_release);
       break;
-    case kShareObject: {
-      if (fd < 0 || peer_objects_.count(m.object) != 0) break;  // ids are never reused
-      struct stat st {};
-      if (::fstat(fd, &st) != 0 || st.st_size <= 0) break;
-      void* base = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
-      if (base == MAP_FAILED) {
-        // The frames that name it are read with process_vm_readv instead, when we may.
-        spdlog::warn("shm: cannot map an object the peer shares ({} bytes): {}", st.st_size,
-                     std::strerror(errno));
-        break;
-      }
-      peer_objects_[m.object] =
-          Mapping{static_cast<const uint8_t*>(base), static_cast<uint64_t>(st.st_size)};
+    case kShareObject:
+      if (fd >= 0 && peer_objects_.count(m.object) == 0) map_shared(m.object, fd);  // never reused
       break;
-    }
     case kForgetObject: {
       auto it = peer_objects_.find(m.object);
       if (it == peer_objects_.end()) break;
       ::munmap(const_cast<uint8_t*>(it->second.base), it->second.size);
+      budget_.give_back(it->second.size);
+      mapped_bytes_ -= it->second.size;
       peer_objects_.erase(it);
       break;
     }
@@ -99,6 +90,33 @@ void SideChannel::take(const SocketMessage& m, int fd) {
       break;  // a later version's message: nothing this end must act on
   }
   if (fd >= 0) ::close(fd);  // a mapping keeps its object
+}
+
+void SideChannel::map_shared(uint32_t object, int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size <= 0) return;
+  const auto bytes = static_cast<uint64_t>(st.st_size);
+  // Each mapping costs address space and a map entry: a peer gets a bounded share of both.
+  if (peer_objects_.size() >= kMaxObjectsPerLink || bytes > kMaxBytesPerLink - mapped_bytes_ ||
+      !budget_.take(bytes)) {
+    spdlog::warn(
+        "shm: the peer shares one object too many or too large ({} bytes, after {} "
+        "objects of {} bytes): beyond what this process maps",
+        bytes, peer_objects_.size(), mapped_bytes_);
+    refusal_.store("the peer shared more objects, or larger ones, than this process maps for it",
+                   std::memory_order_release);
+    return;
+  }
+  void* base = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    budget_.give_back(bytes);
+    // The frames that name it are read with process_vm_readv instead, when we may.
+    spdlog::warn("shm: cannot map an object the peer shares ({} bytes): {}", bytes,
+                 std::strerror(errno));
+    return;
+  }
+  peer_objects_[object] = Mapping{static_cast<const uint8_t*>(base), bytes};
+  mapped_bytes_ += bytes;
 }
 
 bool SideChannel::share(const SharedObject& object) {
@@ -120,9 +138,12 @@ bool SideChannel::forget_shared(uint32_t object) {
 void SideChannel::close() {
   if (socket_fd_ >= 0) ::close(socket_fd_);
   socket_fd_ = -1;
-  for (const auto& [id, object] : peer_objects_)
+  for (const auto& [id, object] : peer_objects_) {
     ::munmap(const_cast<uint8_t*>(object.base), object.size);
+    budget_.give_back(object.size);
+  }
   peer_objects_.clear();
+  mapped_bytes_ = 0;
 }
 
 }  // namespace transports::shm

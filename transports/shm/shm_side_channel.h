@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "transports/shm/shared_memory.h"
+#include "transports/shm/shm_mapping_budget.h"
 #include "transports/shm/shm_wire.h"
 
 namespace transports::shm {
@@ -25,7 +26,8 @@ class SideChannel {
     uint64_t size = 0;
   };
 
-  explicit SideChannel(int socket_fd) : socket_fd_(socket_fd) {}
+  // `budget`: what all the transport's links may map together (shm_mapping_budget.h).
+  SideChannel(int socket_fd, MappingBudget& budget) : socket_fd_(socket_fd), budget_(budget) {}
   SideChannel(const SideChannel&) = delete;
   SideChannel& operator=(const SideChannel&) = delete;
 
@@ -41,8 +43,11 @@ class SideChannel {
   // handed, and the caller tells the peer to forget it.
   bool forget_shared(uint32_t object);
 
-  // Drain lock. Takes the messages waiting on the socket; false when it ended.
+  // Drain lock. Takes the messages waiting on the socket; false when it ended, or when the
+  // peer shared more than this end maps for it (refusal() then says so).
   bool read(short revents);
+  // Why the peer's messages were refused (it shared beyond the mapping limits), or nullptr.
+  const char* refusal() const { return refusal_.load(std::memory_order_acquire); }
   // Drain lock. Our mapping of the peer's object, or nullptr.
   const Mapping* mapping(uint32_t object) const {
     auto it = peer_objects_.find(object);
@@ -54,8 +59,13 @@ class SideChannel {
 
  private:
   void take(const SocketMessage& m, int fd);
+  // A share: the object mapped read-only, within the limits.
+  void map_shared(uint32_t object, int fd);
 
   int socket_fd_;
+  MappingBudget& budget_;
+  uint64_t mapped_bytes_ = 0;  // of peer_objects_ (drain lock)
+  std::atomic<const char*> refusal_{nullptr};
   std::atomic<bool> farewell_{false};
   std::vector<uint32_t> objects_shared_;                // handed to the peer (send lock)
   std::unordered_map<uint32_t, Mapping> peer_objects_;  // by the peer's id (drain lock)

@@ -41,6 +41,7 @@ size_t ShmTransport::progress() {
   // Tells the receiver thread how hard programs poll, so that it keeps out of the way of a
   // busy poller (transports/common/program_polls.h).
   const uint64_t polls = program_polls_.note_poll();
+  const LinkReaderSection reading;  // of active_, which the receiver thread may shrink
   // ACKs held by an earlier poll go now: the program did not send them with a post.
   if (answers_held_.load(std::memory_order_relaxed)) send_held_answers(polls, false);
   t_in_progress = true;

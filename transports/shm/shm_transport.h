@@ -10,6 +10,7 @@
 // no system call is made per message.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -24,6 +25,8 @@ struct ShmOptions {
                             // kernel allows; false forces the chunked path
   bool map_shared = true;   // let peers map registered memory that lies in an object mapped
                             // shared (memfd, shared file) and copy from it with memcpy
+  // How long an accepted connection may take to send its Hello before it is closed.
+  std::chrono::milliseconds handshake_timeout{2000};
 };
 
 // nullptr, with an error logged, when the Unix socket cannot be opened.

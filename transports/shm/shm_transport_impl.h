@@ -5,6 +5,7 @@
 // defined here, in the class, so that each file can inline them as when it was one file.
 #pragma once
 
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -30,6 +31,8 @@
 #include "transports/shm/shm_gid.h"
 #include "transports/shm/shm_handshake.h"
 #include "transports/shm/shm_link.h"
+#include "transports/shm/shm_link_readers.h"
+#include "transports/shm/shm_pending_handshakes.h"
 #include "transports/shm/shm_segment.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/shm/shm_wire.h"
@@ -39,6 +42,8 @@ namespace transports::shm {
 inline constexpr size_t kMaxLinks = 4096;
 inline constexpr size_t kDrainBudget = 64;
 inline constexpr std::chrono::milliseconds kHandshakeTimeout{2000};
+// Accepted connections that may wait for their Hello at once (PendingHandshakes).
+inline constexpr size_t kMaxPendingHandshakes = 64;
 
 class ShmTransport final : public Transport, public LinkOwner {
  public:
@@ -48,7 +53,8 @@ class ShmTransport final : public Transport, public LinkOwner {
         gid_(gid_of(address, options.ipv4)),
         listen_fd_(listen_fd),
         doorbell_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-        active_(new std::atomic<ShmLink*>[kMaxLinks]) {
+        active_(new std::atomic<ShmLink*>[kMaxLinks]),
+        pending_(kMaxPendingHandshakes, options.handshake_timeout) {
     if (doorbell_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
     for (size_t i = 0; i < kMaxLinks; ++i) active_[i].store(nullptr, std::memory_order_relaxed);
     spdlog::debug("shm: listening as {}", socket_name(address_));
@@ -79,8 +85,12 @@ class ShmTransport final : public Transport, public LinkOwner {
     receiver_.join();
     ::close(listen_fd_);
     std::lock_guard lock(links_mutex_);
-    for (auto& link : owned_) link->mark_down();
-    owned_.clear();  // closes the sockets: the peers see the end
+    for (auto& link : owned_) {
+      link->mark_down();
+      // Now, not when the last holder lets go: what it holds is counted here (mapping_budget_).
+      link->release();  // closes the sockets: the peers see the end
+    }
+    owned_.clear();
     ::close(doorbell_fd_);
   }
 
@@ -117,6 +127,7 @@ class ShmTransport final : public Transport, public LinkOwner {
   bool find_shared(const void* addr, size_t len, SharedPiece* out) const override {
     return shared_ranges_.find(addr, len, out);
   }
+  MappingBudget& mapping_budget() override { return mapping_budget_; }
 
   uint64_t register_memory(const void* addr, size_t length) override {
     return options_.map_shared ? shared_ranges_.add(addr, length) : 0;
@@ -169,7 +180,10 @@ class ShmTransport final : public Transport, public LinkOwner {
   }
 
   void send_held() override {
-    if (answers_held_.load(std::memory_order_relaxed)) send_held_answers(0, true);
+    if (answers_held_.load(std::memory_order_relaxed)) {
+      const LinkReaderSection reading;  // of active_
+      send_held_answers(0, true);
+    }
     // The receiver thread stops leaving the rings to the program's polls. With its store of
     // receiver_napping_ and load of polls_paused_, a Dekker pair: either it sees the flag and
     // does not nap, or we see it nap and wake it.
@@ -196,6 +210,7 @@ class ShmTransport final : public Transport, public LinkOwner {
   void finish_deliveries() override {
     // Links down or released still fence a delivery that began before (wait_for_drains).
     wait_for_drains();
+    const LinkReaderSection reading;  // of active_
     const size_t n = active_count_.load(std::memory_order_acquire);
     for (size_t i = 0; i < n; ++i) {
       ShmLink* link = active_[i].load(std::memory_order_acquire);
@@ -231,10 +246,15 @@ class ShmTransport final : public Transport, public LinkOwner {
   }
 
   std::shared_ptr<ShmLink> dial_peer(const Gid& peer, const ShmAddress& addr, std::string* why);
-  // The receiver thread's half of the handshake, for one accepted connection.
-  void attach_incoming(int fd);
+  // The receiver thread's half of the handshake, for one accepted connection: kept among the
+  // pending handshakes until its Hello is there (readable), then attached or refused.
+  void accept_incoming(int fd);
+  void complete_attach(int fd);
   // Makes a new link visible to the drainers and, if the peer has none yet, to connect().
   bool publish(const std::shared_ptr<ShmLink>& link);
+  // Receiver thread: frees what the retired links hold and takes them out of active_ and
+  // owned_; retired_links_ lets go of them once no reader of active_ can still hold one.
+  void retire_links();
 
   // Delivers from every link: for the receiver thread (contended given), or for a program's
   // poll, which looks at each ring before it takes the drain lock (ShmLink::drain_for_poll).
@@ -255,6 +275,10 @@ class ShmTransport final : public Transport, public LinkOwner {
   // sleep flags before it sleeps.
   bool arm_sleep(const std::vector<ShmLink*>& links);
   void receiver_main();
+  // Closes the accepted connections whose Hello did not come in time.
+  void expire_handshakes();
+  // Attaches or refuses the pending handshakes whose socket, fds[first...], is readable.
+  void complete_readable_handshakes(const std::vector<pollfd>& fds, size_t first);
 
   const ShmOptions options_;
   const ShmAddress address_;
@@ -264,13 +288,16 @@ class ShmTransport final : public Transport, public LinkOwner {
 
   std::mutex dial_mutex_;
   std::mutex links_mutex_;
-  std::vector<std::shared_ptr<ShmLink>> owned_;  // every link ever made, freed at the end
+  std::vector<std::shared_ptr<ShmLink>> owned_;  // every link not yet retired
   std::map<std::array<uint8_t, 16>, std::shared_ptr<ShmLink>> by_peer_;
-  std::unique_ptr<std::atomic<ShmLink*>[]> active_;  // the drainers' lock-free view of owned_
+  // The drainers' lock-free view of owned_, dense: read inside a LinkReaderSection, except by
+  // the receiver thread (which alone takes links out).
+  std::unique_ptr<std::atomic<ShmLink*>[]> active_;
   std::atomic<size_t> active_count_{0};
   std::atomic<uint64_t> links_version_{0};
 
-  SharedRanges shared_ranges_;  // registered memory that peers may map
+  SharedRanges shared_ranges_;    // registered memory that peers may map
+  MappingBudget mapping_budget_;  // what peers may make us map (before the links: they use it)
 
   std::mutex sink_mutex_;  // link-down reports
   std::atomic<FrameSink*> sink_{nullptr};
@@ -282,6 +309,8 @@ class ShmTransport final : public Transport, public LinkOwner {
   std::atomic<bool> receiver_napping_{false};    // the receiver thread naps beside a program
   std::atomic<bool> polls_paused_{false};        // ... and the engine said it stops (send_held)
   std::atomic<bool> stopping_{false};
+  PendingHandshakes pending_;   // receiver thread only
+  RetiredLinks retired_links_;  // receiver thread only
   std::thread receiver_;
 };
 

@@ -27,6 +27,13 @@ std::shared_ptr<ShmLink> ShmTransport::dial_peer(const Gid& peer, const ShmAddre
   setup.socket_fd = fd;
   setup.peer = peer;
   setup.peer_pid = same_user_peer(fd, why);
+  // The name we dialed carries the pid of the process that should listen there: another
+  // process bound to it (the name of a process that is gone) is not that peer.
+  if (setup.peer_pid > 0 && static_cast<uint32_t>(setup.peer_pid) != addr.pid) {
+    *why = "pid " + std::to_string(setup.peer_pid) + " listens at the name of pid " +
+           std::to_string(addr.pid);
+    setup.peer_pid = -1;
+  }
   int memfd = -1;
   if (setup.peer_pid > 0) setup.segment = Segment::create(kRingBytes, &memfd, why);
   if (!setup.segment) {
@@ -62,25 +69,41 @@ std::shared_ptr<ShmLink> ShmTransport::dial_peer(const Gid& peer, const ShmAddre
   return link;
 }
 
-void ShmTransport::attach_incoming(int fd) {
+void ShmTransport::accept_incoming(int fd) {
+  // The Hello is read once the socket is readable (complete_attach): never waited for here.
+  if (!pending_.add(fd, PendingHandshakes::Clock::now())) {
+    spdlog::warn("shm: attach refused: {} handshakes already wait for their Hello",
+                 pending_.size());
+    ::close(fd);
+    return;
+  }
+  links_version_.fetch_add(1, std::memory_order_release);  // the receiver thread watches it
+}
+
+void ShmTransport::complete_attach(int fd) {
   std::string why;
   LinkSetup setup;
   setup.socket_fd = fd;
   setup.peer_pid = same_user_peer(fd, &why);
   Hello hello{};
+  uint8_t message[sizeof(Hello)];
   int fds[2] = {-1, -1};
+  // The socket is readable: the message is there, or the client went (no waiting).
   if (setup.peer_pid < 0 ||
-      !receive_message(fd, &hello, sizeof hello, fds, 2, kHandshakeTimeout, &why)) {
+      !receive_message(fd, message, sizeof message, fds, 2, std::chrono::milliseconds(0), &why) ||
+      !decode_hello(message, sizeof message, setup.peer_pid, address_.host_tag, &hello, &why)) {
     spdlog::warn("shm: attach refused: {}", why);
     ::close(fd);
+    for (int f : fds) {
+      if (f >= 0) ::close(f);
+    }
     return;
   }
   setup.peer_doorbell_fd = fds[1];
   setup.segment = Segment::attach(fds[0], &why);
   ::close(fds[0]);
-  if (hello.magic != kHandshakeMagic || hello.version != kProtocolVersion || !setup.segment) {
-    spdlog::warn("shm: attach refused: {}",
-                 setup.segment ? "another protocol version" : why.c_str());
+  if (!setup.segment) {
+    spdlog::warn("shm: attach of pid {} refused: {}", setup.peer_pid, why);
     ::close(fd);
     ::close(fds[1]);
     return;
@@ -92,7 +115,8 @@ void ShmTransport::attach_incoming(int fd) {
   // Published first, so that a peer told "welcome" is never then dropped for lack of room.
   if (!publish(link)) return;
   Welcome welcome{kHandshakeMagic, kProtocolVersion, gid_.raw, probe_address()};
-  if (!send_message(fd, &welcome, sizeof welcome, &doorbell_fd_, 1)) {
+  // Never waits: a fresh socket has room for it, else the client is not one of ours.
+  if (!send_message(fd, &welcome, sizeof welcome, &doorbell_fd_, 1, /*wait=*/false)) {
     link_failed(*link, "the attach could not be answered");
     return;
   }
@@ -102,18 +126,15 @@ void ShmTransport::attach_incoming(int fd) {
 bool ShmTransport::publish(const std::shared_ptr<ShmLink>& link) {
   {
     std::lock_guard lock(links_mutex_);
-    // A slot whose link was released is reused: a drainer still holding the old pointer
-    // finds that link down (its object lives on in owned_).
+    // Appended: the list stays dense (retire_links moves the last link into a freed slot).
     const size_t n = active_count_.load(std::memory_order_relaxed);
-    size_t slot = 0;
-    while (slot < n && !active_[slot].load(std::memory_order_relaxed)->released()) ++slot;
-    if (slot == kMaxLinks) {
+    if (n == kMaxLinks) {
       spdlog::error("shm: {} peers attached at once; no more can be", kMaxLinks);
       return false;
     }
     owned_.push_back(link);
-    active_[slot].store(link.get(), std::memory_order_release);
-    if (slot == n) active_count_.store(n + 1, std::memory_order_release);
+    active_[n].store(link.get(), std::memory_order_release);
+    active_count_.store(n + 1, std::memory_order_release);
     auto it = by_peer_.find(link->peer().raw);
     if (it == by_peer_.end()) {
       by_peer_.emplace(link->peer().raw, link);
@@ -124,6 +145,37 @@ bool ShmTransport::publish(const std::shared_ptr<ShmLink>& link) {
   }
   ring_own_doorbell();  // the receiver thread watches the new socket and ring
   return true;
+}
+
+void ShmTransport::retire_links() {
+  std::vector<std::shared_ptr<ShmLink>> retired;
+  {
+    std::lock_guard lock(links_mutex_);
+    for (const auto& link : owned_) {
+      if (link->retired()) retired.push_back(link);
+    }
+  }
+  if (retired.empty()) return;
+  // Its socket, doorbell and mappings go now. release() takes the drain lock: a delivery in
+  // progress ends first, and none begins after (the link is down).
+  for (const auto& link : retired) link->release();
+  {
+    std::lock_guard lock(links_mutex_);
+    for (const auto& link : retired) {
+      owned_.erase(std::find(owned_.begin(), owned_.end(), link));
+      const size_t n = active_count_.load(std::memory_order_relaxed);
+      for (size_t i = 0; i < n; ++i) {
+        if (active_[i].load(std::memory_order_relaxed) != link.get()) continue;
+        // A reader past slot i misses the moved link this once; one at n - 1 still finds it.
+        active_[i].store(active_[n - 1].load(std::memory_order_relaxed), std::memory_order_release);
+        active_count_.store(n - 1, std::memory_order_release);
+        break;
+      }
+    }
+  }
+  // The object itself goes when no reader of active_ can still hold it, and the engine's
+  // QPs have let go of it too.
+  for (auto& link : retired) retired_links_.add(std::move(link));
 }
 
 void ShmTransport::link_failed(ShmLink& link, const std::string& why) {

@@ -11,7 +11,8 @@
 
 namespace transports::shm {
 
-inline constexpr uint32_t kProtocolVersion = 5;
+// 6: sealed ring segments, a Hello's GID names its sender (docs/wire.md, "Shared memory").
+inline constexpr uint32_t kProtocolVersion = 6;
 
 // After the handshake a link's Unix socket carries SocketMessages, each sent whole by one
 // sendmsg. End of file without a goodbye means the peer died.
