@@ -44,7 +44,7 @@ constexpr uint32_t kObjectId = 1;
 constexpr size_t kObjectBytes = 4096;
 // The sink reads at most this much of a payload, then skips the rest, as the engine reads only
 // into the memory a receive or a write names.
-constexpr size_t kReadAtMost = 1 << 20;
+constexpr size_t kReadAtMost = 64 * 1024;
 
 class ReadingSink final : public FrameSink {
  public:
