@@ -16,13 +16,14 @@ bash scripts/setup.sh
 
 seconds="${1:-60}"
 build_dir="${FUZZ_BUILD_DIR:-build-fuzz}"
-targets=(${FUZZ_TARGETS:-tcp_frame_fuzzer tcp_hello_fuzzer shm_record_fuzzer dat_cm_fuzzer})
+targets=(${FUZZ_TARGETS:-tcp_frame_fuzzer tcp_stream_fuzzer tcp_hello_fuzzer shm_record_fuzzer dat_cm_fuzzer})
 
 # The longest input each target takes: a few frames, one handshake unit, a ring's worth of
 # records (the small ring of the target is 64 KiB), a CM frame of the largest legal body.
 max_len() {
   case "$1" in
     tcp_frame_fuzzer) echo 4096 ;;
+    tcp_stream_fuzzer) echo 131072 ;;
     tcp_hello_fuzzer) echo 64 ;;
     shm_record_fuzzer) echo 131072 ;;
     dat_cm_fuzzer) echo 2048 ;;

@@ -41,6 +41,11 @@ void write(const std::string& target, const std::string& name, const Bytes& byte
   std::fclose(f);
 }
 
+Bytes operator+(Bytes a, const Bytes& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 void append(Bytes* out, const void* p, size_t n) {
   const auto* b = static_cast<const uint8_t*>(p);
   out->insert(out->end(), b, b + n);
@@ -107,6 +112,21 @@ void tcp_seeds() {
   tw::encode_header(w, tw::kMaxPayload, tw::kMaxPayload, hdr);
   append(&big, hdr, sizeof hdr);
   write(t, "max_payload", big);
+
+  // tcp_stream_fuzzer: an options byte, then what the peer sends (after a HELLO the target
+  // sends first unless option bit 2).
+  const std::string s = "tcp_stream_fuzzer";
+  write(s, "frames", Bytes{0} + stream);
+  Bytes placed;  // a WRITE above kPlaceMin (64 KiB) sent in 4 KiB pieces: received in place
+  tcp_frame(&placed, header(FrameOp::kWrite, 68 * 1024));
+  tcp_frame(&placed, header(FrameOp::kAck, 0));
+  write(s, "write_in_place", Bytes{0x11} + placed);
+  Bytes own_hello(tw::kHelloBytes);
+  tw::encode_hello(some_gid(), own_hello.data());
+  write(s, "own_hello", Bytes{0x04} + own_hello + stream);
+  Bytes lane_hello(tw::kLaneHelloBytes);
+  tw::encode_lane_hello(some_gid(), 0x77, lane_hello.data());
+  write(s, "lane_hello", Bytes{0x04} + lane_hello);
 
   const std::string hello = "tcp_hello_fuzzer";
   uint8_t unit[tw::kLaneHelloBytes];
