@@ -53,6 +53,9 @@ class ReadingSink final : public FrameSink {
     ++frames;
     const size_t size = payload.size();
     FUZZ_CHECK(size <= shm::kMaxPayload);
+    // Bytes in our memory (the ring, or a staged frame reassembled from chunk records) were all
+    // written into the ring by the peer: a payload that runs past its record reads more.
+    if (dynamic_cast<transports::LocalPayload*>(&payload) != nullptr) local_bytes += size;
     const size_t n = size < kReadAtMost ? size : kReadAtMost;
     auto buf = std::make_unique<uint8_t[]>(n == 0 ? 1 : n);
     payload.read(buf.get(), n);
@@ -62,6 +65,7 @@ class ReadingSink final : public FrameSink {
   void on_link_down(Link&) override {}
 
   size_t frames = 0;
+  size_t local_bytes = 0;
   bool failed = false;
 };
 
@@ -131,6 +135,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   link->set_we_read_in_place(true);
 
   size_t records = 0;
+  size_t ring_bytes = 0;  // of the records written, heads included
   size_t at = 0;
   auto drain = [&] {
     for (;;) {
@@ -142,6 +147,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (n == 0) break;
     }
     FUZZ_CHECK(owner.sink_.frames <= records);
+    FUZZ_CHECK(owner.sink_.local_bytes <= ring_bytes);
   };
   while (at + 4 <= size && !owner.sink_.failed) {
     const uint32_t kind = data[at];
@@ -169,6 +175,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     at += body;
     peer.commit(kind);
     ++records;
+    ring_bytes += record;
     if (flags & 1) {
       // The head's size word, rewritten after publication (the peer owns those bytes).
       std::memcpy(room - sizeof(shm::RecordHead) + sizeof(uint64_t), &forged_size, 4);
