@@ -5,6 +5,9 @@ set -euo pipefail
 
 packages=(
   cmake g++ make ninja-build pkg-config
+  # The fuzz targets (scripts/fuzz.sh): -fsanitize=fuzzer's runtime is libclang-rt-14-dev,
+  # only recommended by Debian 12's clang (and recommends are not installed here).
+  clang libclang-rt-14-dev
   libboost-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
   libibverbs-dev libdapl-dev libdapl2
   ibverbs-utils perftest dapl2-utils libfabric-bin ucx-utils qperf iproute2

@@ -8,7 +8,8 @@
 # multi-process tests (Mp*): the orderings between processes (a barrier passed through a
 # pipe, a completion seen by another process) are invisible to it, so it reports every RDMA
 # target read after one; the in-process suites cover the same engine and transports, threads
-# included, under TSan.
+# included, under TSan. Then the fuzz targets of the wire decoders (scripts/fuzz.sh, in
+# build-fuzz/) replay their seed corpora and run EMURDMA_FUZZ_SECONDS each (default 15).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,4 +40,5 @@ if [[ "$sanitizers" == "1" ]]; then
   run_suite build-asan -DEMURDMA_ASAN=ON -DEMURDMA_UBSAN=ON -DEMURDMA_BENCH=OFF
   TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}" run_suite build-tsan --exclude '^Mp' \
     -DEMURDMA_TSAN=ON -DEMURDMA_BENCH=OFF
+  bash scripts/fuzz.sh "${EMURDMA_FUZZ_SECONDS:-15}"
 fi

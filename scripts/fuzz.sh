@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of the wire decoders (tests/fuzz, docs/fuzzing.md) with clang
+# under AddressSanitizer + UndefinedBehaviorSanitizer into build-fuzz/ (installing what is
+# missing), replays their seed corpora (ctest Fuzz.*), then fuzzes each target for SECONDS
+# (default 60) on a copy of its corpus. New inputs stay in build-fuzz/fuzz-runs/<target>/, never
+# in the tree. Exits non-zero on any crash, leak, timeout, out-of-memory or UBSan report,
+# printing the saved input and the command that reproduces it.
+#
+# usage: scripts/fuzz.sh [SECONDS]    FUZZ_TARGETS="tcp_frame_fuzzer ..." picks targets;
+#                                     FUZZ_BUILD_DIR overrides build-fuzz.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+bash scripts/setup.sh
+
+seconds="${1:-60}"
+build_dir="${FUZZ_BUILD_DIR:-build-fuzz}"
+targets=(${FUZZ_TARGETS:-tcp_frame_fuzzer tcp_stream_fuzzer tcp_hello_fuzzer shm_record_fuzzer dat_cm_fuzzer})
+
+# The longest input each target takes: a few frames, one handshake unit, a ring's worth of
+# records (the small ring of the target is 64 KiB), a CM frame of the largest legal body.
+max_len() {
+  case "$1" in
+    tcp_frame_fuzzer) echo 4096 ;;
+    tcp_stream_fuzzer) echo 131072 ;;
+    tcp_hello_fuzzer) echo 64 ;;
+    shm_record_fuzzer) echo 131072 ;;
+    dat_cm_fuzzer) echo 2048 ;;
+    *) echo 4096 ;;
+  esac
+}
+
+if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
+  generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  CC=clang CXX=clang++ cmake -S . -B "$build_dir" "${generator[@]}" -DEMURDMA_FUZZ=ON \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
+cmake --build "$build_dir" -j"$(nproc)" --target "${targets[@]}"
+
+echo "== fuzz: replaying the seed corpora"
+ctest --test-dir "$build_dir" --output-on-failure -R '^Fuzz\.'
+
+export ASAN_OPTIONS="detect_leaks=1:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
+failed=()
+for target in "${targets[@]}"; do
+  bin="$build_dir/tests/fuzz/$target"
+  work="$build_dir/fuzz-runs/$target"
+  rm -rf "$work"
+  mkdir -p "$work/corpus" "$work/artifacts"
+  cp tests/fuzz/corpus/"$target"/* "$work/corpus/"
+  echo "== fuzz: $target for ${seconds}s"
+  # -timeout: seconds per input; -rss_limit_mb also bounds a single allocation (libFuzzer's
+  # malloc limit defaults to it): a peer-chosen size the decoder would allocate is a finding.
+  if ! "$bin" -max_total_time="$seconds" -max_len="$(max_len "$target")" -timeout=5 \
+    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/artifacts/" \
+    "$work/corpus" >"$work/log" 2>&1; then
+    failed+=("$target")
+    tail -n 60 "$work/log"
+    for input in "$work"/artifacts/*; do
+      [[ -e "$input" ]] || continue
+      echo "fuzz: $target failed on $input"
+      echo "fuzz: reproduce: $bin $input"
+    done
+    echo "fuzz: full log: $work/log"
+  else
+    grep -E '^(stat::number_of_executed_units|stat::new_units_added)' "$work/log" | \
+      sed "s/^/fuzz: $target: /" || true
+  fi
+done
+
+if ((${#failed[@]} != 0)); then
+  echo "fuzz: FAILED: ${failed[*]}" >&2
+  exit 1
+fi
+echo "fuzz: every target ran ${seconds}s without a finding"

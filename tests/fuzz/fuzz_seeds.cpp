@@ -1,0 +1,284 @@
+// Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/) from the
+// encoders, so that every seed is a valid unit (or a stream of them) of today's wire format, plus
+// a few edge cases. Run after a wire change: build-fuzz/tests/fuzz/fuzz_seeds tests/fuzz/corpus
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dat_api/cm/cm_wire.h"
+#include "transports/shm/shm_wire.h"
+#include "transports/tcp/tcp_wire.h"
+
+namespace tw = transports::tcp::tcp_wire;
+namespace shm = transports::shm;
+namespace cm = dat_api::cm;
+using transports::FrameHeader;
+using transports::FrameOp;
+using transports::Gid;
+using transports::NakCode;
+using Bytes = std::vector<uint8_t>;
+
+namespace {
+
+std::string g_root;
+
+void write(const std::string& target, const std::string& name, const Bytes& bytes) {
+  const std::string dir = g_root + "/" + target;
+  ::mkdir(dir.c_str(), 0755);
+  const std::string path = dir + "/" + name;
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) {
+    std::perror(path.c_str());
+    std::exit(1);
+  }
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+}
+
+Bytes operator+(Bytes a, const Bytes& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+void append(Bytes* out, const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  out->insert(out->end(), b, b + n);
+}
+
+Gid some_gid() {
+  Gid g;
+  for (size_t i = 0; i < g.raw.size(); ++i) g.raw[i] = static_cast<uint8_t>(0xf0 + i);
+  return g;
+}
+
+FrameHeader header(FrameOp op, uint32_t length) {
+  FrameHeader h;
+  h.op = op;
+  h.src_qpn = 0x101;
+  h.dst_qpn = 0x202;
+  h.psn = 7;
+  h.length = length;
+  return h;
+}
+
+// A frame as a TCP connection carries it: header, then its payload's first part.
+void tcp_frame(Bytes* out, const FrameHeader& h, uint32_t lane_bytes = 0) {
+  const uint32_t len = tw::carries_payload(h.op) ? h.length : 0;
+  uint8_t hdr[tw::kFrameHeaderBytes];
+  tw::encode_header(h, len, lane_bytes, hdr);
+  append(out, hdr, sizeof hdr);
+  for (uint32_t i = 0; i < len - lane_bytes; ++i) out->push_back(static_cast<uint8_t>(i));
+}
+
+void tcp_seeds() {
+  const std::string t = "tcp_frame_fuzzer";
+  const FrameOp ops[] = {FrameOp::kSend,          FrameOp::kWrite,
+                         FrameOp::kReadRequest,   FrameOp::kReadResponse,
+                         FrameOp::kAtomicRequest, FrameOp::kAtomicResponse,
+                         FrameOp::kAck,           FrameOp::kNak};
+  for (FrameOp op : ops) {
+    Bytes b;
+    FrameHeader h = header(op, 16);
+    if (op == FrameOp::kNak) h.nak = NakCode::kReceiverNotReady, h.rnr_timer = 3;
+    if (op == FrameOp::kWrite) h.remote_addr = 0x10000, h.rkey = 0x55;
+    if (op == FrameOp::kAtomicRequest)
+      h.compare_add = 1, h.swap = 2, h.flags = transports::kFrameFetchAdd;
+    if (op == FrameOp::kSend)
+      h.flags = transports::kFrameImm | transports::kFrameSolicited, h.imm = 9;
+    tcp_frame(&b, h);
+    write(t, "op" + std::to_string(static_cast<int>(op)), b);
+  }
+  Bytes stream;  // a SEND, its ACK, a LANE, a split WRITE (its lane part elsewhere), a GOODBYE
+  tcp_frame(&stream, header(FrameOp::kSend, 8));
+  tcp_frame(&stream, header(FrameOp::kAck, 0));
+  uint8_t lane[tw::kLaneBytes];
+  tw::encode_lane(0x1122334455667788, lane);
+  append(&stream, lane, sizeof lane);
+  tcp_frame(&stream, header(FrameOp::kWrite, 64), 48);
+  uint8_t bye[tw::kGoodbyeBytes];
+  tw::encode_goodbye(some_gid(), bye);
+  append(&stream, bye, sizeof bye);
+  write(t, "stream", stream);
+  Bytes big;  // a header announcing the largest payload, none of which has arrived
+  tcp_frame(&big, header(FrameOp::kReadRequest, tw::kMaxPayload));
+  FrameHeader w = header(FrameOp::kWrite, 0);
+  uint8_t hdr[tw::kFrameHeaderBytes];
+  tw::encode_header(w, tw::kMaxPayload, tw::kMaxPayload, hdr);
+  append(&big, hdr, sizeof hdr);
+  write(t, "max_payload", big);
+
+  // tcp_stream_fuzzer: an options byte, then what the peer sends (after a HELLO the target
+  // sends first unless option bit 2).
+  const std::string s = "tcp_stream_fuzzer";
+  write(s, "frames", Bytes{0} + stream);
+  Bytes placed;  // a WRITE above kPlaceMin (64 KiB) sent in 4 KiB pieces: received in place
+  tcp_frame(&placed, header(FrameOp::kWrite, 68 * 1024));
+  tcp_frame(&placed, header(FrameOp::kAck, 0));
+  write(s, "write_in_place", Bytes{0x11} + placed);
+  Bytes own_hello(tw::kHelloBytes);
+  tw::encode_hello(some_gid(), own_hello.data());
+  write(s, "own_hello", Bytes{0x04} + own_hello + stream);
+  Bytes lane_hello(tw::kLaneHelloBytes);
+  tw::encode_lane_hello(some_gid(), 0x77, lane_hello.data());
+  write(s, "lane_hello", Bytes{0x04} + lane_hello);
+
+  const std::string hello = "tcp_hello_fuzzer";
+  uint8_t unit[tw::kLaneHelloBytes];
+  tw::encode_hello(some_gid(), unit);
+  write(hello, "hello", Bytes(unit, unit + tw::kHelloBytes));
+  tw::encode_goodbye(some_gid(), unit);
+  write(hello, "goodbye", Bytes(unit, unit + tw::kGoodbyeBytes));
+  tw::encode_lane_hello(some_gid(), 0xabcdef, unit);
+  write(hello, "lane_hello", Bytes(unit, unit + tw::kLaneHelloBytes));
+  tw::encode_lane_ok(unit);
+  write(hello, "lane_ok", Bytes(unit, unit + tw::kLaneOkBytes));
+  tw::encode_lane(0xabcdef, unit);
+  write(hello, "lane", Bytes(unit, unit + tw::kLaneBytes));
+}
+
+// One record in shm_record_fuzzer's input format: {kind, flags, body length u16} body.
+void shm_record(Bytes* out, uint32_t kind, const Bytes& body) {
+  out->push_back(static_cast<uint8_t>(kind));
+  out->push_back(0);
+  out->push_back(static_cast<uint8_t>(body.size()));
+  out->push_back(static_cast<uint8_t>(body.size() >> 8));
+  append(out, body.data(), body.size());
+}
+
+Bytes frame_record(const FrameHeader& h, uint32_t payload_bytes, uint32_t iov_count) {
+  shm::FrameRecord fr{};
+  fr.header = h;
+  fr.payload_bytes = payload_bytes;
+  fr.iov_count = iov_count;
+  Bytes b;
+  append(&b, &fr, sizeof fr);
+  return b;
+}
+
+void shm_seeds() {
+  const std::string t = "shm_record_fuzzer";
+  {
+    Bytes in;
+    shm::ShortFrame sf{};
+    sf.op = FrameOp::kSend;
+    sf.src_qpn = 1, sf.dst_qpn = 2, sf.length = 8;
+    Bytes body;
+    append(&body, &sf, sizeof sf);
+    body.resize(body.size() + 8, 0x5a);
+    shm_record(&in, shm::kFrameShort, body);
+    sf.op = FrameOp::kAck, sf.length = 0;
+    body.clear();
+    append(&body, &sf, sizeof sf);
+    shm_record(&in, shm::kFrameShort, body);
+    write(t, "short", in);
+  }
+  {
+    Bytes in;
+    Bytes body = frame_record(header(FrameOp::kWrite, 100), 100, 0);
+    body.resize(body.size() + 100, 0x11);
+    shm_record(&in, shm::kFrameInline, body);
+    write(t, "inline", in);
+  }
+  {
+    Bytes in;
+    shm_record(&in, shm::kFrameStaged, frame_record(header(FrameOp::kSend, 300), 300, 0));
+    for (int part = 0; part < 2; ++part) {
+      Bytes chunk;
+      shm::ChunkHead ch{150};
+      append(&chunk, &ch, sizeof ch);
+      chunk.resize(chunk.size() + 150, static_cast<uint8_t>(part));
+      shm_record(&in, shm::kChunk, chunk);
+    }
+    write(t, "staged", in);
+  }
+  {
+    Bytes in;
+    Bytes body = frame_record(header(FrameOp::kReadResponse, 96), 96, 2);
+    const shm::MappedIov pieces[2] = {{0x7000, 64, 0, 1, 0}, {0x8000, 32, 4064, 1, 0}};
+    append(&body, pieces, sizeof pieces);
+    shm_record(&in, shm::kFrameMapped, body);
+    write(t, "mapped", in);
+  }
+  {
+    Bytes in;
+    Bytes body = frame_record(header(FrameOp::kSend, 16), 16, 1);
+    const shm::RemoteIov piece{0x1000, 16};
+    append(&body, &piece, sizeof piece);
+    shm_record(&in, shm::kFrameRemote, body);
+    write(t, "remote", in);
+  }
+  {
+    // Many small records: the ring (64 KiB) wraps, with padding records at its end.
+    Bytes in;
+    Bytes body = frame_record(header(FrameOp::kSend, 1000), 1000, 0);
+    body.resize(body.size() + 1000, 0x33);
+    for (int i = 0; i < 80; ++i) shm_record(&in, shm::kFrameInline, body);
+    write(t, "wrap", in);
+  }
+  {
+    // A record whose head claims more than the ring holds after it.
+    Bytes in = {shm::kFrameInline, 1, 0, 0};
+    const uint32_t forged = 1 << 20;
+    append(&in, &forged, sizeof forged);
+    write(t, "forged_size", in);
+  }
+}
+
+void cm_seeds() {
+  const std::string t = "dat_cm_fuzzer";
+  cm::Message req;
+  req.type = cm::Type::kReq;
+  req.qp.qpn = 0x12;
+  req.qp.psn = 0x345;
+  req.qp.rdma_read_in = 4;
+  req.qp.rdma_read_out = 4;
+  req.conn_qual = 18515;
+  auto* sin = reinterpret_cast<sockaddr_in*>(&req.requester);
+  sin->sin_family = AF_INET;
+  sin->sin_port = htons(4791);
+  sin->sin_addr.s_addr = htonl(0x7f000001);
+  req.private_data = {1, 2, 3, 4};
+  write(t, "req", cm::encode(req));
+  req.type = cm::Type::kUdReq;
+  auto* sin6 = reinterpret_cast<sockaddr_in6*>(&req.requester);
+  sin6->sin6_family = AF_INET6;
+  sin6->sin6_addr.s6_addr[15] = 1;
+  req.private_data.assign(cm::kMaxPrivateData, 0xee);
+  write(t, "ud_req_max_private", cm::encode(req));
+  cm::Message rep = req;
+  rep.type = cm::Type::kRep;
+  rep.private_data = {9};
+  write(t, "rep", cm::encode(rep));
+  rep.type = cm::Type::kUdRep;
+  rep.private_data.clear();
+  write(t, "ud_rep", cm::encode(rep));
+  cm::Message rej;
+  rej.type = cm::Type::kRej;
+  rej.reason = cm::RejectReason::kConsumer;
+  rej.private_data = {7, 7};
+  write(t, "rej", cm::encode(rej));
+  write(t, "rtu", cm::encode(cm::bare(cm::Type::kRtu)));
+  write(t, "dreq", cm::encode(cm::bare(cm::Type::kDreq)));
+  write(t, "drep", cm::encode(cm::bare(cm::Type::kDrep)));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_ROOT (tests/fuzz/corpus)\n", argv[0]);
+    return 2;
+  }
+  g_root = argv[1];
+  ::mkdir(g_root.c_str(), 0755);
+  tcp_seeds();
+  shm_seeds();
+  cm_seeds();
+  return 0;
+}
