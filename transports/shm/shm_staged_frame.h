@@ -2,13 +2,13 @@
 // and its bytes, filled chunk by chunk, then delivered as one local payload. Under the link's
 // drain lock.
 //
-// The buffer grows with the chunks that actually come, never to the announced length at once:
-// a peer announcing the largest message (kMaxPayload, 2 GiB) and sending nothing costs this
-// process nothing, and one that sends it costs what it sent. Growing may throw std::bad_alloc
-// (begin, append): the receiver turns that into a link error.
+// The buffer reserves the announced length at once (at most kMaxPayload, 2 GiB) but constructs
+// nothing: a reservation that large is pages the kernel maps on first touch, so a peer that
+// announces the largest message and sends nothing costs this process address space only, and
+// one that sends it costs what it sent; the chunks are copied once, in place. The reservation
+// may throw std::bad_alloc (begin): the receiver turns that into a link error.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -19,29 +19,18 @@ namespace transports::shm {
 
 class StagedFrame {
  public:
-  // Reserved at begin() at most: a frame's first chunks fill it without a reallocation.
-  static constexpr uint64_t kFirstReserve = 1 << 20;
-
   bool active() const { return active_; }
   void begin(const FrameHeader& header, uint64_t bytes) {
     header_ = header;
     total_ = bytes;
     bytes_.clear();
-    bytes_.reserve(static_cast<size_t>(std::min(bytes, kFirstReserve)));
+    bytes_.reserve(static_cast<size_t>(bytes));
     active_ = true;
   }
   // Bytes still missing.
   uint64_t room() const { return total_ - bytes_.size(); }
   // At most room() bytes.
-  void append(const uint8_t* chunk, uint64_t n) {
-    const uint64_t needed = bytes_.size() + n;
-    if (needed > bytes_.capacity()) {
-      // Doubling, as the chunks come, but never past the announced length.
-      const uint64_t doubled = std::max<uint64_t>(needed, 2 * uint64_t{bytes_.capacity()});
-      bytes_.reserve(static_cast<size_t>(std::min(doubled, total_)));
-    }
-    bytes_.insert(bytes_.end(), chunk, chunk + n);
-  }
+  void append(const uint8_t* chunk, uint64_t n) { bytes_.insert(bytes_.end(), chunk, chunk + n); }
   bool complete() const { return bytes_.size() >= total_; }
   // No frame in progress any more: it is whole (its bytes stay until free()), or the link is
   // released.
