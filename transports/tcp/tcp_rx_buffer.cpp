@@ -43,6 +43,16 @@ void TcpRxBuffer::release() {
 }
 
 void TcpRxBuffer::resize(size_t size, size_t keep) {
+  if (mapped_ && size > kRxKeep && keep <= size_) {
+    // A mapped buffer that grows (a large frame arriving): the kernel moves its pages, nothing
+    // is copied, and the pages already touched stay.
+    void* p = ::mremap(data_, size_, size, MREMAP_MAYMOVE);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    ::madvise(p, size, MADV_HUGEPAGE);  // advisory: fine if refused
+    data_ = static_cast<uint8_t*>(p);
+    size_ = size;
+    return;
+  }
   // The new memory first: on std::bad_alloc the buffer stays as it was.
   uint8_t* fresh = allocate_bytes(size, size > kRxKeep);
   if (keep != 0) std::memcpy(fresh, data_, keep);
