@@ -16,15 +16,17 @@ bash scripts/setup.sh
 
 seconds="${1:-60}"
 build_dir="${FUZZ_BUILD_DIR:-build-fuzz}"
-targets=(${FUZZ_TARGETS:-tcp_frame_fuzzer tcp_stream_fuzzer tcp_hello_fuzzer shm_record_fuzzer dat_cm_fuzzer})
+targets=(${FUZZ_TARGETS:-tcp_frame_fuzzer tcp_stream_fuzzer tcp_hello_fuzzer shm_record_fuzzer shm_hello_fuzzer dat_cm_fuzzer})
 
 # The longest input each target takes: a few frames, one handshake unit, a ring's worth of
-# records (the small ring of the target is 64 KiB), a CM frame of the largest legal body.
+# records (the small ring of the target is 64 KiB), an shm Hello, a CM frame of the largest
+# legal body.
 max_len() {
   case "$1" in
     tcp_frame_fuzzer) echo 4096 ;;
     tcp_stream_fuzzer) echo 131072 ;;
-    tcp_hello_fuzzer) echo 64 ;;
+    tcp_hello_fuzzer) echo 96 ;;
+    shm_hello_fuzzer) echo 64 ;;
     shm_record_fuzzer) echo 131072 ;;
     dat_cm_fuzzer) echo 2048 ;;
     *) echo 4096 ;;
@@ -52,10 +54,14 @@ for target in "${targets[@]}"; do
   mkdir -p "$work/corpus" "$work/artifacts"
   cp tests/fuzz/corpus/"$target"/* "$work/corpus/"
   echo "== fuzz: $target for ${seconds}s"
-  # -timeout: seconds per input; -rss_limit_mb also bounds a single allocation (libFuzzer's
-  # malloc limit defaults to it): a peer-chosen size the decoder would allocate is a finding.
+  # -timeout: seconds per input. -rss_limit_mb: memory a peer made us really touch (2 GiB, the
+  # largest legal message, is too much for these small inputs). -malloc_limit_mb (else it
+  # defaults to the RSS limit): one allocation above 3 GiB, more than any legal message, is a
+  # finding at once; below it only touched memory is, so a buffer reserved for an announced
+  # 2 GiB frame (lazy pages) passes unless the peer makes us fill it.
   if ! "$bin" -max_total_time="$seconds" -max_len="$(max_len "$target")" -timeout=5 \
-    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/artifacts/" \
+    -rss_limit_mb=2048 -malloc_limit_mb=3072 -print_final_stats=1 \
+    -artifact_prefix="$work/artifacts/" \
     "$work/corpus" >"$work/log" 2>&1; then
     failed+=("$target")
     tail -n 60 "$work/log"

@@ -12,7 +12,10 @@
 #include <vector>
 
 #include "dat_api/cm/cm_wire.h"
+#include "transports/shm/shm_gid.h"
+#include "transports/shm/shm_handshake.h"
 #include "transports/shm/shm_wire.h"
+#include "transports/tcp/tcp_gid.h"
 #include "transports/tcp/tcp_wire.h"
 
 namespace tw = transports::tcp::tcp_wire;
@@ -22,6 +25,7 @@ using transports::FrameHeader;
 using transports::FrameOp;
 using transports::Gid;
 using transports::NakCode;
+using transports::tcp::tcp_gid_of;
 using Bytes = std::vector<uint8_t>;
 
 namespace {
@@ -113,28 +117,54 @@ void tcp_seeds() {
   append(&big, hdr, sizeof hdr);
   write(t, "max_payload", big);
 
-  // tcp_stream_fuzzer: an options byte, then what the peer sends (after a HELLO the target
-  // sends first unless option bit 2).
+  // tcp_stream_fuzzer: an options byte, then what the peer sends (after a valid dialer's
+  // handshake the target sends first unless option bit 2; bit 3: with the job's secret).
   const std::string s = "tcp_stream_fuzzer";
   write(s, "frames", Bytes{0} + stream);
+  write(s, "frames_secret", Bytes{0x08} + stream);
   Bytes placed;  // a WRITE above kPlaceMin (64 KiB) sent in 4 KiB pieces: received in place
   tcp_frame(&placed, header(FrameOp::kWrite, 68 * 1024));
   tcp_frame(&placed, header(FrameOp::kAck, 0));
   write(s, "write_in_place", Bytes{0x11} + placed);
+  // The fuzzer's own handshake (bit 2): a dialer's HELLO from the loopback address (the
+  // acceptor checks it), without and with a secret (then a PROOF it cannot compute).
+  tw::Hello dialer;
+  dialer.gid = tcp_gid_of({INADDR_LOOPBACK, 4242});
+  dialer.nonce.fill(0x33);
   Bytes own_hello(tw::kHelloBytes);
-  tw::encode_hello(some_gid(), own_hello.data());
+  tw::encode_hello(dialer, own_hello.data());
   write(s, "own_hello", Bytes{0x04} + own_hello + stream);
+  dialer.has_secret = true;
+  tw::encode_hello(dialer, own_hello.data());
+  Bytes proof(tw::kProofBytes);
+  tw::encode_proof(transports::tcp::Mac{}, proof.data());
+  write(s, "own_hello_secret", Bytes{0x0c} + own_hello + proof + stream);
+  dialer.gid = some_gid();  // not where the connection comes from
+  dialer.has_secret = false;
+  tw::encode_hello(dialer, own_hello.data());
+  write(s, "foreign_hello", Bytes{0x04} + own_hello + stream);
   Bytes lane_hello(tw::kLaneHelloBytes);
-  tw::encode_lane_hello(some_gid(), 0x77, lane_hello.data());
+  tw::encode_lane_hello(some_gid(), 0x77, transports::tcp::Mac{}, lane_hello.data());
   write(s, "lane_hello", Bytes{0x04} + lane_hello);
 
   const std::string hello = "tcp_hello_fuzzer";
-  uint8_t unit[tw::kLaneHelloBytes];
-  tw::encode_hello(some_gid(), unit);
+  uint8_t unit[tw::kHelloBytes];
+  tw::Hello h;
+  h.gid = some_gid();
+  h.nonce.fill(0x44);
+  tw::encode_hello(h, unit);
   write(hello, "hello", Bytes(unit, unit + tw::kHelloBytes));
+  h.has_secret = true;
+  h.proof.fill(0x55);
+  tw::encode_hello(h, unit);
+  write(hello, "hello_secret", Bytes(unit, unit + tw::kHelloBytes));
+  tw::encode_proof(h.proof, unit);
+  write(hello, "proof", Bytes(unit, unit + tw::kProofBytes));
+  tw::encode_welcome(unit);
+  write(hello, "welcome", Bytes(unit, unit + tw::kWelcomeBytes));
   tw::encode_goodbye(some_gid(), unit);
   write(hello, "goodbye", Bytes(unit, unit + tw::kGoodbyeBytes));
-  tw::encode_lane_hello(some_gid(), 0xabcdef, unit);
+  tw::encode_lane_hello(some_gid(), 0xabcdef, h.proof, unit);
   write(hello, "lane_hello", Bytes(unit, unit + tw::kLaneHelloBytes));
   tw::encode_lane_ok(unit);
   write(hello, "lane_ok", Bytes(unit, unit + tw::kLaneOkBytes));
@@ -196,6 +226,18 @@ void shm_seeds() {
       shm_record(&in, shm::kChunk, chunk);
     }
     write(t, "staged", in);
+  }
+  {
+    // A staged frame announcing the largest message (2 GiB), no chunk of which comes: it must
+    // cost what was sent, not what was announced (once a 2 GiB allocation, issue 22).
+    // The bytes of the reproducer fuzzing found (docs/fuzzing.md).
+    FrameHeader h{};
+    h.op = FrameOp::kSend;
+    h.src_qpn = 1;
+    h.dst_qpn = 2;
+    Bytes in;
+    shm_record(&in, shm::kFrameStaged, frame_record(h, shm::kMaxPayload, 0));
+    write(t, "staged-2GiB-allocation", in);
   }
   {
     Bytes in;
@@ -268,6 +310,26 @@ void cm_seeds() {
   write(t, "drep", cm::encode(cm::bare(cm::Type::kDrep)));
 }
 
+// shm_hello_fuzzer: a dialer's Hello as the acceptor receives it; the target's peer is pid
+// 4242 on host 0x5eed7a60 (shm_hello_fuzzer.cpp).
+void shm_hello_seeds() {
+  const std::string t = "shm_hello_fuzzer";
+  shm::Hello hello{};
+  hello.magic = shm::kHandshakeMagic;
+  hello.version = shm::kProtocolVersion;
+  const Gid own = shm::gid_of({0x5eed7a60, 4242, 7}, 0);
+  std::memcpy(hello.gid.data(), own.raw.data(), hello.gid.size());
+  hello.probe_addr = 0x7fff0000;
+  Bytes b;
+  append(&b, &hello, sizeof hello);
+  write(t, "hello", b);
+  const Gid other = shm::gid_of({0x5eed7a60, 4243, 7}, 0x7f000001);  // another pid's name
+  std::memcpy(hello.gid.data(), other.raw.data(), hello.gid.size());
+  b.clear();
+  append(&b, &hello, sizeof hello);
+  write(t, "other_pid", b);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -279,6 +341,7 @@ int main(int argc, char** argv) {
   ::mkdir(g_root.c_str(), 0755);
   tcp_seeds();
   shm_seeds();
+  shm_hello_seeds();
   cm_seeds();
   return 0;
 }

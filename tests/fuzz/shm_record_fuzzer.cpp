@@ -27,6 +27,7 @@
 
 #include "tests/fuzz/fuzz_check.h"
 #include "transports/shm/shm_link.h"
+#include "transports/shm/shm_mapping_budget.h"
 #include "transports/shm/shm_segment.h"
 #include "transports/shm/shm_wire.h"
 
@@ -81,8 +82,10 @@ class Owner final : public shm::LinkOwner {
   uint64_t program_polls() const override { return 0; }
   void on_answers_held() override {}
   bool find_shared(const void*, size_t, shm::SharedPiece*) const override { return false; }
+  shm::MappingBudget& mapping_budget() override { return budget_; }
 
   ReadingSink sink_;
+  shm::MappingBudget budget_;
 };
 
 // Hands the link the peer's object over the side channel, as SideChannel::share does.

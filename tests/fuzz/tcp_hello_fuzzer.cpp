@@ -1,11 +1,13 @@
-// libFuzzer target: the TCP handshake units (transports/tcp/tcp_wire.h): HELLO, GOODBYE,
-// LANE_HELLO, LANE_OK and LANE, each decoded from the input's first bytes, as a reader that
-// has not yet seen a HELLO (or a lane's dialer waiting for LANE_OK) decodes them.
+// libFuzzer target: the TCP handshake units (transports/tcp/tcp_wire.h, docs/wire.md "TCP
+// handshake"): HELLO (and its prefix check), PROOF, WELCOME, GOODBYE, LANE_HELLO, LANE_OK and
+// LANE, each decoded from the input's first bytes, as a reader that has not yet seen a HELLO
+// (or waits for a PROOF, a WELCOME, a lane's LANE_OK) decodes them.
 //
 // Invariants, for every unit a decoder accepts: it carries the magic its type announces (or
 // that the reader tested before: GOODBYE and LANE), and the encoder gives back exactly the
-// bytes decoded, GID and token included: a unit has one encoding, so nothing a peer sends
-// in the reserved bytes is silently accepted.
+// bytes decoded, GID, nonce, token and MACs included: a unit has one encoding, so nothing a
+// peer sends in the reserved bytes or flags is silently accepted. The HELLO prefix check
+// agrees with the full decoder on the prefix's bytes.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +17,7 @@
 
 namespace tw = transports::tcp::tcp_wire;
 using transports::Gid;
+using transports::tcp::Mac;
 
 namespace {
 
@@ -22,22 +25,47 @@ uint32_t magic_of(const uint8_t* p) {
   return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
 }
 
+// The decoders read a fixed-size unit: the reader calls them once that many bytes arrived.
+template <size_t N>
+bool round_trips(const uint8_t* unit, const uint8_t (&again)[N]) {
+  return std::memcmp(again, unit, N) == 0;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  // The decoders read a fixed-size unit: the reader calls them once that many bytes arrived.
-  uint8_t unit[tw::kLaneHelloBytes] = {};
+  uint8_t unit[tw::kHelloBytes] = {};
   if (size < 4) return 0;
   std::memcpy(unit, data, size < sizeof unit ? size : sizeof unit);
 
-  if (size >= tw::kHelloBytes) {
-    Gid gid;
-    if (tw::decode_hello(unit, &gid) == nullptr) {
-      FUZZ_CHECK(magic_of(unit) == tw::kHelloMagic);
-      uint8_t again[tw::kHelloBytes];
-      tw::encode_hello(gid, again);
-      FUZZ_CHECK(std::memcmp(again, unit, tw::kHelloBytes) == 0);
+  if (size >= tw::kHelloPrefixBytes) {
+    const bool prefix_ok = tw::check_hello_prefix(unit) == nullptr;
+    if (prefix_ok) FUZZ_CHECK(magic_of(unit) == tw::kHelloMagic);
+    if (size >= tw::kHelloBytes) {
+      tw::Hello hello;
+      const bool ok = tw::decode_hello(unit, &hello) == nullptr;
+      FUZZ_CHECK(ok == prefix_ok);  // the rest of a HELLO is GID, nonce and proof: any bytes
+      if (ok) {
+        uint8_t again[tw::kHelloBytes];
+        tw::encode_hello(hello, again);
+        FUZZ_CHECK(round_trips(unit, again));
+      }
     }
+  }
+  if (size >= tw::kProofBytes) {
+    Mac proof;
+    if (tw::decode_proof(unit, &proof) == nullptr) {
+      FUZZ_CHECK(magic_of(unit) == tw::kProofMagic);
+      uint8_t again[tw::kProofBytes];
+      tw::encode_proof(proof, again);
+      FUZZ_CHECK(round_trips(unit, again));
+    }
+  }
+  if (size >= tw::kWelcomeBytes && tw::decode_welcome(unit) == nullptr) {
+    FUZZ_CHECK(magic_of(unit) == tw::kWelcomeMagic);
+    uint8_t again[tw::kWelcomeBytes];
+    tw::encode_welcome(again);
+    FUZZ_CHECK(round_trips(unit, again));
   }
   if (size >= tw::kGoodbyeBytes && tw::is_goodbye(unit)) {
     FUZZ_CHECK(magic_of(unit) == tw::kGoodbyeMagic);
@@ -47,30 +75,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::memcpy(gid.raw.data(), unit + 8, gid.raw.size());
       uint8_t again[tw::kGoodbyeBytes];
       tw::encode_goodbye(gid, again);
-      FUZZ_CHECK(std::memcmp(again, unit, tw::kGoodbyeBytes) == 0);
+      FUZZ_CHECK(round_trips(unit, again));
     }
   }
   if (size >= tw::kLaneHelloBytes) {
     Gid gid;
     uint64_t token = 0;
-    if (tw::decode_lane_hello(unit, &gid, &token) == nullptr) {
+    Mac proof;
+    if (tw::decode_lane_hello(unit, &gid, &token, &proof) == nullptr) {
       FUZZ_CHECK(tw::is_lane(unit));
       uint8_t again[tw::kLaneHelloBytes];
-      tw::encode_lane_hello(gid, token, again);
-      FUZZ_CHECK(std::memcmp(again, unit, tw::kLaneHelloBytes) == 0);
+      tw::encode_lane_hello(gid, token, proof, again);
+      FUZZ_CHECK(round_trips(unit, again));
     }
   }
   if (size >= tw::kLaneOkBytes && tw::decode_lane_ok(unit) == nullptr) {
     uint8_t again[tw::kLaneOkBytes];
     tw::encode_lane_ok(again);
-    FUZZ_CHECK(std::memcmp(again, unit, tw::kLaneOkBytes) == 0);
+    FUZZ_CHECK(round_trips(unit, again));
   }
   if (size >= tw::kLaneBytes && tw::is_lane(unit)) {
     uint64_t token = 0;
     if (tw::decode_lane(unit, &token) == nullptr) {
       uint8_t again[tw::kLaneBytes];
       tw::encode_lane(token, again);
-      FUZZ_CHECK(std::memcmp(again, unit, tw::kLaneBytes) == 0);
+      FUZZ_CHECK(round_trips(unit, again));
     }
   }
   return 0;

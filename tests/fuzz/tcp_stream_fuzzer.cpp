@@ -1,21 +1,29 @@
 // libFuzzer target: a TCP connection's receiving side as it runs, TcpLink's reader
 // (transports/tcp/tcp_link_reader.cpp: read_locked, parse_locked, make_room_locked, receiving a
-// large WRITE in place), on the accepting end of a real TcpLink whose peer is the fuzzer. The
-// link's socket is one end of a Unix stream socket pair (the reader only recv()s it); the
-// input is written into the other end, which then closes, and the link's io_context runs until
-// the link is down.
+// large WRITE in place) and its opening handshake (tcp_link_handshake.cpp), on the accepting
+// end of a real TcpLink whose dialer is the fuzzer. The link's socket is an accepted loopback
+// TCP connection (the acceptor checks that the dialer's GID names the address it comes from);
+// the input is written into the other end, which then closes, and the link's io_context runs
+// until the link is down.
 //
 // Input: an options byte, then the bytes the peer sends. Options bit 0: the sink takes WRITEs
 // of up to 1 MiB in place (FrameSink::direct_target) into a buffer of exactly their length;
 // bit 1: the region is deregistered under the transfer (hold_region fails); bit 2: the bytes
-// are sent as they are, else after a valid HELLO (so that most inputs reach the frames); bits
-// 4-7, when not 0: the bytes go in pieces of that many 4 KiB, the reader running between two
-// (a frame then arrives in parts, and large WRITEs are received in place).
+// are sent as they are (the fuzzer's bytes are the handshake: a fuzzed HELLO, PROOF...), else
+// after a valid dialer's handshake (so that most inputs reach the frames); bit 3: the job has
+// a secret (the acceptor's owner holds it; the prologue's HELLO says so and its PROOF is
+// computed from the acceptor's HELLO); bits 4-7, when not 0: the bytes go in pieces of that
+// many 4 KiB, the reader running between two (a frame then arrives in parts, and large WRITEs
+// are received in place).
 //
-// Invariants: every frame delivered carries a payload of exactly the length its header gives
-// (0 for the ops without one); the headers and payloads delivered never add up to more bytes
-// than the peer sent; the link goes down once (the peer's end of file, or a bad unit) and
-// nothing is delivered after it.
+// Invariants: no frame is delivered before the handshake completed, and with a secret none
+// ever is to a peer that sent its own bytes (bit 2: it cannot prove the secret); every frame
+// delivered carries a payload of exactly the length its header gives (0 for the ops without
+// one); the headers and payloads delivered never add up to more bytes than the peer sent; the
+// link goes down once (the peer's end of file, or a bad unit) and nothing is delivered after
+// it.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -32,7 +40,9 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_check.h"
+#include "transports/tcp/tcp_gid.h"
 #include "transports/tcp/tcp_link.h"
+#include "transports/tcp/tcp_secret.h"
 #include "transports/tcp/tcp_wire.h"
 
 namespace asio = boost::asio;
@@ -44,7 +54,9 @@ using transports::FrameSink;
 using transports::Gid;
 using transports::Link;
 using transports::PayloadSource;
+using transports::tcp::Mac;
 using transports::tcp::TcpLink;
+using transports::tcp::TcpSecret;
 
 namespace {
 
@@ -78,10 +90,21 @@ class ReadingSink final : public FrameSink {
 // What TcpTransport is to its links, reduced to one link and one sink.
 class Owner final : public transports::tcp::TcpLinkOwner {
  public:
-  Owner(uint8_t options, size_t sent) : options_(options), sink_(sent) {}
+  Owner(uint8_t options, size_t sent) : options_(options), sink_(sent) {
+    if (options & 8) secret_.bytes.assign(32, 0x5e);
+  }
 
-  bool on_hello(TcpLink& link) override { return link.answer_hello(); }
+  const TcpSecret& secret() const override { return secret_; }
+  std::chrono::milliseconds hello_timeout() const override { return std::chrono::seconds(2); }
+  bool on_hello(TcpLink& link) override {
+    FUZZ_CHECK(!hello_);
+    // A peer that sends its own bytes cannot prove a secret it does not hold.
+    FUZZ_CHECK(!((options_ & 4) && (options_ & 8)));
+    hello_ = true;
+    return link.answer_hello();
+  }
   void deliver(TcpLink& link, const FrameHeader& h, PayloadSource& payload) override {
+    FUZZ_CHECK(hello_);  // no frame before the handshake completed
     sink_.on_frame(link, h, payload);
   }
   void on_down(TcpLink&) override {
@@ -98,7 +121,7 @@ class Owner final : public transports::tcp::TcpLinkOwner {
   FrameSink* hold_region(uint32_t) override { return (options_ & 2) ? nullptr : &sink_; }
   void release_region(FrameSink*, uint32_t) override {}
   void open_lane(TcpLink&) override {}
-  bool adopt_lane(const Gid&, uint64_t, int fd) override {
+  bool adopt_lane(const Gid&, uint64_t, const Mac&, int fd) override {
     ::close(fd);  // as TcpTransport does for a lane that names no connection
     return false;
   }
@@ -109,31 +132,91 @@ class Owner final : public transports::tcp::TcpLinkOwner {
 
  private:
   const uint8_t options_;
+  TcpSecret secret_;
+  bool hello_ = false;
   ReadingSink sink_;
   std::deque<std::vector<uint8_t>> targets_;  // each stays until the link is gone
 };
+
+// The listener the fuzzer dials, on loopback, once per process.
+int listener = -1;
+uint16_t listener_port = 0;
+
+// A loopback TCP connection: {the link's (accepted) end, the fuzzer's (dialing) end}.
+bool connect_pair(int fds[2]) {
+  const int dialer = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (dialer < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(listener_port);
+  // Closing resets the connection: no TIME_WAIT left per input (ephemeral ports run out).
+  const linger abortive{1, 0};
+  ::setsockopt(dialer, SOL_SOCKET, SO_LINGER, &abortive, sizeof abortive);
+  if (::connect(dialer, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(dialer);
+    return false;
+  }
+  fds[0] = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  fds[1] = dialer;
+  return fds[0] >= 0;
+}
+
+// The dialer's GID: the loopback address the connection comes from (any port).
+Gid dialer_gid() {
+  return transports::tcp::tcp_gid_of({INADDR_LOOPBACK, 4242});
+}
+
+// Reads what the link sent, without waiting, keeping its first `want` bytes in *got.
+void read_answers(int fd, std::vector<uint8_t>* got, size_t want) {
+  uint8_t buf[4096];
+  for (;;) {
+    const size_t room = got->size() < want ? want - got->size() : sizeof buf;
+    const ssize_t n = ::recv(fd, buf, std::min(room, sizeof buf), MSG_DONTWAIT);
+    if (n <= 0) return;
+    if (got->size() < want) got->insert(got->end(), buf, buf + n);
+  }
+}
 
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   spdlog::set_level(spdlog::level::off);  // a bad frame is one log line: millions, here
+  listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  FUZZ_CHECK(listener >= 0 && ::bind(listener, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+             ::listen(listener, 16) == 0 &&
+             ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  listener_port = ntohs(addr.sin_port);
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const uint8_t options = data[0];
+  const bool prologue = !(options & 4);
+  // The prologue's HELLO goes first; with a secret, its PROOF once the acceptor's HELLO came.
+  tw::Hello ours;
+  ours.gid = dialer_gid();
+  ours.has_secret = (options & 8) != 0;
+  ours.nonce.fill(0x33);
   std::vector<uint8_t> stream;
-  if (!(options & 4)) {
-    Gid peer;
-    peer.raw.fill(0x42);
+  size_t proof_at = 0;  // where the PROOF goes in `stream` (0: none)
+  if (prologue) {
     stream.resize(tw::kHelloBytes);
-    tw::encode_hello(peer, stream.data());
+    tw::encode_hello(ours, stream.data());
+    if (ours.has_secret) {
+      proof_at = stream.size();
+      stream.resize(stream.size() + tw::kProofBytes);
+    }
   }
   stream.insert(stream.end(), data + 1, data + size);
 
   int fds[2];
-  FUZZ_CHECK(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+  FUZZ_CHECK(connect_pair(fds));
   asio::io_context io;
   Owner owner(options, stream.size());
   {
@@ -141,24 +224,53 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     boost::system::error_code ec;
     socket.assign(asio::ip::tcp::v4(), fds[0], ec);
     FUZZ_CHECK(!ec);
-    Gid local;
-    local.raw.fill(0x17);
+    const Gid local = transports::tcp::tcp_gid_of({INADDR_LOOPBACK, listener_port});
     auto link = std::make_shared<TcpLink>(owner, io, std::move(socket), local, nullptr);
     link->start();
     const size_t piece =
         (options >> 4) == 0 ? stream.size() : static_cast<size_t>(options >> 4) * 4096;
     size_t written = 0;
+    std::vector<uint8_t> answers;  // what the link sent us: its HELLO first
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(3);
     while (written < stream.size() && !owner.down()) {
-      const size_t want = std::min(piece, stream.size() - written);
-      const ssize_t n = ::send(fds[1], stream.data() + written, want, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n > 0) written += static_cast<size_t>(n);
+      size_t until = stream.size();
+      if (proof_at != 0 && written >= proof_at) {
+        // The PROOF answers the acceptor's HELLO (its nonce): wait for it, then compute it.
+        read_answers(fds[1], &answers, tw::kHelloBytes);
+        if (answers.size() < tw::kHelloBytes) {
+          until = proof_at;
+        } else {
+          tw::Hello theirs;
+          FUZZ_CHECK(tw::decode_hello(answers.data(), &theirs) == nullptr);
+          FUZZ_CHECK(theirs.has_secret);
+          transports::tcp::HandshakeTranscript t;
+          t.dialer_nonce = ours.nonce;
+          t.acceptor_nonce = theirs.nonce;
+          t.dialer_gid = ours.gid;
+          t.acceptor_gid = theirs.gid;
+          FUZZ_CHECK(transports::tcp::same_mac(
+              theirs.proof.data(), transports::tcp::acceptor_proof(owner.secret(), t).data()));
+          tw::encode_proof(transports::tcp::dialer_proof(owner.secret(), t),
+                           stream.data() + proof_at);
+          proof_at = 0;
+        }
+      } else if (proof_at != 0) {
+        until = proof_at;
+      }
+      const size_t want = std::min(piece, until - written);
+      if (want > 0) {
+        const ssize_t n =
+            ::send(fds[1], stream.data() + written, want, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) written += static_cast<size_t>(n);
+      }
+      read_answers(fds[1], &answers, tw::kHelloBytes);
       io.restart();
       io.poll();
       FUZZ_CHECK(std::chrono::steady_clock::now() < give_up);
     }
     ::shutdown(fds[1], SHUT_WR);
     while (!owner.down()) {
+      read_answers(fds[1], &answers, tw::kHelloBytes);
       io.restart();
       io.run_for(std::chrono::milliseconds(10));
       FUZZ_CHECK(std::chrono::steady_clock::now() < give_up);  // end of file closes the link
