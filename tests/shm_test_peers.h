@@ -212,11 +212,26 @@ class RawDialer {
       *why = "unexpected Welcome";
       return false;
     }
+    victim_probe_addr_ = welcome.probe_addr;
+    // The victim's proof that it reads our memory, taken off the socket (not checked here).
+    shm::ProofMessage proof{};
+    if ((welcome.flags & shm::kWelcomeProofFollows) != 0 &&
+        !shm::receive_message(socket_, &proof, sizeof proof, nullptr, 0, 2000ms, why)) {
+      return false;
+    }
     producer_ = RingProducer(control(), data(), segment_->sync_key(Segment::kDialerToAcceptor));
     return true;
   }
 
   RingProducer& producer() { return producer_; }
+  // The victim -> dialer ring, for a test that reads what the victim sends.
+  shm::RingConsumer consumer() const {
+    return shm::RingConsumer(segment_->control(Segment::kAcceptorToDialer),
+                             segment_->data(Segment::kAcceptorToDialer),
+                             segment_->sync_key(Segment::kAcceptorToDialer));
+  }
+  // Where the victim's probe nonce lies in its memory (its Welcome).
+  uint64_t victim_probe_addr() const { return victim_probe_addr_; }
   RingControl* control() const { return segment_->control(Segment::kDialerToAcceptor); }
   uint8_t* data() const { return segment_->data(Segment::kDialerToAcceptor); }
   // As a producer does after publishing (the spurious ring is harmless if it was awake).
@@ -231,6 +246,7 @@ class RawDialer {
   int socket_ = -1;
   int own_doorbell_ = -1;
   int victim_doorbell_ = -1;
+  uint64_t victim_probe_addr_ = 0;
   std::unique_ptr<Segment> segment_;
   RingProducer producer_;
 };

@@ -1575,7 +1575,8 @@ TEST(ShmFrames, EveryHeaderFieldArrivesWhicheverRecordCarriesTheFrame) {
 
 // A large payload in registered memory that the sender maps shared from a memfd is handed over
 // as the object: the receiver maps it (read-only) and copies from its mapping, even where it
-// could not read the sender's memory in place; when the region is deregistered the receiver
+// does not read the sender's memory in place (single copy off: it still proved at attach that it
+// could, docs/security.md, which is what lets it map); when the region is deregistered the receiver
 // lets the mapping go, and payloads from that memory then travel another way (here: chunks).
 TEST(ShmMappedPayload, ARegisteredSharedObjectIsMappedByThePeerAndLetGoAtDeregistration) {
   transports::shm::ShmOptions cannot_read_in_place;

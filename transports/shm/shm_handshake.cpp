@@ -1,6 +1,9 @@
 #include "transports/shm/shm_handshake.h"
 
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -10,6 +13,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <mutex>
 #include <optional>
 
 #include "transports/shm/shm_gid.h"
@@ -19,8 +23,31 @@ namespace transports::shm {
 
 namespace {
 
-constexpr uint64_t kProbeValue = 0x21616d6472756d65ull;  // "emurdma!"
-const volatile uint64_t probe_value = kProbeValue;
+// The probe: private memory (never in an object we share), made per process.
+struct Probe {
+  std::mutex mutex;
+  pid_t owner = 0;  // the process that made `nonce`
+  bool made = false;
+  alignas(16) ProbeNonce nonce{};
+};
+Probe probe;
+
+// The nonce of this process, made at its first use (after a fork, the child makes its own: it
+// must not prove itself to its parent with a copy of the parent's memory). Its value, or
+// nullptr when OpenSSL could not make one.
+const ProbeNonce* own_nonce() {
+  std::lock_guard lock(probe.mutex);
+  const pid_t self = ::getpid();
+  if (probe.owner != self) {
+    probe.owner = self;
+    probe.made = RAND_bytes(probe.nonce.data(), static_cast<int>(probe.nonce.size())) == 1;
+    if (!probe.made) {
+      probe.nonce.fill(0);
+      spdlog::error("shm: no random probe could be made: no peer will be handed shared objects");
+    }
+  }
+  return probe.made ? &probe.nonce : nullptr;
+}
 
 socklen_t abstract_address(const std::string& name, sockaddr_un* sa) {
   std::memset(sa, 0, sizeof *sa);
@@ -111,6 +138,37 @@ bool send_message(int fd, const void* msg, size_t len, const int* fds, int nfds,
   return n == static_cast<ssize_t>(len);
 }
 
+ssize_t receive_now(int fd, void* msg, size_t len, int* fds, int max_fds, int* nfds, bool* cut) {
+  iovec iov{msg, len};
+  alignas(cmsghdr) char control[CMSG_SPACE(kMaxReceivedFds * sizeof(int))] = {};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = ::recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  *nfds = 0;
+  *cut = n >= 0 && (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
+  if (n < 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t k = 0; k < count; ++k) {
+      int received;
+      std::memcpy(&received, CMSG_DATA(c) + k * sizeof(int), sizeof received);
+      if (*nfds < max_fds) {
+        fds[(*nfds)++] = received;
+      } else {
+        ::close(received);
+      }
+    }
+  }
+  return n;
+}
+
 bool receive_message(int fd, void* msg, size_t len, int* fds, int nfds,
                      std::chrono::milliseconds timeout, std::string* why) {
   pollfd p{fd, POLLIN, 0};
@@ -122,33 +180,15 @@ bool receive_message(int fd, void* msg, size_t len, int* fds, int nfds,
     *why = ready == 0 ? "no answer in time" : errno_text("poll");
     return false;
   }
-  iovec iov{msg, len};
-  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
-  msghdr mh{};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = control;
-  mh.msg_controllen = sizeof control;
-  ssize_t n;
-  do {
-    n = ::recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  } while (n < 0 && errno == EINTR);
+  int received[kMaxReceivedFds];
   int got = 0;
-  int received[4];
-  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const int count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-    for (int i = 0; i < count && got < 4; ++i) {
-      std::memcpy(&received[got++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-    }
-  }
-  const bool ok = n == static_cast<ssize_t>(len) && got == nfds &&
-                  (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) == 0;
-  if (!ok) {
-    for (int i = 0; i < got; ++i) ::close(received[i]);
+  bool cut = false;
+  const ssize_t n = receive_now(fd, msg, len, received, kMaxReceivedFds, &got, &cut);
+  if (n != static_cast<ssize_t>(len) || got != nfds || cut) {
     *why = n < 0    ? errno_text("recvmsg")
            : n == 0 ? std::string("peer closed the connection")
                     : std::string("malformed handshake message");
+    for (int i = 0; i < got; ++i) ::close(received[i]);
     return false;
   }
   for (int i = 0; i < nfds; ++i) fds[i] = received[i];
@@ -182,15 +222,35 @@ bool decode_hello(const void* bytes, size_t len, pid_t peer_pid, uint32_t host_t
   return true;
 }
 
-bool can_read_memory_of(pid_t pid, uint64_t addr) {
-  uint64_t value = 0;
-  iovec local{&value, sizeof value};
-  iovec remote{reinterpret_cast<void*>(addr), sizeof value};
-  return ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == sizeof value && value == kProbeValue;
+bool read_probe_of(pid_t pid, uint64_t addr, ProbeNonce* out) {
+  iovec local{out->data(), out->size()};
+  iovec remote{reinterpret_cast<void*>(addr), out->size()};
+  return ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(out->size());
 }
 
 uint64_t probe_address() {
-  return reinterpret_cast<uint64_t>(const_cast<const uint64_t*>(&probe_value));
+  own_nonce();
+  return reinterpret_cast<uint64_t>(probe.nonce.data());
+}
+
+bool send_proof(int fd, const ProbeNonce& nonce) {
+  const ProofMessage m{kProof, {}, 0, nonce};
+  return send_message(fd, &m, sizeof m, nullptr, 0, /*wait=*/false);
+}
+
+bool receive_proof(int fd, std::chrono::milliseconds timeout, std::string* why) {
+  ProofMessage m{};
+  if (!receive_message(fd, &m, sizeof m, nullptr, 0, timeout, why)) return false;
+  if (m.type != kProof || !proof_matches(m.nonce)) {
+    *why = "the peer's proof that it can read our memory is wrong";
+    return false;
+  }
+  return true;
+}
+
+bool proof_matches(const ProbeNonce& proof) {
+  const ProbeNonce* nonce = own_nonce();
+  return nonce != nullptr && CRYPTO_memcmp(proof.data(), nonce->data(), proof.size()) == 0;
 }
 
 }  // namespace transports::shm

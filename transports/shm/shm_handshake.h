@@ -3,6 +3,15 @@
 //
 //   dialer   -> acceptor  Hello   + [segment memfd, dialer's doorbell eventfd]
 //   acceptor -> dialer    Welcome + [acceptor's doorbell eventfd]
+//   acceptor -> dialer    ProofMessage (when the Welcome says one follows)
+//   dialer   -> acceptor  ProofMessage (when it could read the acceptor's probe)
+//
+// A proof is the peer's probe nonce, read from its private memory with process_vm_readv: it
+// shows that the kernel lets the prover read the peer's memory (ptrace access), and only then
+// does the peer hand it descriptors of its shared objects (SideChannel::share): a same-host
+// peer gets no more than cross-memory attach would already give it. The acceptor's proof
+// follows its Welcome at once, so the dialer checks it before its link exists; the dialer's
+// is read later from the link's side channel by the acceptor's receiver thread.
 //
 // Each side first checks the other's credentials (SO_PEERCRED): only a process of the same
 // user may attach. The socket then stays open for the life of the link: its end (the peer
@@ -15,6 +24,8 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+
+#include "transports/shm/shm_wire.h"
 
 namespace transports::shm {
 
@@ -30,7 +41,12 @@ struct Welcome {
   uint32_t version;
   std::array<uint8_t, 16> gid;  // the acceptor's GID
   uint64_t probe_addr;
+  uint32_t flags;  // kWelcomeProofFollows
+  uint32_t reserved;
 };
+
+// The acceptor could read the dialer's probe: its ProofMessage is the next message.
+inline constexpr uint32_t kWelcomeProofFollows = 1;
 
 inline constexpr uint32_t kHandshakeMagic = 0x656d7368;  // "emsh"
 
@@ -52,15 +68,31 @@ pid_t same_user_peer(int fd, std::string* why);
 // One message with up to 2 descriptors. send_message does not take ownership of fds. Without
 // `wait`, a socket whose buffer is full refuses the message at once (false).
 bool send_message(int fd, const void* msg, size_t len, const int* fds, int nfds, bool wait = true);
+// The most descriptors one received message hands over; any more are closed.
+inline constexpr int kMaxReceivedFds = 4;
+// One message without waiting (recvmsg; EINTR retried): its byte count, or -1 and errno. Up to
+// max_fds (at most kMaxReceivedFds) of the descriptors it carried go to fds, *nfds of them, the
+// caller's to close; the rest are closed. *cut: the message or its descriptors did not fit.
+ssize_t receive_now(int fd, void* msg, size_t len, int* fds, int max_fds, int* nfds, bool* cut);
 // Waits up to timeout for one message of exactly len bytes and exactly nfds descriptors
 // (which the caller then owns). Closes any descriptor it does not hand over.
 bool receive_message(int fd, void* msg, size_t len, int* fds, int nfds,
                      std::chrono::milliseconds timeout, std::string* why);
 
-// Whether this process can read the memory of pid with process_vm_readv (the kernel's
-// ptrace access rules decide): reads 8 bytes at addr and compares them with the probe value.
-bool can_read_memory_of(pid_t pid, uint64_t addr);
-// The address of this process's probe value.
+// Reads the probe nonce of pid at addr with process_vm_readv (the kernel's ptrace access rules
+// decide whether we may); false when we may not.
+bool read_probe_of(pid_t pid, uint64_t addr, ProbeNonce* out);
+// The address of this process's probe nonce: 16 random bytes (OpenSSL RAND_bytes), made at the
+// first call in each process (a forked child makes its own) and kept in private memory.
 uint64_t probe_address();
+// Our proof to the peer at the other end of fd: its nonce as we read it from its memory. Sent
+// during the handshake, before any other thread sends on the socket; never waits.
+bool send_proof(int fd, const ProbeNonce& nonce);
+// Waits up to timeout for the peer's proof on fd; false and *why when none came, or when it is
+// not our nonce.
+bool receive_proof(int fd, std::chrono::milliseconds timeout, std::string* why);
+// Whether `proof` is our probe nonce (compared in constant time). False when no nonce could
+// be made: no proof is then taken.
+bool proof_matches(const ProbeNonce& proof);
 
 }  // namespace transports::shm

@@ -37,7 +37,9 @@ ShmLink::ShmLink(LinkOwner& owner, LinkSetup setup)
       sender_(producer_of(*segment_, outgoing(setup.dialer)), owner, side_, doorbell_, up_),
       receiver_(consumer_of(*segment_, incoming(setup.dialer)),
                 segment_->control(incoming(setup.dialer)), *this, owner, side_, doorbell_, up_,
-                setup.peer_pid) {}
+                setup.peer_pid) {
+  if (setup.peer_proved) side_.mark_peer_proved();
+}
 
 ShmLink::~ShmLink() {
   release();

@@ -58,6 +58,7 @@ struct LinkSetup {
   int peer_doorbell_fd = -1;  // the peer's eventfd; taken by the link
   pid_t peer_pid = 0;         // from SO_PEERCRED
   Gid peer;
+  bool peer_proved = false;  // the peer proved in the handshake that it can read our memory
 };
 
 class ShmLink : public Link {
@@ -114,6 +115,8 @@ class ShmLink : public Link {
   void set_we_read_in_place(bool can) { receiver_.set_we_read_in_place(can); }
 
   int socket_fd() const { return side_.fd(); }
+  // Whether the peer proved it can read our memory: only then may it map our objects.
+  bool peer_proved() const { return side_.peer_proved(); }
   // Why the side channel refused the peer's messages (SideChannel::refusal), or nullptr.
   const char* side_refusal() const { return side_.refusal(); }
   // Frees what a down link holds: socket, doorbell, backlog, the peer's objects and the shared

@@ -1,5 +1,6 @@
 // SideChannel (shm_side_channel.h): the messages on a link's Unix socket. A goodbye tells the
-// peer this end closes in order; a shared object (memfd, shared file) is handed over with
+// peer this end closes in order; a proof shows that the peer may read our memory (only then is
+// it handed objects); a shared object (memfd, shared file) is handed over with
 // SCM_RIGHTS before the first record that names it, and forgotten when its last registration
 // ends. The receiver thread reads the socket when it is readable (ShmLink::socket_ended); a
 // drain that meets a record naming an object it has not mapped reads it too.
@@ -31,37 +32,28 @@ bool SideChannel::send(SocketMessageType type, uint32_t object, int fd) {
 bool SideChannel::read(short revents) {
   if (socket_fd_ < 0) return false;
   for (;;) {
-    SocketMessage m{};
-    iovec iov{&m, sizeof m};
-    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t n = ::recvmsg(socket_fd_, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return (revents & (POLLHUP | POLLERR | POLLNVAL)) == 0;
-    if (n <= 0 || refusal() != nullptr) return false;
+    // Room for the largest message (a proof): a longer one is cut short and ignored.
+    union {
+      SocketMessage plain;
+      ProofMessage proof;
+    } m{};
     // At most one descriptor is ever sent with a message; any more are closed.
     int fd = -1;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t k = 0; k < count; ++k) {
-        int received;
-        std::memcpy(&received, CMSG_DATA(c) + k * sizeof(int), sizeof received);
-        if (fd < 0) {
-          fd = received;
-        } else {
-          ::close(received);
-        }
-      }
+    int nfds = 0;
+    bool cut = false;
+    const ssize_t n = receive_now(socket_fd_, &m, sizeof m, &fd, 1, &nfds, &cut);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return (revents & (POLLHUP | POLLERR | POLLNVAL)) == 0;
+    if (n <= 0 || refusal() != nullptr) {
+      if (fd >= 0) ::close(fd);
+      return false;
     }
     // A message of another size (cut short, or longer and truncated) is not one of ours.
-    if (n == static_cast<ssize_t>(sizeof m) && (msg.msg_flags & MSG_TRUNC) == 0) {
-      take(m, fd);
+    if (n == static_cast<ssize_t>(sizeof(SocketMessage)) && !cut) {
+      take(m.plain, fd);
+    } else if (n == static_cast<ssize_t>(sizeof(ProofMessage)) && !cut && m.proof.type == kProof) {
+      if (fd >= 0) ::close(fd);
+      take_proof(m.proof);
     } else if (fd >= 0) {
       ::close(fd);
     }
@@ -86,10 +78,24 @@ void SideChannel::take(const SocketMessage& m, int fd) {
       peer_objects_.erase(it);
       break;
     }
+    case kProof:  // a proof without its nonce
+      spdlog::warn("shm: the peer sent a proof without a nonce");
+      refusal_.store("the peer sent a malformed proof", std::memory_order_release);
+      break;
     default:
       break;  // a later version's message: nothing this end must act on
   }
   if (fd >= 0) ::close(fd);  // a mapping keeps its object
+}
+
+void SideChannel::take_proof(const ProofMessage& m) {
+  if (proof_matches(m.nonce)) {
+    peer_proved_.store(true, std::memory_order_release);
+    return;
+  }
+  spdlog::warn("shm: the peer's proof that it can read our memory is wrong");
+  refusal_.store("the peer sent a wrong proof that it can read our memory",
+                 std::memory_order_release);
 }
 
 void SideChannel::map_shared(uint32_t object, int fd) {
@@ -120,6 +126,7 @@ void SideChannel::map_shared(uint32_t object, int fd) {
 }
 
 bool SideChannel::share(const SharedObject& object) {
+  if (!peer_proved()) return false;
   if (std::find(objects_shared_.begin(), objects_shared_.end(), object.id) != objects_shared_.end())
     return true;
   // Sent before any record names it: the peer finds it on the socket when it reads the record.

@@ -1,7 +1,8 @@
 // A link's side channel: the Unix socket of its handshake, kept open, which carries the
 // messages of shm_wire.h's SocketMessage beside the rings: a goodbye (this end closes in
-// order), and the shared objects (memfd, shared file) handed to the peer, or from it and
-// mapped here. Its end tells the link that the peer is gone.
+// order), the peer's proof that it can read our memory (kProof), and the shared objects
+// (memfd, shared file) handed to the peer once it proved that, or from it and mapped here.
+// Its end tells the link that the peer is gone.
 //
 // The link's locks guard it: what sends (send, share, forget_shared) runs under the link's
 // send lock, what reads (read, mapping) under its drain lock, and close() under both.
@@ -37,8 +38,15 @@ class SideChannel {
 
   // Send lock. One message, with `fd` (when >= 0) as SCM_RIGHTS; never waits.
   bool send(SocketMessageType type, uint32_t object, int fd);
-  // Send lock. Hands the object to the peer unless it has it; false when it could not.
+  // Send lock. Hands the object to the peer unless it has it; false when it could not, or
+  // when the peer has not proved that it could read our memory anyway (peer_proved()): a
+  // descriptor of the whole object is more than cross-memory attach gives a peer without
+  // ptrace access.
   bool share(const SharedObject& object);
+  // Whether the peer proved it can read our memory (a kProof with our nonce, or
+  // mark_peer_proved after the dialer checked the acceptor's proof in the handshake).
+  bool peer_proved() const { return peer_proved_.load(std::memory_order_acquire); }
+  void mark_peer_proved() { peer_proved_.store(true, std::memory_order_release); }
   // Send lock. Whether the peer was handed the object: it is then no longer counted as
   // handed, and the caller tells the peer to forget it.
   bool forget_shared(uint32_t object);
@@ -46,7 +54,8 @@ class SideChannel {
   // Drain lock. Takes the messages waiting on the socket; false when it ended, or when the
   // peer shared more than this end maps for it (refusal() then says so).
   bool read(short revents);
-  // Why the peer's messages were refused (it shared beyond the mapping limits), or nullptr.
+  // Why the peer's messages were refused (it shared beyond the mapping limits, or sent a wrong
+  // proof), or nullptr.
   const char* refusal() const { return refusal_.load(std::memory_order_acquire); }
   // Drain lock. Our mapping of the peer's object, or nullptr.
   const Mapping* mapping(uint32_t object) const {
@@ -59,6 +68,8 @@ class SideChannel {
 
  private:
   void take(const SocketMessage& m, int fd);
+  // A kProof: the peer may be handed our objects if it holds our nonce; else a link error.
+  void take_proof(const ProofMessage& m);
   // A share: the object mapped read-only, within the limits.
   void map_shared(uint32_t object, int fd);
 
@@ -67,6 +78,7 @@ class SideChannel {
   uint64_t mapped_bytes_ = 0;  // of peer_objects_ (drain lock)
   std::atomic<const char*> refusal_{nullptr};
   std::atomic<bool> farewell_{false};
+  std::atomic<bool> peer_proved_{false};
   std::vector<uint32_t> objects_shared_;                // handed to the peer (send lock)
   std::unordered_map<uint32_t, Mapping> peer_objects_;  // by the peer's id (drain lock)
 };

@@ -40,7 +40,7 @@ std::shared_ptr<ShmLink> ShmTransport::dial_peer(const Gid& peer, const ShmAddre
     ::close(fd);
     return nullptr;
   }
-  Hello hello{kHandshakeMagic, kProtocolVersion, gid_.raw, probe_address()};
+  const Hello hello{kHandshakeMagic, kProtocolVersion, gid_.raw, probe_address()};
   const int fds[2] = {memfd, doorbell_fd_};
   const bool sent = send_message(fd, &hello, sizeof hello, fds, 2);
   ::close(memfd);
@@ -58,14 +58,32 @@ std::shared_ptr<ShmLink> ShmTransport::dial_peer(const Gid& peer, const ShmAddre
     ::close(setup.peer_doorbell_fd);
     return nullptr;
   }
+  // The acceptor's proof that it may read our memory, when it says one follows: then ours.
+  if ((welcome.flags & kWelcomeProofFollows) != 0) {
+    if (!receive_proof(fd, kHandshakeTimeout, why)) {
+      ::close(fd);
+      ::close(setup.peer_doorbell_fd);
+      return nullptr;
+    }
+    setup.peer_proved = true;
+  }
   const pid_t pid = setup.peer_pid;
+  ProbeNonce nonce;
+  const bool can_read = read_probe_of(pid, welcome.probe_addr, &nonce);
+  if (can_read && !send_proof(fd, nonce)) {
+    *why = "the proof could not be sent";
+    ::close(fd);
+    ::close(setup.peer_doorbell_fd);
+    return nullptr;
+  }
   auto link = std::make_shared<ShmLink>(*this, std::move(setup));
-  link->set_we_read_in_place(options_.single_copy && can_read_memory_of(pid, welcome.probe_addr));
+  link->set_we_read_in_place(options_.single_copy && can_read);
   if (!publish(link)) {
     *why = "too many links";
     return nullptr;
   }
-  spdlog::debug("shm: attached to pid {} (reads in place: {})", pid, link->peer_reads_in_place());
+  spdlog::debug("shm: attached to pid {} (reads in place: {}, may map our objects: {})", pid,
+                link->peer_reads_in_place(), link->peer_proved());
   return link;
 }
 
@@ -110,13 +128,22 @@ void ShmTransport::complete_attach(int fd) {
   }
   std::copy(hello.gid.begin(), hello.gid.end(), setup.peer.raw.begin());
   const pid_t pid = setup.peer_pid;
+  ProbeNonce nonce;
+  const bool can_read = read_probe_of(pid, hello.probe_addr, &nonce);
   auto link = std::make_shared<ShmLink>(*this, std::move(setup));
-  link->set_we_read_in_place(options_.single_copy && can_read_memory_of(pid, hello.probe_addr));
+  link->set_we_read_in_place(options_.single_copy && can_read);
   // Published first, so that a peer told "welcome" is never then dropped for lack of room.
   if (!publish(link)) return;
-  Welcome welcome{kHandshakeMagic, kProtocolVersion, gid_.raw, probe_address()};
-  // Never waits: a fresh socket has room for it, else the client is not one of ours.
-  if (!send_message(fd, &welcome, sizeof welcome, &doorbell_fd_, 1, /*wait=*/false)) {
+  const Welcome welcome{kHandshakeMagic,
+                        kProtocolVersion,
+                        gid_.raw,
+                        probe_address(),
+                        can_read ? kWelcomeProofFollows : 0u,
+                        0};
+  // Never waits: a fresh socket has room for both, else the client is not one of ours. The
+  // dialer's proof comes later, on the link's side channel (SideChannel::take_proof).
+  if (!send_message(fd, &welcome, sizeof welcome, &doorbell_fd_, 1, /*wait=*/false) ||
+      (can_read && !send_proof(fd, nonce))) {
     link_failed(*link, "the attach could not be answered");
     return;
   }

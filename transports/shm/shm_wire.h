@@ -4,6 +4,7 @@
 // validated before use (shm_receiver.cpp), because the peer is another program.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "transports/common/engine_interface.h"
@@ -11,8 +12,9 @@
 
 namespace transports::shm {
 
+// 7: each side proves it can read its peer's memory (kProof) before the peer hands it objects.
 // 6: sealed ring segments, a Hello's GID names its sender (docs/wire.md, "Shared memory").
-inline constexpr uint32_t kProtocolVersion = 6;
+inline constexpr uint32_t kProtocolVersion = 7;
 
 // After the handshake a link's Unix socket carries SocketMessages, each sent whole by one
 // sendmsg. End of file without a goodbye means the peer died.
@@ -20,6 +22,7 @@ enum SocketMessageType : uint8_t {
   kGoodbye = 'G',       // this end closes in order (ShmLink::say_goodbye)
   kShareObject = 'O',   // with SCM_RIGHTS: a read-only descriptor of object `object`
   kForgetObject = 'F',  // object `object` will not be named again: unmap it
+  kProof = 'P',         // a ProofMessage: the peer's probe nonce, read from its memory
 };
 
 struct SocketMessage {
@@ -28,6 +31,21 @@ struct SocketMessage {
   uint32_t object;
 };
 static_assert(sizeof(SocketMessage) == 8);
+
+// A process's probe (shm_handshake.h): random bytes in its private memory, which only a process
+// allowed to read that memory (the kernel's ptrace access check) can learn.
+inline constexpr size_t kProbeNonceBytes = 16;
+using ProbeNonce = std::array<uint8_t, kProbeNonceBytes>;
+
+// kProof: the nonce read at the peer's probe address with process_vm_readv, sent back to it.
+// Until one that matches arrives, the peer is handed no object (SideChannel::share).
+struct ProofMessage {
+  uint8_t type;  // kProof
+  uint8_t reserved[3];
+  uint32_t object;  // 0
+  ProbeNonce nonce;
+};
+static_assert(sizeof(ProofMessage) == 24);
 
 enum RecordKind : uint32_t {
   kFrameInline = 1,  // FrameRecord, then payload_bytes of payload
