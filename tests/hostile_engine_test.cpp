@@ -262,6 +262,33 @@ TEST_P(ForgedFrames, ReadResponseFromAnotherNodeWritesNothing) {
   EXPECT_EQ(local, remote);
 }
 
+// The connected peer itself (or whoever holds its link and QPN) acknowledges a PSN after the
+// last one the victim sent: a ghost ACK (IBA 9.7.5.1). It must retire nothing, not even the
+// SEND that was sent before that PSN, and is counted; the true ACK then completes the SEND.
+TEST_P(ForgedFrames, AckBeyondTheLastPsnSentRetiresNothing) {
+  connect_to_silent_peer();
+  std::vector<uint8_t> msg = pattern(64, 1);
+  emu::Mr* vmr = victim.reg(msg.data(), msg.size());
+  ASSERT_NE(vmr, nullptr);
+  ibv_sge sge = emu_test::sge_of(msg.data(), 64, vmr);
+  ASSERT_EQ(emu_test::post(qv, emu_test::wr_of(1, IBV_WR_SEND, &sge, 1)), 0);  // psn 0
+  await_request();
+
+  using Ignored = emu::Node::IgnoredAnswer;
+  for (uint32_t psn : {1u, 2u, 1000u}) true_answer(frame(FrameOp::kAck, 0, 0, psn));
+  EXPECT_TRUE(emu_test::drive_until(
+      victim, *silent, [&] { return victim.node->answers_ignored(Ignored::kBeyondSent) >= 3; }))
+      << "ghost ACKs counted: " << victim.node->answers_ignored(Ignored::kBeyondSent);
+  expect_no_completion();
+
+  true_answer(frame(FrameOp::kAck, 0, 0, 0));
+  auto wc = poll_cq_for(victim.cq, 1, 5s);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(emu_test::state_of_qp(qv), IBV_QPS_RTS);
+}
+
 TEST_P(ForgedFrames, SendFromAnotherNodeConsumesNoReceive) {
   forged_request(FrameOp::kSend, From::kAnotherNode, 64);
 }

@@ -159,10 +159,14 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     lock.lock();
     if (link) {
       // Our dial becomes the canonical link once its HELLO is answered. If the peer refuses
-      // it, the peer keeps the connection it dialed to us, which is on its way or here.
-      const bool linked =
-          links_cv_.wait_until(lock, deadline, [&] { return canonical_locked(peer) != nullptr; });
-      if (!link->ready() && !link->failed_handshake()) {
+      // it as a duplicate, the peer keeps the connection it dialed to us, which is on its way
+      // or here. A peer that refuses us (another secret, say) closes at once: no waiting.
+      const bool linked = links_cv_.wait_until(
+          lock, deadline, [&] { return canonical_locked(peer) != nullptr || link->refused(); });
+      if (link->refused() && !canonical_locked(peer)) {
+        spdlog::warn("tcp: {} refused the connection (see the lines above, and its log)",
+                     to_string(*ep));
+      } else if (!link->ready() && !link->failed_handshake()) {
         // Unanswered: either the time ran out, or the peer dialed us at the same moment and
         // its connection won (it is the lower GID): ours is refused there anyway.
         if (linked) {
@@ -314,10 +318,13 @@ class TcpTransport : public Transport, public TcpLinkOwner {
       // refused while that link is up. A peer that lost its end (a pulled cable) dials again
       // once this end has noticed too (EMURDMA_TCP_TIMEOUT_MS: TCP_USER_TIMEOUT and
       // keepalive end the old connection, docs/wire.md "TCP handshake").
-      spdlog::warn(
-          "tcp: {} introduces itself as a peer we are connected to; refused while that "
-          "connection is up",
-          link.remote());
+      uint64_t unlogged = 0;
+      if (stranger_logs().newcomer.count_and_should_log(&unlogged)) {
+        spdlog::warn(
+            "tcp: {} introduces itself as a peer we are connected to; refused while that "
+            "connection is up{}",
+            link.remote(), base::unlogged_note(unlogged));
+      }
       return false;
     }
     if (dialing_.count(peer) != 0 && gid_.raw < peer) return false;
