@@ -44,13 +44,7 @@ class AnswerFlood : public ::testing::Test {
     o.timeout = 16;
     ASSERT_EQ(emu_test::connect_qp(qv, kSilentQpn, silent->ibv_gid_of(), o), 0);
     local.assign(64, 0);
-    emu::Mr* mr = victim.reg(local.data(), local.size());
-    ASSERT_NE(mr, nullptr);
-    ibv_sge sge = emu_test::sge_of(local.data(), 64, mr);
-    ibv_send_wr wr = emu_test::wr_of(1, IBV_WR_RDMA_READ, &sge, 1);
-    wr.wr.rdma.remote_addr = 0x10000;
-    wr.wr.rdma.rkey = 0x1234;
-    ASSERT_EQ(emu_test::post(qv, wr), 0);
+    emu_test::post_read(victim, qv, local, 1);
     ASSERT_TRUE(emu_test::drive_until(victim, *silent, [&] { return silent->received() >= 1; }));
   }
   void TearDown() override {
