@@ -232,13 +232,19 @@ void Completer::handle_nak_locked(const FrameHeader& h) {
     case NakCode::kNone:
       break;
   }
-  spdlog::warn("QP {:#x}: NAK with unknown code {} ignored", qp_.qpn_, static_cast<int>(h.nak));
+  qp_.node().ignore_answer(Node::IgnoredAnswer::kUnknownNak, qp_.qpn_, h);
 }
 
 void Completer::complete_locked(const FrameHeader& h, PayloadSource& payload) {
   ibv_qp_state st = qp_.state();
   if (st == IBV_QPS_RESET || st == IBV_QPS_ERR) return;  // everything was flushed already
   Requester& requester = qp_.requester_;
+  // An answer names a request we sent: one with a later PSN is a ghost (IBA 9.7.5.1, rxe's
+  // check_psn), never an acknowledgement of what was sent before it or of what is not sent.
+  if (psn_diff(h.psn, requester.psn_after_sent()) >= 0) {
+    qp_.node().ignore_answer(Node::IgnoredAnswer::kBeyondSent, qp_.qpn_, h);
+    return;
+  }
   // An answer for psn p also acknowledges every earlier SEND and WRITE (IBA 9.7.5.1.1).
   while (!requester.nothing_unanswered()) {
     SendWqe& w = requester.head();
@@ -258,7 +264,7 @@ void Completer::complete_locked(const FrameHeader& h, PayloadSource& payload) {
   switch (h.op) {
     case FrameOp::kAck:
       if (is_rd_atomic(w.opcode)) {
-        spdlog::warn("QP {:#x}: ACK for a READ/atomic (psn {}) ignored", qp_.qpn_, h.psn);
+        qp_.node().ignore_answer(Node::IgnoredAnswer::kAckForReadAtomic, qp_.qpn_, h);
         return;
       }
       retire_head_locked(IBV_WC_SUCCESS, w.length);

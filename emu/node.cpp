@@ -150,6 +150,27 @@ void Node::drop_foreign_frame(const FrameHeader& header) {
   }
 }
 
+void Node::ignore_answer(IgnoredAnswer why, uint32_t qpn, const FrameHeader& header) {
+  base::DropCounter& counter = answers_ignored_[static_cast<int>(why)];
+  uint64_t unlogged = 0;
+  if (!counter.count_and_should_log(&unlogged)) return;
+  const char* what = "";
+  switch (why) {
+    case IgnoredAnswer::kBeyondSent:
+      what = "answer for a PSN after the last request sent";
+      break;
+    case IgnoredAnswer::kAckForReadAtomic:
+      what = "ACK for a READ/atomic";
+      break;
+    case IgnoredAnswer::kUnknownNak:
+      what = "NAK with an unknown code";
+      break;
+  }
+  spdlog::warn("QP {:#x}: {} (op {}, psn {}, NAK code {}) ignored ({} so far){}", qpn, what,
+               static_cast<int>(header.op), header.psn, static_cast<int>(header.nak),
+               counter.count(), base::unlogged_note(unlogged));
+}
+
 bool Node::poll_satisfied() const {
   return program_poll_satisfied();
 }

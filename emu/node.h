@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/drop_counter.h"
 #include "base/spin_lock.h"
-#include "emu/drop_counter.h"
 #include "emu/mr_table.h"
 #include "emu/transport.h"
 
@@ -102,6 +102,16 @@ class Node : public FrameSink {
   // because the link was backlogged (Link::backlogged).
   void drop_unanswered(const FrameHeader& header);
   uint64_t unknown_qpn_answers_dropped() const { return unknown_qpn_answers_dropped_.count(); }
+  // An answer (ACK, NAK, response) from a QP's own peer that the completer ignores.
+  enum class IgnoredAnswer {
+    kBeyondSent,        // its PSN is after the last request sent: a ghost (IBA 9.7.5.1)
+    kAckForReadAtomic,  // a READ or atomic completes only with its response
+    kUnknownNak,        // a NAK code we do not know
+  };
+  void ignore_answer(IgnoredAnswer why, uint32_t qpn, const FrameHeader& header);
+  uint64_t answers_ignored(IgnoredAnswer why) const {
+    return answers_ignored_[static_cast<int>(why)].count();
+  }
 
  private:
   struct Timer {
@@ -139,8 +149,9 @@ class Node : public FrameSink {
   std::vector<uint32_t> deferred_;
   std::atomic<bool> has_deferred_{false};
 
-  DropCounter foreign_frames_dropped_;
-  DropCounter unknown_qpn_answers_dropped_;
+  base::DropCounter foreign_frames_dropped_;
+  base::DropCounter unknown_qpn_answers_dropped_;
+  base::DropCounter answers_ignored_[3];  // by IgnoredAnswer
 
   std::atomic<bool> stopping_{false};
   std::thread progress_thread_;

@@ -347,7 +347,7 @@ void Requester::reset_locked() {
   head_ = next_ = tail_ = sent_high_ = 0;
   rd_atomic_in_flight_ = 0;
   sq_drained_pending_ = false;
-  next_psn_ = 0;
+  next_psn_ = psn_after_sent_ = 0;
 }
 
 void Requester::enter_sqd_locked(bool notify) {

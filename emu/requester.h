@@ -53,7 +53,10 @@ class Requester {
   // For the state machine (qp.cpp, qp_modify.cpp).
   void flush_locked();  // every WQE not completed completes with IBV_WC_WR_FLUSH_ERR
   void reset_locked();  // RESET: every WQE is discarded, PSNs start again
-  void set_first_psn(uint32_t psn) { next_psn_ = psn; }
+  void set_first_psn(uint32_t psn) { next_psn_ = psn_after_sent_ = psn; }
+  // The PSN after the last request ever transmitted (go-back-N rewinds keep it): an answer
+  // names an earlier one.
+  uint32_t psn_after_sent() const { return psn_after_sent_; }
   // SQD: what was transmitted goes on (retransmissions), nothing new starts; with `notify`,
   // IBV_EVENT_SQ_DRAINED once all of that is completed.
   void enter_sqd_locked(bool notify);
@@ -66,7 +69,10 @@ class Requester {
   bool gather_locked(const SendWqe& wqe, iovec* iov, size_t* iovcnt, ibv_wc_status* status);
   ibv_wc_status execute_mw_wqe_locked(const SendWqe& wqe);
   void advance_next() {
-    if (++next_ > sent_high_) sent_high_ = next_;
+    if (++next_ > sent_high_) {
+      sent_high_ = next_;
+      psn_after_sent_ = (sq_[(next_ - 1) & mask_].psn + 1) & kPsnMask;
+    }
   }
 
   Qp& qp_;
@@ -79,6 +85,7 @@ class Requester {
   uint64_t tail_ = 0;
   uint64_t sent_high_ = 0;  // furthest next_ ever reached (rewinds keep it)
   uint32_t next_psn_ = 0;
+  uint32_t psn_after_sent_ = 0;
   uint32_t rd_atomic_in_flight_ = 0;  // reads and atomics transmitted, not answered
   uint64_t sqd_limit_ = 0;            // WQEs before it had been transmitted when SQD began
   bool sq_drained_pending_ = false;   // SQD requested an SQ_DRAINED event

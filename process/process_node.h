@@ -7,7 +7,8 @@
 
 namespace process {
 
-// Created on first use, lives until the process exits.
+// Created on first use, lives until the process exits. Throws std::system_error (EACCES) when
+// no transport may be opened: a secret set but refused (transports/from_environment.h).
 emu::Node& node();
 
 }  // namespace process

@@ -138,18 +138,24 @@ class ForgedFrames : public ::testing::TestWithParam<std::string> {
 
   // The victim's SEND, outstanding, and the forged answer `h` to it; then the true ACK.
   void forged_answer_to_send(FrameHeader h, From from) {
+    send_to_silent_peer();
+    forge_answer(h, from);
+    expect_dropped();
+    expect_no_completion();
+    true_ack_completes_the_send();
+  }
+  // The victim's SEND (wr_id 1, psn 0) to the silent peer, outstanding.
+  void send_to_silent_peer() {
     connect_to_silent_peer();
-    std::vector<uint8_t> msg = pattern(64, 1);
+    msg = pattern(64, 1);
     emu::Mr* vmr = victim.reg(msg.data(), msg.size());
     ASSERT_NE(vmr, nullptr);
     ibv_sge sge = emu_test::sge_of(msg.data(), 64, vmr);
     ASSERT_EQ(emu_test::post(qv, emu_test::wr_of(1, IBV_WR_SEND, &sge, 1)), 0);
     await_request();
-
-    forge_answer(h, from);
-    expect_dropped();
-    expect_no_completion();
-
+  }
+  // The peer's true ACK then completes that SEND with success, the QP still in RTS.
+  void true_ack_completes_the_send() {
     true_answer(frame(FrameOp::kAck, 0, 0, 0));
     auto wc = poll_cq_for(victim.cq, 1, 5s);
     ASSERT_EQ(wc.size(), 1u);
@@ -215,6 +221,7 @@ class ForgedFrames : public ::testing::TestWithParam<std::string> {
   }
 
   Host victim, peer;
+  std::vector<uint8_t> msg;  // send_to_silent_peer's message
   std::unique_ptr<Attacker> attacker;
   std::unique_ptr<Attacker> silent;  // a peer frozen: answers only by hand
   static constexpr uint32_t kSilentQpn = 0x2a0005;
@@ -240,13 +247,7 @@ TEST_P(ForgedFrames, NakFromAnotherNodeLeavesTheQpInRts) {
 TEST_P(ForgedFrames, ReadResponseFromAnotherNodeWritesNothing) {
   connect_to_silent_peer();
   std::vector<uint8_t> remote = pattern(64, 5), local(64, 0), forged(64, 0xee);
-  emu::Mr* vmr = victim.reg(local.data(), local.size());
-  ASSERT_NE(vmr, nullptr);
-  ibv_sge sge = emu_test::sge_of(local.data(), 64, vmr);
-  ibv_send_wr wr = emu_test::wr_of(1, IBV_WR_RDMA_READ, &sge, 1);
-  wr.wr.rdma.remote_addr = 0x10000;
-  wr.wr.rdma.rkey = 0x1234;
-  ASSERT_EQ(emu_test::post(qv, wr), 0);
+  emu_test::post_read(victim, qv, local, 1);
   await_request();
 
   forge_answer(frame(FrameOp::kReadResponse, 0, 0, 0), From::kAnotherNode, forged.data(),
@@ -260,6 +261,20 @@ TEST_P(ForgedFrames, ReadResponseFromAnotherNodeWritesNothing) {
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(local, remote);
+}
+
+// The connected peer itself (or whoever holds its link and QPN) acknowledges a PSN after the
+// last one the victim sent: a ghost ACK (IBA 9.7.5.1). It must retire nothing, not even the
+// SEND that was sent before that PSN, and is counted; the true ACK then completes the SEND.
+TEST_P(ForgedFrames, AckBeyondTheLastPsnSentRetiresNothing) {
+  send_to_silent_peer();  // psn 0
+  using Ignored = emu::Node::IgnoredAnswer;
+  for (uint32_t psn : {1u, 2u, 1000u}) true_answer(frame(FrameOp::kAck, 0, 0, psn));
+  EXPECT_TRUE(emu_test::drive_until(
+      victim, *silent, [&] { return victim.node->answers_ignored(Ignored::kBeyondSent) >= 3; }))
+      << "ghost ACKs counted: " << victim.node->answers_ignored(Ignored::kBeyondSent);
+  expect_no_completion();
+  true_ack_completes_the_send();
 }
 
 TEST_P(ForgedFrames, SendFromAnotherNodeConsumesNoReceive) {

@@ -128,6 +128,18 @@ class Attacker : public emu::FrameSink {
   std::atomic<size_t> received_{0};
 };
 
+// Posts on qp a READ into `local` (registered on host here) from an address of the peer's
+// that nobody checks: the peer of these tests answers by hand.
+inline void post_read(Host& host, emu::Qp* qp, std::vector<uint8_t>& local, uint64_t wr_id) {
+  emu::Mr* mr = host.reg(local.data(), local.size());
+  ASSERT_NE(mr, nullptr);
+  ibv_sge sge = sge_of(local.data(), static_cast<uint32_t>(local.size()), mr);
+  ibv_send_wr wr = wr_of(wr_id, IBV_WR_RDMA_READ, &sge, 1);
+  wr.wr.rdma.remote_addr = 0x10000;
+  wr.wr.rdma.rkey = 0x1234;
+  ASSERT_EQ(post(qp, wr), 0);
+}
+
 inline ibv_qp_state state_of_qp(emu::Qp* qp) {
   ibv_qp_attr attr{};
   emu::QpInitAttr init;

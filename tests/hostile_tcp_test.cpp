@@ -29,6 +29,8 @@
 #include "tests/rc_connect.h"
 #include "tests/tcp_raw_peer.h"
 #include "tests/test_util.h"
+#include "transports/auto/auto_transport.h"
+#include "transports/from_environment.h"
 #include "transports/tcp/tcp_config.h"
 #include "transports/tcp/tcp_gid.h"
 #include "transports/tcp/tcp_secret.h"
@@ -258,8 +260,7 @@ TEST(HostileTcpHello, AHelloFromAnotherAddressThanItsGidIsRefused) {
 }
 
 // Processes that disagree on the secret never connect, whichever side has the secret (the
-// dialer or the acceptor), and the log says which. (Each refused connect() waits out the dial
-// bound, EMURDMA_TCP_TIMEOUT_MS: the peer might be dialing back.)
+// dialer or the acceptor), and the log says which.
 TEST(TcpSecret, PeersThatDisagreeOnTheSecretNeverConnect) {
   struct Case {
     std::string a, b;
@@ -275,6 +276,26 @@ TEST(TcpSecret, PeersThatDisagreeOnTheSecretNeverConnect) {
   auto a = tcp::make_tcp_transport("127.0.0.1", config_with(kSecret));
   auto b = tcp::make_tcp_transport("127.0.0.1", config_with(kSecret));
   EXPECT_NE(a->connect(b->local_gid()), nullptr);
+}
+
+// A connect() to a peer that refuses us (another secret, or none) fails as soon as the
+// handshake does, not after the dial bound (EMURDMA_TCP_TIMEOUT_MS, 2 s in this binary): a
+// refused peer is not one that might still dial back. The bound asserted is generous (half).
+TEST(TcpSecret, AConnectToAPeerWithAnotherSecretFailsAtOnce) {
+  struct Case {
+    std::string a, b;
+  };
+  for (const Case& c :
+       {Case{kSecret, "another secret, 32 bytes long!!!"}, Case{kSecret, ""}, Case{"", kSecret}}) {
+    auto a = tcp::make_tcp_transport("127.0.0.1", config_with(c.a));
+    auto b = tcp::make_tcp_transport("127.0.0.1", config_with(c.b));
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    const auto start = Clock::now();
+    EXPECT_EQ(a->connect(b->local_gid()), nullptr);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    EXPECT_LT(took, 1000ms) << "the refused connect() took " << took.count() << " ms";
+  }
 }
 
 // -------------------------------------------------------------------------------------------
@@ -491,6 +512,41 @@ TEST_F(SecretEnv, TheFileWinsOverTheVariableAndItsNewlineIsNotPartOfIt) {
   const tcp::TcpSecretResult v = tcp::tcp_secret_from_environment();
   EXPECT_EQ(std::string(v.secret.bytes.begin(), v.secret.bytes.end()),
             "a secret from the variable, long enough");
+}
+
+// A secret set but refused fails every transport choice, auto and shm included (before, auto
+// fell back to shm alone, and from_environment to loopback): a job misconfigured is told at
+// once, not at its first connection to another host.
+TEST_F(SecretEnv, ARefusedSecretFailsEveryTransportChoice) {
+  const std::string open_file = file("open", kSecret, 0644);
+  const std::string short_file = file("short", "too short\n", 0600);
+  const std::string missing = (dir_ / "missing").string();
+  struct Setting {
+    const char* var;
+    std::string value;
+  };
+  for (const Setting& bad :
+       {Setting{"EMURDMA_SECRET_FILE", open_file}, Setting{"EMURDMA_SECRET_FILE", short_file},
+        Setting{"EMURDMA_SECRET_FILE", missing}, Setting{"EMURDMA_SECRET", "short"}}) {
+    SCOPED_TRACE(std::string(bad.var) + "=" + bad.value);
+    ::setenv(bad.var, bad.value.c_str(), 1);
+    for (auto choice : {transports::TransportChoice::kAuto, transports::TransportChoice::kShm,
+                        transports::TransportChoice::kTcp}) {
+      EXPECT_EQ(transports::make_auto_transport("127.0.0.1", choice), nullptr)
+          << "choice " << static_cast<int>(choice);
+    }
+    for (const char* name : {"auto", "shm", "tcp", "loopback"}) {
+      ::setenv("EMURDMA_TRANSPORT", name, 1);
+      EXPECT_EQ(transports::transport_from_environment(), nullptr) << "EMURDMA_TRANSPORT=" << name;
+    }
+    ::unsetenv("EMURDMA_TRANSPORT");
+    ::unsetenv(bad.var);
+  }
+  // Unset, each choice opens again.
+  for (auto choice : {transports::TransportChoice::kAuto, transports::TransportChoice::kShm,
+                      transports::TransportChoice::kTcp}) {
+    EXPECT_NE(transports::make_auto_transport("127.0.0.1", choice), nullptr);
+  }
 }
 
 // Without a secret and without an address, the listener is on loopback only.

@@ -4,8 +4,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -234,6 +238,53 @@ TEST(VerbsApiDevice, ListNamesEmu0First) {
   EXPECT_GE(ctx->async_fd, 0);
   EXPECT_EQ(ibv_close_device(ctx), 0);
   ibv_free_device_list(list);
+}
+
+// In a fresh process (a death test re-runs this binary): with `var` set to `value`, emu0 is
+// listed but ibv_open_device fails with EACCES; once the variable is gone, it opens. Exits 0
+// when both hold.
+[[noreturn]] void open_emu0_with(const char* var, const char* value) {
+  ::setenv(var, value, 1);
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  const bool listed = list != nullptr && n >= 1 && std::strcmp(list[0]->name, "emu0") == 0;
+  errno = 0;
+  ibv_context* refused = listed ? ibv_open_device(list[0]) : nullptr;
+  const int err = errno;
+  ::unsetenv(var);
+  ibv_context* fixed = listed ? ibv_open_device(list[0]) : nullptr;
+  std::fprintf(stderr, "listed %d, refused open %s (errno %d), open after unset %s\n", listed,
+               refused ? "succeeded" : "failed", err, fixed ? "succeeded" : "failed");
+  std::_Exit(listed && refused == nullptr && err == EACCES && fixed != nullptr ? 0 : 1);
+}
+
+// A secret set but refused fails the open of emu0 with EACCES and a log line that names the
+// variable and the reason (docs/usage.md), whatever the transport; emu0 stays listed.
+TEST(VerbsApiDevice, ARefusedSecretFailsTheOpenWithEacces) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string dir = ::testing::TempDir();
+  const std::string open_file = dir + "/emurdma-open-secret-" + std::to_string(::getpid());
+  {
+    FILE* f = std::fopen(open_file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("a secret long enough, but readable by all\n", f);
+    std::fclose(f);
+    ::chmod(open_file.c_str(), 0644);
+  }
+  EXPECT_EXIT(open_emu0_with("EMURDMA_SECRET", "short"), ::testing::ExitedWithCode(0),
+              "EMURDMA_SECRET holds a secret of 5 bytes");
+  EXPECT_EXIT(open_emu0_with("EMURDMA_SECRET_FILE", open_file.c_str()),
+              ::testing::ExitedWithCode(0), "EMURDMA_SECRET_FILE=.*chmod 600");
+  EXPECT_EXIT(open_emu0_with("EMURDMA_SECRET_FILE", "/nonexistent/emurdma-secret"),
+              ::testing::ExitedWithCode(0), "EMURDMA_SECRET_FILE=/nonexistent/emurdma-secret");
+  for (const char* transport : {"shm", "tcp", "loopback"}) {
+    ::setenv("EMURDMA_TRANSPORT", transport, 1);
+    EXPECT_EXIT(open_emu0_with("EMURDMA_SECRET", "short"), ::testing::ExitedWithCode(0),
+                "EMURDMA_SECRET holds")
+        << "EMURDMA_TRANSPORT=" << transport;
+  }
+  ::unsetenv("EMURDMA_TRANSPORT");
+  std::remove(open_file.c_str());
 }
 
 TEST_F(VerbsApi, QueryDeviceAdvertisesSrqResize) {

@@ -8,11 +8,20 @@
 #include "base/log.h"
 #include "transports/auto/auto_transport.h"
 #include "transports/loopback/loopback_transport.h"
+#include "transports/tcp/tcp_secret.h"
 
 namespace transports {
 
 std::unique_ptr<emu::Transport> transport_from_environment() {
   base::init_logging();
+  // A secret that is set but refused is a job misconfigured: no transport at all (not even
+  // loopback) rather than one that cannot reach the job's other processes, or reaches them
+  // unauthenticated.
+  if (const tcp::TcpSecretResult found = tcp::tcp_secret_from_environment(); !found.error.empty()) {
+    spdlog::error("{}: the secret is refused, so emu0 cannot be opened (docs/usage.md)",
+                  found.error);
+    return nullptr;
+  }
   const char* env = std::getenv("EMURDMA_TRANSPORT");
   const std::string want = env && *env ? env : "auto";
   if (want == "loopback") return transports::loopback::make_loopback_transport();

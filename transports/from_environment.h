@@ -11,7 +11,9 @@ namespace transports {
 
 // Reads EMURDMA_TRANSPORT (and EMURDMA_TCP_ADDR, "a.b.c.d[:port]", the address TCP peers dial).
 // A transport that cannot be opened, or an unknown name, is logged and falls back (to auto,
-// then to loopback), so a process always gets a node.
+// then to loopback). But a secret that is set and refused (EMURDMA_SECRET_FILE unreadable,
+// open to others, too short; EMURDMA_SECRET too short) gives nullptr, with a log line naming
+// the variable and the reason, whatever EMURDMA_TRANSPORT says.
 std::unique_ptr<emu::Transport> transport_from_environment();
 
 }  // namespace transports

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <system_error>
 
 #include "base/log.h"
 #include "emu/context.h"
@@ -134,6 +135,11 @@ EMURDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   try {
     // The node (and its transport) is created on the first open of emu0.
     ctx->engine = new emu::Context(process::node());
+  } catch (const std::system_error& e) {
+    // EACCES: the job's secret is refused (logged with the variable and the reason).
+    spdlog::error("ibv_open_device({}): {}", device->name, e.what());
+    delete ctx;
+    return fail<ibv_context>(e.code().value());
   } catch (const std::exception& e) {
     spdlog::error("ibv_open_device({}): {}", device->name, e.what());
     delete ctx;

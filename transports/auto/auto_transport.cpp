@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <optional>
 
 #include "transports/loopback/loopback_transport.h"
 #include "transports/shm/shm_gid.h"
@@ -187,13 +188,17 @@ std::string default_tcp_listen_address() {
 
 std::unique_ptr<Transport> make_auto_transport(const std::string& tcp_listen,
                                                TransportChoice choice) {
+  // A refused secret fails every choice: shm alone, or loopback, would hide a job
+  // misconfigured until its first connection to another host (logged by the call).
+  std::optional<tcp::TcpConfig> tcp_config = tcp::tcp_config_from_environment();
+  if (!tcp_config) return nullptr;
   std::unique_ptr<Transport> over_tcp;
   if (choice != TransportChoice::kShm) {
     // Without a secret, only loopback unless the user names an address (tcp_config.h).
     const std::string listen = tcp_listen.empty()
                                    ? tcp::tcp_default_listen_address(default_tcp_listen_address())
                                    : tcp_listen;
-    over_tcp = tcp::make_tcp_transport(listen);
+    over_tcp = tcp::make_tcp_transport(listen, std::move(*tcp_config));
   }
   shm::ShmOptions shm_options = shm::shm_options_from_environment();
   if (over_tcp) {

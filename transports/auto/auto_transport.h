@@ -16,7 +16,8 @@ enum class TransportChoice { kAuto, kShm, kTcp };
 // configured (EMURDMA_SECRET_FILE, EMURDMA_SECRET), else the address of this host's first
 // non-loopback IPv4 interface that is up (127.0.0.1 if there is none). choice forces
 // every peer onto one transport (the GID still names both). nullptr, logged, when neither
-// shared memory nor TCP can be opened.
+// shared memory nor TCP can be opened, when the chosen one cannot, or when a secret is set but
+// refused (tcp_config_from_environment), whatever the choice.
 std::unique_ptr<Transport> make_auto_transport(const std::string& tcp_listen,
                                                TransportChoice choice = TransportChoice::kAuto);
 

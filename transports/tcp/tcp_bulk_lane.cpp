@@ -196,7 +196,11 @@ bool TcpLink::attach_lane(int fd, uint64_t token, const Mac& proof) {
     // else can attach a lane to it (and so hold back or feed its split frames).
     const Mac expected = lane_proof(session_, peer_, token);
     if (!same_mac(expected.data(), proof.data())) {
-      spdlog::warn("tcp: a bulk lane claiming to be {}'s fails its proof; closing it", remote_);
+      uint64_t unlogged = 0;
+      if (owner_.stranger_logs().bad_lane.count_and_should_log(&unlogged)) {
+        spdlog::warn("tcp: a bulk lane claiming to be {}'s fails its proof; closing it{}", remote_,
+                     base::unlogged_note(unlogged));
+      }
       return false;
     }
   }

@@ -76,9 +76,14 @@ void TcpLink::report_failure(const ReadResult& r) {
     case Failure::kSocketError:
       spdlog::warn("tcp: connection with {} failed: {}", remote_, std::strerror(r.error));
       return;
-    case Failure::kBadHello:
-      spdlog::error("tcp: bad HELLO from {}: {}; closing the connection", remote_, r.reason);
+    case Failure::kBadHello: {
+      uint64_t unlogged = 0;
+      if (owner_.stranger_logs().bad_hello.count_and_should_log(&unlogged)) {
+        spdlog::error("tcp: bad HELLO from {}: {}; closing the connection{}", remote_, r.reason,
+                      base::unlogged_note(unlogged));
+      }
       return;
+    }
     case Failure::kBadFrame:
       spdlog::error(
           "tcp: bad frame from {}: {}; closing the connection, its QPs move to the error state",
@@ -89,10 +94,15 @@ void TcpLink::report_failure(const ReadResult& r) {
     case Failure::kRefused:
       spdlog::debug("tcp: connection from {} refused: the peers already share one", remote_);
       return;
-    case Failure::kTimedOut:
-      spdlog::warn("tcp: connection from {} did not complete its handshake within {} ms; closing",
-                   remote_, owner_.hello_timeout().count());
+    case Failure::kTimedOut: {
+      uint64_t unlogged = 0;
+      if (owner_.stranger_logs().hello_timeout.count_and_should_log(&unlogged)) {
+        spdlog::warn(
+            "tcp: connection from {} did not complete its handshake within {} ms; closing{}",
+            remote_, owner_.hello_timeout().count(), base::unlogged_note(unlogged));
+      }
       return;
+    }
   }
 }
 

@@ -31,6 +31,7 @@
 #include <mutex>
 #include <string>
 
+#include "base/drop_counter.h"
 #include "transports/common/engine_interface.h"
 #include "transports/common/held_answers.h"
 #include "transports/tcp/tcp_bulk_lane.h"
@@ -45,9 +46,20 @@ namespace transports::tcp {
 class TcpLink;
 
 // What a connection reports to the transport that owns it.
+// The log lines a stranger can cause by connecting, each kind at most once a second with the
+// count of those not logged (base::DropCounter): a flood of bad handshakes cannot flood the log.
+struct TcpStrangerLogs {
+  base::DropCounter bad_hello;      // a HELLO, PROOF or LANE_HELLO refused
+  base::DropCounter hello_timeout;  // an accepted connection silent past the HELLO timeout
+  base::DropCounter newcomer;       // a HELLO claiming the GID of a peer we are connected to
+  base::DropCounter bad_lane;       // a bulk lane naming no connection or failing its proof
+};
+
 class TcpLinkOwner {
  public:
   virtual ~TcpLinkOwner() = default;
+  // Any thread: this owner's (transport's) rate-limited log lines.
+  TcpStrangerLogs& stranger_logs() { return stranger_logs_; }
   // The job's secret (empty: none) every handshake proves, and how long an accepted
   // connection may take to complete its handshake before it is closed.
   virtual const TcpSecret& secret() const = 0;
@@ -80,6 +92,9 @@ class TcpLinkOwner {
   virtual uint64_t program_polls() const = 0;
   // Under the link's send lock: the link holds back ACKs now (TcpLink::send_held).
   virtual void on_answers_held() = 0;
+
+ private:
+  TcpStrangerLogs stranger_logs_;
 };
 
 class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
@@ -170,6 +185,12 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   bool ready() const { return state_.load(std::memory_order_acquire) == kReady; }
   // Closed before it became ready (refused by the peer, or failed during the handshake).
   bool failed_handshake() const { return state_.load(std::memory_order_acquire) == kFailed; }
+  // A dial that ended before the peer's HELLO checked out: the peer closed at once (it refused
+  // our HELLO or proof) or answered with a wrong proof, another GID, no secret. Never a dial
+  // the peer answered and then dropped for its own connection to us (simultaneous dials).
+  bool refused() const {
+    return dialed_ && failed_handshake() && !answered_.load(std::memory_order_acquire);
+  }
   const std::string& remote() const { return remote_; }
   int native_handle() const { return fd_; }
   // For tests: the receive buffer's size now (bounded by the bytes really received).
@@ -319,6 +340,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   std::atomic<bool> up_{true};
   std::atomic<bool> farewell_{false};  // the peer's GOODBYE arrived
   std::atomic<int> state_{kHandshake};
+  std::atomic<bool> answered_{false};    // dialed: the acceptor's HELLO checked out
   bool closed_ = false;                  // io thread
   boost::asio::steady_timer nap_timer_;  // io thread
   // io thread: when to nap beside a polling program, and how long (tcp_link_naps.cpp).

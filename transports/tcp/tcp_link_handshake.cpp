@@ -209,6 +209,7 @@ TcpLink::HandshakeStep TcpLink::on_acceptor_hello_locked(const tcp_wire::Hello& 
       return HandshakeStep::kFailed;
     }
   }
+  answered_.store(true, std::memory_order_release);
   handshake_ = Handshake::kAwaitWelcome;
   return HandshakeStep::kContinue;
 }

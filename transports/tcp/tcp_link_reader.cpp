@@ -97,11 +97,13 @@ ptrdiff_t TcpLink::read_as_io_thread() {
     // Only the io thread reads a connection before its HELLO: the socket is ours to give.
     error_code ec;
     const int fd = socket_.release(ec);
-    if (!ec && !owner_.adopt_lane(r.lane_gid, r.lane_token, r.lane_proof, fd)) {
+    uint64_t unlogged = 0;
+    if (!ec && !owner_.adopt_lane(r.lane_gid, r.lane_token, r.lane_proof, fd) &&
+        owner_.stranger_logs().bad_lane.count_and_should_log(&unlogged)) {
       spdlog::warn(
           "tcp: a bulk lane from {} names no connection here or fails its proof; "
-          "closing it",
-          remote_);
+          "closing it{}",
+          remote_, base::unlogged_note(unlogged));
     }
   }
   if (r.failure != Failure::kNone) {
