@@ -217,7 +217,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
     return delivered;
   }
 
-  void release_payloads(Release how) override {
+  void release_payloads(Release how, uint32_t /*qpn: every QP*/) override {
     if (how == Release::kCopy) {
       std::lock_guard lock(links_mutex_);
       for (const auto& link : links_) link->own_queued_payloads();
