@@ -20,7 +20,7 @@ void Completer::retire_head_locked(ibv_wc_status status, uint32_t byte_len) {
   SendWqe& w = requester.head();
   // A request that ends in error (retries exhausted, a NAK) may still sit in a transport's
   // queue with later ones: the program may free its buffer once it sees the completion.
-  if (status != IBV_WC_SUCCESS) qp_.node().release_payloads(Transport::Release::kCopy);
+  if (status != IBV_WC_SUCCESS) qp_.node().release_payloads(Transport::Release::kCopy, qp_.qpn());
   requester.rd_atomic_answered(w);
   qp_.completions_.complete_send(w, status, byte_len);
   requester.pop_head();

@@ -203,7 +203,7 @@ int Context::dereg_mr(Mr* mr) {
   node_.mrs().remove(mr->lkey);
   // A transport may still be sending a READ response straight from the region (zero copy):
   // the program may unmap it as soon as we return.
-  node_.release_payloads(Transport::Release::kWait);
+  node_.release_payloads(Transport::Release::kWait, Transport::kEveryQp);
   if (mr->transport_token != 0) node_.unregister_memory(mr->transport_token);
   mr->pd->use_count.fetch_sub(1);
   delete mr;
@@ -241,7 +241,7 @@ int Context::dealloc_mw(Mw* mw) {
   if (mw == nullptr || mw->pd == nullptr || &mw->pd->context != this) return EINVAL;
   node_.mrs().remove(mw->rkey.load());  // unbinds it: its rkey answers no more
   // A READ response may still be sent from the window's memory.
-  node_.release_payloads(Transport::Release::kWait);
+  node_.release_payloads(Transport::Release::kWait, Transport::kEveryQp);
   mw->pd->use_count.fetch_sub(1);
   delete mw;
   std::lock_guard lock(objects_mutex_);

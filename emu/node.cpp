@@ -85,7 +85,7 @@ void Node::unregister_qp(uint32_t qpn) {
   // Answers it owed go out now; frames it sent may still point into its send queue (inline
   // data).
   transport_->send_held();
-  transport_->release_payloads(Transport::Release::kWait);
+  transport_->release_payloads(Transport::Release::kWait, qpn);
   std::lock_guard lock(qp_alloc_mutex_);
   free_qp_slots_.push_back(slot);
 }

@@ -49,7 +49,9 @@ class Node : public FrameSink {
     return transport_->register_memory(addr, length);
   }
   void unregister_memory(uint64_t token) { transport_->unregister_memory(token); }
-  void release_payloads(Transport::Release how) { transport_->release_payloads(how); }
+  void release_payloads(Transport::Release how, uint32_t qpn) {
+    transport_->release_payloads(how, qpn);
+  }
   void poll_found_nothing() { transport_->poll_found_nothing(); }
   void send_held() { transport_->send_held(); }
   Gid gid() const { return gid_; }

@@ -334,7 +334,7 @@ uint64_t Requester::unanswered_bytes() const {
 void Requester::flush_locked() {
   // Frames already handed to the transport may still be queued there, reading the buffers
   // these completions give back to the program.
-  if (head_ != sent_high_) qp_.node().release_payloads(Transport::Release::kCopy);
+  if (head_ != sent_high_) qp_.node().release_payloads(Transport::Release::kCopy, qp_.qpn());
   for (; head_ != tail_; ++head_) {
     qp_.completions_.complete_send(sq_[head_ & mask_], IBV_WC_WR_FLUSH_ERR, 0);
   }

@@ -248,11 +248,16 @@ class Transport {
   virtual void finish_deliveries() = 0;
   // release_payloads(): returns once no frame handed to send() before the call still reads
   // the caller's memory, which may be freed next. kCopy: frames still queued (behind a full
-  // socket or ring) take a copy; never waits, for callers under a QP's lock (work requests
-  // completed in error or flushed). kWait: may also wait for the network, bounded by the
-  // link timeout (a QP destroyed, a region deregistered); never from a FrameSink callback.
+  // socket or ring) take a copy, or are withdrawn (a frame the peer has not begun to read:
+  // its QP is in error, as if it were lost); never waits for the network, only for a read
+  // the peer has begun (bounded: then the link goes down), for callers under a QP's lock
+  // (work requests completed in error or flushed). kWait: may also wait for the network,
+  // bounded by the link timeout (a QP destroyed, a region deregistered); never from a
+  // FrameSink callback. `qpn`: only the frames this QP sent need it (a transport may treat
+  // more), kEveryQp for all (a region deregistered).
   enum class Release { kCopy, kWait };
-  virtual void release_payloads(Release how) = 0;
+  static constexpr uint32_t kEveryQp = UINT32_MAX;
+  virtual void release_payloads(Release how, uint32_t qpn) = 0;
   // A memory region was registered: a transport whose peers can map memory (shm) records
   // whether this range lies in an object mapped shared (memfd, shared file, shared anonymous
   // memory), so that payloads from it are later copied by the peer through its own mapping.

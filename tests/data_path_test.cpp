@@ -886,7 +886,7 @@ class TwoLinkFabric {
       }
     }
     void finish_deliveries() override { progress(); }
-    void release_payloads(Release) override {}
+    void release_payloads(Release, uint32_t) override {}
 
    private:
     std::shared_ptr<TwoLinkFabric> f_;

@@ -1,7 +1,8 @@
-// Attacks on the shared-memory transport by a same-user peer (issue 22, findings 5, 6 and 8),
+// Attacks on the shared-memory transport by a same-user peer (issue 22, findings 5-8),
 // each written as the attack: a hand-made peer that truncates the ring segment it handed over,
 // announces a 2 GiB chunked frame, shares objects without end, stays silent after connecting,
-// claims another process's GID; and a victim that meets fifty peers in turn. Each asserts what
+// claims another process's GID, takes a payload it reads from the victim's memory and never
+// finishes; and a victim that meets fifty peers in turn. Each asserts what
 // the victim keeps: its life, its other links, bounded memory, mappings and descriptors.
 #include <dirent.h>
 #include <fcntl.h>
@@ -22,6 +23,7 @@
 
 #include "tests/memfd_buffer.h"
 #include "tests/shm_test_peers.h"
+#include "transports/shm/shm_by_reference.h"
 #include "transports/shm/shm_mapping_budget.h"
 
 namespace {
@@ -570,6 +572,55 @@ TEST(HostileShmLinks, FiftyPastPeersLeaveNoLinksMappingsOrDescriptors) {
   // Fewer than one per peer: allocators (ASan's above all) map a few regions of their own.
   EXPECT_LE(lines_of_maps(), maps_before + 25) << "mappings grew with the peers";
   EXPECT_TRUE(v.friend_still_delivers(2));
+}
+
+// =============================================================================================
+// Finding 7: a peer that never finishes reading a payload named by reference
+
+// The peer takes a by-reference record (its state word live -> taken, as a consumer does before
+// it reads the memory the record names) and never marks it done. The victim's
+// release_payloads, for a flush (kCopy, under a QP's lock) as for a deregistration (kWait),
+// returns after the bound instead of waiting for ever, and the peer loses its link.
+TEST(HostileShmByReference, PeerThatNeverFinishesReadingIsBoundedAndLosesItsLink) {
+  for (const Transport::Release how : {Transport::Release::kCopy, Transport::Release::kWait}) {
+    SCOPED_TRACE(how == Transport::Release::kCopy ? "kCopy" : "kWait");
+    shm::ShmOptions options;
+    options.release_limit = 300ms;
+    ShmEndpoint victim(options);
+    ASSERT_NE(victim.transport, nullptr);
+    const Gid peer = raw_peer_gid();
+    RawDialer dialer;
+    std::string why;
+    ASSERT_TRUE(dialer.attach(victim.gid(), peer, &why)) << why;
+    // "I can read your memory": the victim names large payloads by address.
+    dialer.incoming_control()->consumer_single_copy.store(1);
+    std::shared_ptr<Link> link;
+    for (auto deadline = Clock::now() + kDeliveryLimit; !link && Clock::now() < deadline;) {
+      link = victim.transport->connect(peer);  // published once the victim has answered
+      if (!link) std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_NE(link, nullptr);
+    std::vector<uint8_t> payload(64 << 10, 0x5a);
+    FrameHeader h = frame_header(1, static_cast<uint32_t>(payload.size()));
+    iovec iov{payload.data(), payload.size()};
+    ASSERT_TRUE(link->send(h, &iov, 1));
+
+    shm::RingConsumer consumer = dialer.incoming_consumer();
+    RecordHead head{};
+    uint64_t available = 0;
+    const uint8_t* record = consumer.front(&head, &available);
+    ASSERT_NE(record, nullptr);
+    ASSERT_EQ(head.kind, shm::kFrameRemote);
+    const uint8_t* state_word = record + sizeof(RecordHead) + sizeof(FrameRecord);
+    ASSERT_EQ(shm::take_by_reference(state_word), shm::kByReferenceLive);  // and never done
+
+    const auto start = Clock::now();
+    victim.transport->release_payloads(
+        how, how == Transport::Release::kCopy ? h.src_qpn : Transport::kEveryQp);
+    EXPECT_LT(Clock::now() - start, kDeliveryLimit) << "release_payloads waited on the peer";
+    EXPECT_TRUE(victim.sink.wait_downs_of(peer, 1, kDeliveryLimit))
+        << "the peer kept its link while holding the victim's memory";
+  }
 }
 
 }  // namespace

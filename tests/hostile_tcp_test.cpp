@@ -456,7 +456,7 @@ TEST(HostileTcpFlood, APeerThatNeverReadsIsBackloggedThenDown) {
   while (link->up() && Clock::now() < deadline) std::this_thread::sleep_for(50ms);
   EXPECT_FALSE(link->up()) << "a peer that reads nothing keeps the link (and its queue)";
   EXPECT_FALSE(link->backlogged());
-  pair.victim.transport->release_payloads(Transport::Release::kWait);
+  pair.victim.transport->release_payloads(Transport::Release::kWait, Transport::kEveryQp);
   EXPECT_TRUE(pair.still_works(1));
 }
 

@@ -234,6 +234,13 @@ class RawDialer {
   uint64_t victim_probe_addr() const { return victim_probe_addr_; }
   RingControl* control() const { return segment_->control(Segment::kDialerToAcceptor); }
   uint8_t* data() const { return segment_->data(Segment::kDialerToAcceptor); }
+  // The other ring, acceptor -> dialer: what the victim writes to this peer.
+  RingControl* incoming_control() const { return segment_->control(Segment::kAcceptorToDialer); }
+  transports::shm::RingConsumer incoming_consumer() const {
+    return transports::shm::RingConsumer(incoming_control(),
+                                         segment_->data(Segment::kAcceptorToDialer),
+                                         segment_->sync_key(Segment::kAcceptorToDialer));
+  }
   // As a producer does after publishing (the spurious ring is harmless if it was awake).
   void ring_victim() { ring(victim_doorbell_); }
   int socket_fd() const { return socket_; }

@@ -1033,10 +1033,18 @@ std::unique_ptr<MemfdBuffer> share_kept_memfd(RawDialer& d, uint32_t object, siz
   return shared;
 }
 
-std::vector<uint8_t> mapped_bytes(const std::vector<shm::MappedIov>& pieces) {
-  std::vector<uint8_t> out(pieces.size() * sizeof(shm::MappedIov));
-  std::memcpy(out.data(), pieces.data(), out.size());
+// What follows the FrameRecord of a by-reference record: its state word, live, then its pieces.
+template <class Piece>
+std::vector<uint8_t> by_reference_bytes(const std::vector<Piece>& pieces) {
+  const shm::ByReference state{shm::kByReferenceLive, 0};
+  std::vector<uint8_t> out(sizeof state + pieces.size() * sizeof(Piece));
+  std::memcpy(out.data(), &state, sizeof state);
+  std::memcpy(out.data() + sizeof state, pieces.data(), pieces.size() * sizeof(Piece));
   return out;
+}
+
+std::vector<uint8_t> mapped_bytes(const std::vector<shm::MappedIov>& pieces) {
+  return by_reference_bytes(pieces);
 }
 
 std::vector<uint8_t> frame_body(uint32_t payload_bytes, uint32_t iov_count,
@@ -1063,9 +1071,7 @@ std::vector<uint8_t> short_body(uint32_t length, const std::vector<uint8_t>& aft
 }
 
 std::vector<uint8_t> iov_bytes(const std::vector<RemoteIov>& pieces) {
-  std::vector<uint8_t> out(pieces.size() * sizeof(RemoteIov));
-  std::memcpy(out.data(), pieces.data(), out.size());
-  return out;
+  return by_reference_bytes(pieces);
 }
 
 // One record through the producer, which writes a truthful head.

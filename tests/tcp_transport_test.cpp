@@ -756,7 +756,7 @@ TEST(TcpTransport, QueuedPayloadsArriveExactlyAndReleasingThemWaitsForThem) {
 
   std::atomic<bool> quiesced{false};
   std::thread waiter([&] {
-    a.transport->release_payloads(Transport::Release::kWait);
+    a.transport->release_payloads(Transport::Release::kWait, Transport::kEveryQp);
     quiesced = true;
   });
   std::this_thread::sleep_for(100ms);
@@ -1234,7 +1234,7 @@ TEST(TcpChild, DISABLED_PulledCableEndsInLinkDown) {
   EXPECT_TRUE(b.sink.wait_downs(1, 30s));
   EXPECT_FALSE(link->up());
   // release_payloads(kWait) has nothing left to wait for on a dead link.
-  a.transport->release_payloads(Transport::Release::kWait);
+  a.transport->release_payloads(Transport::Release::kWait, Transport::kEveryQp);
 }
 
 TEST(TcpTransport, PulledCableEndsInLinkDownWithinTheTimeout) {

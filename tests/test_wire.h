@@ -79,7 +79,7 @@ class TestWire : public emu::Transport, public emu::Link {
   // Payloads are copied at send: nothing to release. Delivering on this thread what waits is
   // finishing (a concurrent drainer delivers the rest before it lets go).
   void finish_deliveries() override { progress(); }
-  void release_payloads(Release) override {}
+  void release_payloads(Release, uint32_t) override {}
   bool send(const emu::FrameHeader& header, const iovec* iov, size_t iovcnt) override {
     Frame f;
     f.header = header;

@@ -243,6 +243,8 @@ void shm_seeds() {
     Bytes in;
     Bytes body = frame_record(header(FrameOp::kReadResponse, 96), 96, 2);
     const shm::MappedIov pieces[2] = {{0x7000, 64, 0, 1, 0}, {0x8000, 32, 4064, 1, 0}};
+    const shm::ByReference state{shm::kByReferenceLive, 0};
+    append(&body, &state, sizeof state);
     append(&body, pieces, sizeof pieces);
     shm_record(&in, shm::kFrameMapped, body);
     write(t, "mapped", in);
@@ -251,6 +253,8 @@ void shm_seeds() {
     Bytes in;
     Bytes body = frame_record(header(FrameOp::kSend, 16), 16, 1);
     const shm::RemoteIov piece{0x1000, 16};
+    const shm::ByReference state{shm::kByReferenceLive, 0};
+    append(&body, &state, sizeof state);
     append(&body, &piece, sizeof piece);
     shm_record(&in, shm::kFrameRemote, body);
     write(t, "remote", in);

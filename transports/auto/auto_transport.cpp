@@ -142,10 +142,10 @@ class AutoTransport : public Transport {
     if (tcp_) tcp::tcp_drop_connections(*tcp_);
   }
 
-  void release_payloads(Release how) override {
-    loopback_->release_payloads(how);
-    if (shm_) shm_->release_payloads(how);
-    if (tcp_) tcp_->release_payloads(how);
+  void release_payloads(Release how, uint32_t qpn) override {
+    loopback_->release_payloads(how, qpn);
+    if (shm_) shm_->release_payloads(how, qpn);
+    if (tcp_) tcp_->release_payloads(how, qpn);
   }
 
  private:

@@ -249,7 +249,7 @@ class LoopbackTransport : public Transport {
   void finish_deliveries() override { Fabric::instance().deliver_all(); }
   // kCopy never waits and runs under a QP's lock, where delivering could take that lock again:
   // it copies nothing. The queue is in-process and drained by every poll.
-  void release_payloads(Release how) override {
+  void release_payloads(Release how, uint32_t /*qpn: every QP*/) override {
     if (how == Release::kWait) Fabric::instance().deliver_all();
   }
 

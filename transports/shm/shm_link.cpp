@@ -6,6 +6,8 @@
 // (SideChannel: the link's Unix socket).
 #include "transports/shm/shm_link.h"
 
+#include <sys/socket.h>
+
 #include <mutex>
 
 namespace transports::shm {
@@ -54,6 +56,13 @@ void ShmLink::release() {
   receiver_.release_locked();
   segment_->unshare();
   released_.store(true, std::memory_order_release);
+}
+
+void ShmLink::fail_through_receiver_thread(const char* why) {
+  std::lock_guard lock(sender_.lock());  // release() closes the socket under it
+  if (!up() || released()) return;
+  failure_.store(why, std::memory_order_release);
+  ::shutdown(side_.fd(), SHUT_RDWR);
 }
 
 bool ShmLink::mark_down() {

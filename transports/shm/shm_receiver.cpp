@@ -10,6 +10,7 @@
 #include <new>
 #include <string>
 
+#include "transports/shm/shm_by_reference.h"
 #include "transports/shm/shm_link.h"
 #include "transports/shm/shm_payload.h"
 
@@ -121,7 +122,18 @@ bool ShmReceiver::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kin
   FrameRecord fr;
   std::memcpy(&fr, body, sizeof fr);
   const uint8_t* rest = body + sizeof fr;
-  const uint32_t rest_bytes = body_bytes - static_cast<uint32_t>(sizeof fr);
+  uint32_t rest_bytes = body_bytes - static_cast<uint32_t>(sizeof fr);
+  // A record that names memory starts its rest with its state word (ByReference).
+  const uint8_t* state_word = nullptr;
+  if (kind == kFrameRemote || kind == kFrameMapped) {
+    if (rest_bytes < sizeof(ByReference)) {
+      *why = "by-reference record without its state word";
+      return false;
+    }
+    state_word = rest;
+    rest += sizeof(ByReference);
+    rest_bytes -= static_cast<uint32_t>(sizeof(ByReference));
+  }
 
   if (kind == kFrameInline) {
     if (fr.payload_bytes > kInlineMax || fr.payload_bytes > rest_bytes) {
@@ -133,7 +145,7 @@ bool ShmReceiver::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kin
     return true;
   }
 
-  if (kind == kFrameMapped) return deliver_mapped(fr, rest, rest_bytes, why);
+  if (kind == kFrameMapped) return deliver_mapped(fr, state_word, rest, rest_bytes, why);
 
   if (kind == kFrameRemote) {
     if (fr.iov_count == 0 || fr.iov_count > kMaxRemoteIov ||
@@ -156,13 +168,7 @@ bool ShmReceiver::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kin
       *why = "remote payload pieces do not add up to its length";
       return false;
     }
-    RemotePayload payload(peer_pid_, iov, fr.iov_count);
-    if (sink != nullptr) sink->on_frame(link_, fr.header, payload);
-    if (payload.failed()) {
-      *why = "the peer's memory could not be read (process gone?)";
-      return false;
-    }
-    return true;
+    return deliver_remote(fr.header, state_word, iov, fr.iov_count, why);
   }
 
   // kFrameStaged: the payload follows in chunks.
@@ -182,8 +188,31 @@ bool ShmReceiver::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kin
   return true;
 }
 
-bool ShmReceiver::deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_t rest_bytes,
-                                 std::string* why) {
+bool ShmReceiver::take(const uint8_t* state_word, bool* retracted, std::string* why) {
+  const uint32_t found = take_by_reference(state_word);
+  *retracted = found == kByReferenceRetracted;
+  if (found == kByReferenceLive || *retracted) return true;
+  *why = "by-reference record in state " + std::to_string(found);
+  return false;
+}
+
+bool ShmReceiver::deliver_remote(const FrameHeader& header, const uint8_t* state_word,
+                                 const RemoteIov* iov, uint32_t count, std::string* why) {
+  bool retracted = false;
+  if (!take(state_word, &retracted, why)) return false;
+  if (retracted) return true;  // its memory went back to the sender's program: nothing comes
+  RemotePayload payload(peer_pid_, iov, count);
+  if (FrameSink* sink = owner_.sink()) sink->on_frame(link_, header, payload);
+  finish_by_reference(state_word);
+  if (payload.failed()) {
+    *why = "the peer's memory could not be read (process gone?)";
+    return false;
+  }
+  return true;
+}
+
+bool ShmReceiver::deliver_mapped(const FrameRecord& fr, const uint8_t* state_word,
+                                 const uint8_t* rest, uint32_t rest_bytes, std::string* why) {
   if (fr.iov_count == 0 || fr.iov_count > kMaxRemoteIov ||
       uint64_t{fr.iov_count} * sizeof(MappedIov) > rest_bytes) {
     *why = "mapped payload with " + std::to_string(fr.iov_count) + " pieces";
@@ -228,10 +257,13 @@ bool ShmReceiver::deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uin
     *why = "mapped payload pieces do not add up to its length";
     return false;
   }
-  FrameSink* sink = owner_.sink();
   if (all_mapped) {
+    bool retracted = false;
+    if (!take(state_word, &retracted, why)) return false;
+    if (retracted) return true;  // as deliver_remote
     MappedPayload payload(pieces, fr.iov_count);
-    if (sink != nullptr) sink->on_frame(link_, fr.header, payload);
+    if (FrameSink* sink = owner_.sink()) sink->on_frame(link_, fr.header, payload);
+    finish_by_reference(state_word);
     if (payload.failed()) {
       *why = "the peer's object shrank under a payload read from it (SIGBUS)";
       return false;
@@ -245,13 +277,7 @@ bool ShmReceiver::deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uin
     return false;
   }
   for (uint32_t i = 0; i < fr.iov_count; ++i) pieces[i] = RemoteIov{mapped[i].addr, mapped[i].len};
-  RemotePayload payload(peer_pid_, pieces, fr.iov_count);
-  if (sink != nullptr) sink->on_frame(link_, fr.header, payload);
-  if (payload.failed()) {
-    *why = "the peer's memory could not be read (process gone?)";
-    return false;
-  }
-  return true;
+  return deliver_remote(fr.header, state_word, pieces, fr.iov_count, why);
 }
 
 bool ShmReceiver::deliver_short(const uint8_t* body, uint32_t body_bytes, std::string* why) {

@@ -73,8 +73,14 @@ class ShmReceiver {
   bool link_up() const { return link_up_.load(std::memory_order_acquire); }
   bool deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why);
   bool deliver_short(const uint8_t* body, uint32_t body_bytes, std::string* why);
-  bool deliver_mapped(const FrameRecord& fr, const uint8_t* rest, uint32_t rest_bytes,
-                      std::string* why);
+  // By-reference records (ByReference): `state_word` is taken before the memory they name
+  // is read and marked done after; a record the sender retracted is consumed undelivered.
+  bool deliver_mapped(const FrameRecord& fr, const uint8_t* state_word, const uint8_t* rest,
+                      uint32_t rest_bytes, std::string* why);
+  bool deliver_remote(const FrameHeader& header, const uint8_t* state_word, const RemoteIov* iov,
+                      uint32_t count, std::string* why);
+  // Takes the record (true), or finds it retracted (true, *retracted), or malformed.
+  bool take(const uint8_t* state_word, bool* retracted, std::string* why);
   bool deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std::string* why);
 
   ShmLink& link_;

@@ -113,6 +113,10 @@ class RingProducer {
   // True (once) if the consumer announced it sleeps: the caller must ring its doorbell.
   bool take_consumer_sleeping();
   uint32_t max_record() const { return static_cast<uint32_t>(capacity_ / 4); }
+  // The ring index where the next record starts (just past the last one committed).
+  uint64_t tail() const { return tail_; }
+  // How far the consumer has handed space back, read now.
+  uint64_t released_now() const { return control_->head.load(std::memory_order_acquire); }
 
  private:
   bool fits(uint32_t size);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "transports/shm/shm_gather.h"
 #include "transports/shm/shm_wire.h"
@@ -138,19 +139,34 @@ bool ShmSender::write_inline(const FrameHeader& h, const iovec* iov, size_t iovc
   return true;
 }
 
-bool ShmSender::write_remote(const FrameHeader& h, const iovec* iov, size_t iovcnt,
-                             uint64_t total) {
-  uint8_t* p = producer_.reserve(
-      record_size(sizeof(RecordHead) + sizeof(FrameRecord) + iovcnt * sizeof(RemoteIov)));
-  if (p == nullptr) return false;
+uint8_t* ShmSender::reserve_by_reference(const FrameHeader& h, uint64_t total, size_t iovcnt,
+                                         size_t piece_bytes) {
+  uint8_t* p = producer_.reserve(record_size(sizeof(RecordHead) + sizeof(FrameRecord) +
+                                             sizeof(ByReference) + iovcnt * piece_bytes));
+  if (p == nullptr) return nullptr;
   const FrameRecord fr{h, static_cast<uint32_t>(total), static_cast<uint32_t>(iovcnt)};
   std::memcpy(p, &fr, sizeof fr);
-  auto* out = p + sizeof fr;
+  const ByReference state{kByReferenceLive, 0};
+  std::memcpy(p + sizeof fr, &state, sizeof state);
+  return p + sizeof fr + sizeof state;
+}
+
+void ShmSender::commit_by_reference(uint32_t kind, uint8_t* pieces, uint32_t qpn) {
+  producer_.commit(kind);
+  // One load of the consumer's index per large payload keeps the ledger as short as the
+  // records the peer has not read yet.
+  by_reference_.add(pieces - sizeof(ByReference), qpn, producer_.tail(), producer_.released_now());
+}
+
+bool ShmSender::write_remote(const FrameHeader& h, const iovec* iov, size_t iovcnt,
+                             uint64_t total) {
+  uint8_t* out = reserve_by_reference(h, total, iovcnt, sizeof(RemoteIov));
+  if (out == nullptr) return false;
   for (size_t i = 0; i < iovcnt; ++i) {
     const RemoteIov r{reinterpret_cast<uint64_t>(iov[i].iov_base), iov[i].iov_len};
     std::memcpy(out + i * sizeof r, &r, sizeof r);
   }
-  producer_.commit(kFrameRemote);
+  commit_by_reference(kFrameRemote, out, h.src_qpn);
   return true;
 }
 
@@ -166,13 +182,10 @@ ShmSender::Mapped ShmSender::write_mapped(const FrameHeader& h, const iovec* iov
     pieces[i] = MappedIov{reinterpret_cast<uint64_t>(iov[i].iov_base), iov[i].iov_len,
                           shared.offset, shared.object->id, 0};
   }
-  uint8_t* p = producer_.reserve(
-      record_size(sizeof(RecordHead) + sizeof(FrameRecord) + iovcnt * sizeof(MappedIov)));
-  if (p == nullptr) return Mapped::kBlocked;
-  const FrameRecord fr{h, static_cast<uint32_t>(total), static_cast<uint32_t>(iovcnt)};
-  std::memcpy(p, &fr, sizeof fr);
-  std::memcpy(p + sizeof fr, pieces, iovcnt * sizeof(MappedIov));
-  producer_.commit(kFrameMapped);
+  uint8_t* out = reserve_by_reference(h, total, iovcnt, sizeof(MappedIov));
+  if (out == nullptr) return Mapped::kBlocked;
+  std::memcpy(out, pieces, iovcnt * sizeof(MappedIov));
+  commit_by_reference(kFrameMapped, out, h.src_qpn);
   return Mapped::kWritten;
 }
 
@@ -209,6 +222,28 @@ bool ShmSender::flush_locked() {
 void ShmSender::copy_backlog_payloads() {
   std::lock_guard lock(lock_);
   backlog_.copy_payloads();
+}
+
+ShmSender::Settled ShmSender::settle_by_reference(uint32_t qpn, Clock::duration grace,
+                                                  Clock::duration limit) {
+  std::lock_guard lock(lock_);
+  // The common case: no large payload in flight by reference on this link.
+  if (by_reference_.empty()) return Settled::kClear;
+  const Clock::time_point start = Clock::now();
+  for (unsigned round = 0;; ++round) {
+    const Clock::duration waited = Clock::now() - start;
+    // Once the link is down the peer reads no more records: retract, wait for none.
+    const bool retract = waited >= grace || !link_up();
+    if (!by_reference_.unsettled(qpn, retract, producer_.released_now())) return Settled::kClear;
+    if (!link_up()) return Settled::kClear;
+    if (waited >= limit) return Settled::kPeerStuck;
+    // A live peer takes, reads and finishes a record within microseconds to milliseconds.
+    if (round < 64) {
+      base::cpu_relax();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
 }
 
 bool ShmSender::flush_backlog() {

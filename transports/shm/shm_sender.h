@@ -7,6 +7,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -14,6 +15,7 @@
 #include "transports/common/engine_interface.h"
 #include "transports/common/held_answers.h"
 #include "transports/shm/shm_backlog.h"
+#include "transports/shm/shm_by_reference.h"
 #include "transports/shm/shm_link_owner.h"
 #include "transports/shm/shm_peer_doorbell.h"
 #include "transports/shm/shm_ring.h"
@@ -49,6 +51,15 @@ class ShmSender {
   // the caller may free it (Transport::release_payloads): no wait for a peer that may not read.
   void copy_backlog_payloads();
 
+  // Transport::release_payloads for the records in the ring that name our memory (ByReference):
+  // waits up to `grace` for the peer to read those of `qpn` (ByReferenceLedger::kAllQps: of
+  // every QP), retracts those it has not taken by then, and waits for the taken ones to be
+  // done, up to `limit` in all. kPeerStuck when the peer still holds one after that (the
+  // caller takes the link down). Returns at once when no record names our memory.
+  enum class Settled { kClear, kPeerStuck };
+  using Clock = std::chrono::steady_clock;
+  Settled settle_by_reference(uint32_t qpn, Clock::duration grace, Clock::duration limit);
+
   // Whether the peer reads our large payloads in place (it could read our memory).
   bool peer_reads_in_place() const { return producer_.consumer_single_copy(); }
 
@@ -56,6 +67,7 @@ class ShmSender {
   void release_locked() {
     producer_ = RingProducer();
     backlog_.clear();
+    by_reference_.clear();
   }
 
  private:
@@ -75,6 +87,12 @@ class ShmSender {
   enum class Mapped { kWritten, kBlocked, kFallback };
   Mapped write_mapped(const FrameHeader& h, const iovec* iov, size_t iovcnt, uint64_t total);
   bool write_frame_record(uint32_t kind, const FrameHeader& h, uint64_t total);
+  // A by-reference record: reserves it and writes its FrameRecord and live state word;
+  // returns where its `iovcnt` pieces of `piece_bytes` go, or nullptr when the ring is full.
+  uint8_t* reserve_by_reference(const FrameHeader& h, uint64_t total, size_t iovcnt,
+                                size_t piece_bytes);
+  // Publishes it and enters it in the ledger.
+  void commit_by_reference(uint32_t kind, uint8_t* pieces, uint32_t qpn);
   bool flush_locked();
 
   LinkOwner& owner_;
@@ -84,7 +102,8 @@ class ShmSender {
 
   base::SpinLock lock_;
   RingProducer producer_;
-  ShmBacklog backlog_;  // under lock_
+  ShmBacklog backlog_;              // under lock_
+  ByReferenceLedger by_reference_;  // under lock_: our records in the ring that name memory
   // ACKs held until the link's next frame or the program's next poll (one poll: the next
   // progress round sends them).
   HeldAnswers held_{1};  // under lock_

@@ -44,6 +44,9 @@ inline constexpr size_t kDrainBudget = 64;
 inline constexpr std::chrono::milliseconds kHandshakeTimeout{2000};
 // Accepted connections that may wait for their Hello at once (PendingHandshakes).
 inline constexpr size_t kMaxPendingHandshakes = 64;
+// release_payloads(kWait): how long a live peer gets to read the records that name memory
+// about to be given back before they are retracted (it then gets nothing: as a lost frame).
+inline constexpr std::chrono::milliseconds kRetractGrace{100};
 
 class ShmTransport final : public Transport, public LinkOwner {
  public:
@@ -193,17 +196,26 @@ class ShmTransport final : public Transport, public LinkOwner {
     [[maybe_unused]] ssize_t n = ::write(doorbell_fd_, &one, sizeof one);
   }
 
-  void release_payloads(Release /*how: both copy, never wait*/) override {
+  void release_payloads(Release how, uint32_t qpn) override {
     // Frames held back for ring space may reference caller memory (large payloads): copied
-    // now. Frames already in a ring carry their payload, or its address for the peer to read
-    // with process_vm_readv once (the engine keeps the WQE until the peer answers).
+    // now. Frames already in a ring carry their payload, or name it (by-reference records,
+    // ByReference in shm_wire.h): those the peer has not taken are retracted (kCopy: at once;
+    // kWait: after kRetractGrace, a live peer reads them by then) and those it took waited
+    // for, up to options_.release_limit; a peer that still holds one loses its link.
     std::vector<std::shared_ptr<ShmLink>> links;
     {
       std::lock_guard lock(links_mutex_);
-      for (const auto& [peer, link] : by_peer_) links.push_back(link);
+      links = owned_;  // links down but not yet released too: their peer may still read
     }
+    const auto grace = how == Release::kWait ? kRetractGrace : std::chrono::milliseconds(0);
     for (const auto& link : links) {
       if (link->has_backlog()) link->copy_backlog_payloads();
+      if (link->settle_by_reference(qpn, grace, options_.release_limit) ==
+          ShmSender::Settled::kPeerStuck) {
+        link->fail_through_receiver_thread(
+            "the peer went on reading a payload from our memory after it was given back "
+            "(release_limit)");
+      }
     }
   }
 

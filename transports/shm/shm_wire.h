@@ -12,8 +12,9 @@
 
 namespace transports::shm {
 
-// 7: each side proves it can read its peer's memory (kProof) before the peer hands it objects.
 // 6: sealed ring segments, a Hello's GID names its sender (docs/wire.md, "Shared memory").
+// 7: each side proves it can read its peer's memory (kProof) before the peer hands it
+// objects; by-reference records (remote, mapped) carry a ByReference state word.
 inline constexpr uint32_t kProtocolVersion = 7;
 
 // After the handshake a link's Unix socket carries SocketMessages, each sent whole by one
@@ -49,11 +50,11 @@ static_assert(sizeof(ProofMessage) == 24);
 
 enum RecordKind : uint32_t {
   kFrameInline = 1,  // FrameRecord, then payload_bytes of payload
-  kFrameRemote = 2,  // FrameRecord, then iov_count RemoteIov: the payload in the sender's memory
+  kFrameRemote = 2,  // FrameRecord, ByReference, iov_count RemoteIov: in the sender's memory
   kFrameStaged = 3,  // FrameRecord; payload_bytes follow in kChunk records
   kChunk = 4,        // bytes of the staged frame in progress
   kFrameShort = 5,   // ShortFrame, then `length` bytes of payload
-  kFrameMapped = 6,  // FrameRecord, then iov_count MappedIov: the payload in objects we map
+  kFrameMapped = 6,  // FrameRecord, ByReference, iov_count MappedIov: in objects we map
 };
 
 struct FrameRecord {
@@ -86,6 +87,25 @@ inline bool fits_short_frame(const FrameHeader& h, uint64_t payload_bytes) {
   return h.rkey == 0 && h.qkey == 0 && h.remote_addr == 0 && h.compare_add == 0 && h.swap == 0 &&
          h.length == payload_bytes;
 }
+
+// The state word of a by-reference record (kFrameRemote, kFrameMapped), between its
+// FrameRecord and its pieces: who may still touch the memory the record names. The producer
+// writes it live; the consumer moves it live -> taken (compare-and-swap) before it reads the
+// payload and taken -> done after; the producer moves it live -> retracted when that memory
+// is about to be given back to the program (Transport::release_payloads), and the consumer
+// then pops the record and delivers nothing. Every other value is a malformed record.
+enum ByReferenceState : uint32_t {
+  kByReferenceLive = 1,
+  kByReferenceTaken = 2,
+  kByReferenceDone = 3,
+  kByReferenceRetracted = 4,
+};
+
+struct ByReference {
+  uint32_t state;  // ByReferenceState, accessed atomically by both ends
+  uint32_t reserved;
+};
+static_assert(sizeof(ByReference) == 8);
 
 // A piece of payload in the sending process's address space. The receiver copies it with
 // process_vm_readv straight into its destination: one copy, as RDMA hardware does.

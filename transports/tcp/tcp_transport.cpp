@@ -142,7 +142,7 @@ size_t TcpTransport::progress() {
   return delivered;
 }
 
-void TcpTransport::release_payloads(Release how) {
+void TcpTransport::release_payloads(Release how, uint32_t /*qpn: every QP*/) {
   if (how == Release::kCopy) {
     std::lock_guard lock(links_mutex_);
     for (const auto& link : links_) link->own_queued_payloads();

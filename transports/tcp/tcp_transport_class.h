@@ -45,7 +45,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
   void set_sink(FrameSink* sink) override;
   std::shared_ptr<Link> connect(const Gid& peer) override;
   size_t progress() override;
-  void release_payloads(Release how) override;
+  void release_payloads(Release how, uint32_t qpn) override;
   void drop_connections();
   size_t bulk_lanes();
 
