@@ -95,13 +95,14 @@ bool read_frame(RawDialer& d, const uint8_t* object, ReadFrame* out) {
       expected = fr.payload_bytes;
       begun = true;
       if (head.kind == shm::kFrameMapped || head.kind == shm::kFrameRemote) {
+        // The pieces follow the record's state word (shm_wire.h, ByReference).
+        const uint8_t* pieces = body + sizeof fr + sizeof(shm::ByReference);
         for (uint32_t i = 0; i < fr.iov_count; ++i) {
           shm::MappedIov piece{};
           if (head.kind == shm::kFrameMapped) {
-            std::memcpy(&piece, body + sizeof fr + i * sizeof piece, sizeof piece);
+            std::memcpy(&piece, pieces + i * sizeof piece, sizeof piece);
           } else {
-            std::memcpy(&piece, body + sizeof fr + i * sizeof(shm::RemoteIov),
-                        sizeof(shm::RemoteIov));
+            std::memcpy(&piece, pieces + i * sizeof(shm::RemoteIov), sizeof(shm::RemoteIov));
           }
           // A remote piece is read from the victim's memory: this same process.
           const uint8_t* from = head.kind == shm::kFrameMapped && object != nullptr
