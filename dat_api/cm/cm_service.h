@@ -11,6 +11,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <memory>
@@ -71,6 +72,11 @@ class CmService : public std::enable_shared_from_this<CmService> {
   // A fresh PSN for a new connection (24 bits).
   uint32_t next_psn();
 
+  // Accepted connections that have not brought their REQ yet (cm_handshake.h): at most
+  // kMaxUnauthenticated; try_admit_unauthenticated is false beyond.
+  bool try_admit_unauthenticated();
+  void release_unauthenticated();
+
  private:
   void start();
   void shutdown();
@@ -91,6 +97,7 @@ class CmService : public std::enable_shared_from_this<CmService> {
   std::vector<std::weak_ptr<ServicePoint>> listeners_;  // for shutdown
   bool stopping_ = false;
   uint32_t psn_seed_ = 0;
+  std::atomic<int> unauthenticated_{0};
 
   friend class Connection;
   void track(const std::shared_ptr<Connection>& connection);
