@@ -182,13 +182,7 @@ void Connection::start_passive() {
     std::memcpy(&peer_address, remote.data(), remote.size());
   }
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
-  if (!enter_unauthenticated()) {
-    cm::log_refusal("connection from " + peer_text() +
-                    " refused: " + std::to_string(cm::kMaxUnauthenticated) +
-                    " connections are waiting for their request already");
-    abort();
-    return;
-  }
+  enter_unauthenticated();
   phase_ = has_secret() ? Phase::kAuthenticating : Phase::kCrPending;
   read_header();
 }

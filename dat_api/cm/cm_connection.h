@@ -74,7 +74,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start_active(const boost::asio::ip::tcp::endpoint& to, DAT_TIMEOUT timeout_us,
                     cm::Message request);
   // Passive: read the REQ of a freshly accepted socket (after the peer's proof, with a job
-  // secret), within kFirstMessageTimeout; closed at once beyond kMaxUnauthenticated waiting.
+  // secret) within kFirstMessageTimeout. CmService admitted it among the kMaxUnauthenticated.
   void start_passive();
   // dat_cr_accept: send the REP (the QP is RTS already), then wait for the RTU.
   void send_accept(std::vector<uint8_t> private_data);
@@ -98,9 +98,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_auth_message(const cm::Message& m);
   // A rate-limited log line, then: active, NON_PEER_REJECTED; passive, the socket closed.
   void fail_handshake(const std::string& why);
-  // Passive: counts the connection as waiting for its REQ (false: too many, refuse it) and
-  // arms the timeout; leave_unauthenticated when the REQ came or the socket closes.
-  bool enter_unauthenticated();
+  // Passive: the connection holds one of CmService's unauthenticated places (admitted by it)
+  // and its timeout runs; leave_unauthenticated when the REQ came or the socket closes.
+  void enter_unauthenticated();
   void leave_unauthenticated();
   std::string peer_text() const;
 

@@ -98,8 +98,7 @@ void Connection::begin_active_handshake(cm::Message request) {
   read_header();
 }
 
-bool Connection::enter_unauthenticated() {
-  if (!service_->try_admit_unauthenticated()) return false;
+void Connection::enter_unauthenticated() {
   unauthenticated_ = true;
   auto self = shared_from_this();
   timer_.expires_after(cm::kFirstMessageTimeout);
@@ -109,7 +108,6 @@ bool Connection::enter_unauthenticated() {
                     std::to_string(cm::kFirstMessageTimeout.count()) + " s; closed");
     self->abort();
   });
-  return true;
 }
 
 void Connection::leave_unauthenticated() {

@@ -15,8 +15,10 @@
 //
 // The bounds of the passive side, with or without a secret: a connection must bring its REQ
 // (after its proof) within kFirstMessageTimeout, and at most kMaxUnauthenticated accepted
-// connections of one IA may be waiting to do so; beyond, a new one is closed at once. Every
-// refusal is a log line, at most one a second (the rest are counted into the next one).
+// connections of one IA may be waiting to do so; beyond, the listener stops accepting (the
+// kernel's backlog holds the rest: a legitimate burst, such as dtestcm's 1000 connects, only
+// waits) until one of them is done. Every refusal or pause is a log line, at most one a second
+// (the rest are counted into the next one).
 #pragma once
 
 #include <chrono>

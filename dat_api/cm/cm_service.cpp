@@ -146,6 +146,7 @@ void CmService::shutdown() {
       listeners_.clear();
       crs.swap(crs_);
     }
+    parked_.clear();  // their sockets close with them
     for (auto& l : listeners) {
       l->closed = true;
       error_code ignored;
@@ -173,6 +174,27 @@ bool CmService::try_admit_unauthenticated() {
 
 void CmService::release_unauthenticated() {
   unauthenticated_.fetch_sub(1);
+  if (on_cm_thread()) {
+    if (!parked_.empty()) post([self = shared_from_this()] { self->resume_parked(); });
+    return;
+  }
+  post([self = shared_from_this()] { self->resume_parked(); });
+}
+
+void CmService::resume_parked() {
+  while (!parked_.empty()) {
+    if (!try_admit_unauthenticated()) return;
+    auto [connection, sp] = std::move(parked_.front());
+    parked_.pop_front();
+    if (sp->closed || !connection->socket().is_open()) {
+      // Its service point was freed meanwhile: as if nobody listened.
+      unauthenticated_.fetch_sub(1);
+      connection->abort();
+      continue;
+    }
+    connection->start_passive();
+    accept_next(sp);
+  }
 }
 
 void CmService::track(const std::shared_ptr<Connection>& connection) {
@@ -254,6 +276,15 @@ void CmService::accept_next(const std::shared_ptr<ServicePoint>& sp) {
   connection->service_point = sp;
   sp->acceptor->async_accept(connection->socket(), [this, sp, connection](const error_code& ec) {
     if (ec == asio::error::operation_aborted || sp->closed) return;
+    if (!ec && !try_admit_unauthenticated()) {
+      // Full: this socket waits unread, and the listener accepts nothing more, until a
+      // waiting connection brings its request or is closed (resume_parked).
+      cm::log_refusal("connection from port " + std::to_string(sp->conn_qual) + ": " +
+                      std::to_string(cm::kMaxUnauthenticated) +
+                      " connections are waiting for their request already; accepting paused");
+      parked_.emplace_back(connection, sp);
+      return;
+    }
     if (!ec) connection->start_passive();
     accept_next(sp);
   });
