@@ -174,10 +174,8 @@ bool CmService::try_admit_unauthenticated() {
 
 void CmService::release_unauthenticated() {
   unauthenticated_.fetch_sub(1);
-  if (on_cm_thread()) {
-    if (!parked_.empty()) post([self = shared_from_this()] { self->resume_parked(); });
-    return;
-  }
+  // parked_ belongs to the CM thread: another thread cannot tell whether anything waits.
+  if (on_cm_thread() && parked_.empty()) return;
   post([self = shared_from_this()] { self->resume_parked(); });
 }
 
@@ -279,7 +277,7 @@ void CmService::accept_next(const std::shared_ptr<ServicePoint>& sp) {
     if (!ec && !try_admit_unauthenticated()) {
       // Full: this socket waits unread, and the listener accepts nothing more, until a
       // waiting connection brings its request or is closed (resume_parked).
-      cm::log_refusal("connection from port " + std::to_string(sp->conn_qual) + ": " +
+      cm::log_refusal("port " + std::to_string(sp->conn_qual) + ": " +
                       std::to_string(cm::kMaxUnauthenticated) +
                       " connections are waiting for their request already; accepting paused");
       parked_.emplace_back(connection, sp);
