@@ -320,7 +320,9 @@ void Connection::read_header() {
     cm::Type type{};
     std::optional<uint32_t> length = cm::parse_header(self->header_.data(), &type);
     if (!length) {
-      log_warn("CM: malformed frame header from the peer; closing the connection");
+      // Rate-limited, as every refusal of what a peer sent (cm_handshake.h).
+      cm::log_refusal("malformed frame header from " + self->peer_text() +
+                      "; closing the connection");
       self->on_socket_error(asio::error::invalid_argument);
       return;
     }
@@ -338,8 +340,8 @@ void Connection::read_body(cm::Type type, uint32_t length) {
     }
     std::optional<cm::Message> m = cm::parse_body(type, self->body_.data(), self->body_.size());
     if (!m) {
-      log_warn("CM: malformed {} frame from the peer; closing the connection",
-               static_cast<int>(type));
+      cm::log_refusal("malformed frame of type " + std::to_string(static_cast<int>(type)) +
+                      " from " + self->peer_text() + "; closing the connection");
       self->on_socket_error(asio::error::invalid_argument);
       return;
     }
@@ -415,8 +417,9 @@ void Connection::on_message(const cm::Message& m) {
     case Phase::kClosed:
       return;
   }
-  log_warn("CM: unexpected frame {} in phase {}; closing the connection", static_cast<int>(m.type),
-           static_cast<int>(phase_));
+  cm::log_refusal("unexpected frame " + std::to_string(static_cast<int>(m.type)) + " in phase " +
+                  std::to_string(static_cast<int>(phase_)) + " from " + peer_text() +
+                  "; closing the connection");
   on_socket_error(asio::error::invalid_argument);
 }
 
