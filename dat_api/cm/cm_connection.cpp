@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "dat_api/cm/cm_handshake.h"
 #include "dat_api/cm/cm_qp.h"
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/log.h"
@@ -28,7 +29,9 @@ Connection::Connection(std::shared_ptr<CmService> service, Role role)
       socket_(service_->io()),
       timer_(service_->io()) {}
 
-Connection::~Connection() = default;
+Connection::~Connection() {
+  leave_unauthenticated();
+}
 
 // ---------------------------------------------------------------------------------------------
 // Events to the endpoint
@@ -72,7 +75,8 @@ void Connection::start_active(const asio::ip::tcp::endpoint& to, DAT_TIMEOUT tim
     timer_.expires_after(std::chrono::microseconds(timeout_us));
     timer_.async_wait([self](const error_code& ec) {
       if (ec) return;  // cancelled: the connection completed or failed first
-      if (self->phase_ == Phase::kConnecting || self->phase_ == Phase::kRequested) {
+      if (self->phase_ == Phase::kConnecting || self->phase_ == Phase::kAuthenticating ||
+          self->phase_ == Phase::kRequested) {
         self->on_active_failure(DAT_CONNECTION_EVENT_TIMED_OUT);
       }
     });
@@ -102,6 +106,10 @@ void Connection::connect_attempt(const asio::ip::tcp::endpoint& to, cm::Message 
     }
     error_code ignored;
     self->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+    if (self->has_secret()) {
+      self->begin_active_handshake(std::move(request));
+      return;
+    }
     self->phase_ = Phase::kRequested;
     self->send(request);
     self->read_header();
@@ -174,7 +182,8 @@ void Connection::start_passive() {
     std::memcpy(&peer_address, remote.data(), remote.size());
   }
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
-  phase_ = Phase::kCrPending;
+  enter_unauthenticated();
+  phase_ = has_secret() ? Phase::kAuthenticating : Phase::kCrPending;
   read_header();
 }
 
@@ -265,6 +274,7 @@ void Connection::break_locally() {
 void Connection::close_socket() {
   error_code ignored;
   timer_.cancel();
+  leave_unauthenticated();
   if (ud_retry_timer_) ud_retry_timer_->cancel();
   if (socket_.is_open()) {
     socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
@@ -310,7 +320,9 @@ void Connection::read_header() {
     cm::Type type{};
     std::optional<uint32_t> length = cm::parse_header(self->header_.data(), &type);
     if (!length) {
-      log_warn("CM: malformed frame header from the peer; closing the connection");
+      // Rate-limited, as every refusal of what a peer sent (cm_handshake.h).
+      cm::log_refusal("malformed frame header from " + self->peer_text() +
+                      "; closing the connection");
       self->on_socket_error(asio::error::invalid_argument);
       return;
     }
@@ -328,8 +340,8 @@ void Connection::read_body(cm::Type type, uint32_t length) {
     }
     std::optional<cm::Message> m = cm::parse_body(type, self->body_.data(), self->body_.size());
     if (!m) {
-      log_warn("CM: malformed {} frame from the peer; closing the connection",
-               static_cast<int>(type));
+      cm::log_refusal("malformed frame of type " + std::to_string(static_cast<int>(type)) +
+                      " from " + self->peer_text() + "; closing the connection");
       self->on_socket_error(asio::error::invalid_argument);
       return;
     }
@@ -340,6 +352,9 @@ void Connection::read_body(cm::Type type, uint32_t length) {
 
 void Connection::on_message(const cm::Message& m) {
   switch (phase_) {
+    case Phase::kAuthenticating:
+      on_auth_message(m);
+      return;
     case Phase::kRequested:  // active, waiting for the answer
       if (m.type == cm::Type::kRep && !ud) {
         on_rep(m);
@@ -357,6 +372,8 @@ void Connection::on_message(const cm::Message& m) {
     case Phase::kCrPending:  // passive: the first frame must be the REQ
       if (m.type == cm::Type::kReq || m.type == cm::Type::kUdReq) {
         if (!service_point) return;  // REQ handled already
+        timer_.cancel();             // the first-message bound is met
+        leave_unauthenticated();
         ud = m.type == cm::Type::kUdReq;
         peer_ia_address = m.requester;
         peer = m.qp;
@@ -400,8 +417,9 @@ void Connection::on_message(const cm::Message& m) {
     case Phase::kClosed:
       return;
   }
-  log_warn("CM: unexpected frame {} in phase {}; closing the connection", static_cast<int>(m.type),
-           static_cast<int>(phase_));
+  cm::log_refusal("unexpected frame " + std::to_string(static_cast<int>(m.type)) + " in phase " +
+                  std::to_string(static_cast<int>(phase_)) + " from " + peer_text() +
+                  "; closing the connection");
   on_socket_error(asio::error::invalid_argument);
 }
 
@@ -410,6 +428,14 @@ void Connection::on_socket_error(const error_code& ec) {
   const Phase was = phase_;
   phase_ = Phase::kClosed;
   switch (was) {
+    case Phase::kAuthenticating:
+      if (role_ == Role::kActive) {
+        // The passive side closed before proving itself: it refused our proof or has another
+        // (or no) secret; its own log says which.
+        fail_handshake("the peer closed the connection during the authentication");
+        return;
+      }
+      break;
     case Phase::kRequested:
       // The listener went away (PSP freed, process died) before answering.
       on_active_failure(DAT_CONNECTION_EVENT_NON_PEER_REJECTED);

@@ -17,6 +17,7 @@
 #include <deque>
 #include <initializer_list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dat_api/cm/cm_wire.h"
@@ -32,12 +33,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
  public:
   enum class Role { kActive, kPassive };
   enum class Phase {
-    kConnecting,   // active: TCP connect in progress
-    kRequested,    // active: REQ sent, waiting for REP/REJ
-    kCrPending,    // passive: REQ received, CR given to the consumer
-    kAccepted,     // passive: REP sent, waiting for RTU
-    kEstablished,  // both: RTU sent/received
-    kClosing,      // DREQ sent or REJ being sent: waiting for the peer to close
+    kConnecting,      // active: TCP connect in progress
+    kAuthenticating,  // both, with a job secret: the challenge-response (cm_handshake.h)
+    kRequested,       // active: REQ sent, waiting for REP/REJ
+    kCrPending,       // passive: REQ received, CR given to the consumer
+    kAccepted,        // passive: REP sent, waiting for RTU
+    kEstablished,     // both: RTU sent/received
+    kClosing,         // DREQ sent or REJ being sent: waiting for the peer to close
     kClosed,
   };
 
@@ -71,7 +73,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Active: connect to `to`, send `request`; `timeout_us` of DAT_TIMEOUT_INFINITE is none.
   void start_active(const boost::asio::ip::tcp::endpoint& to, DAT_TIMEOUT timeout_us,
                     cm::Message request);
-  // Passive: read the REQ of a freshly accepted socket.
+  // Passive: read the REQ of a freshly accepted socket (after the peer's proof, with a job
+  // secret) within kFirstMessageTimeout. CmService admitted it among the kMaxUnauthenticated.
   void start_passive();
   // dat_cr_accept: send the REP (the QP is RTS already), then wait for the RTU.
   void send_accept(std::vector<uint8_t> private_data);
@@ -88,6 +91,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void connect_attempt(const boost::asio::ip::tcp::endpoint& to, cm::Message request);
   // UD: a refused connect is tried again shortly (cm_ud.cpp); false once the window is over.
   bool retry_refused_ud(const boost::asio::ip::tcp::endpoint& to, cm::Message request);
+  // ---- authentication and the passive bounds (cm_handshake.cpp) ----
+  bool has_secret() const;
+  // Active, connected: AUTH, then (on a good AUTH_REPLY) AUTH_PROOF and `request`.
+  void begin_active_handshake(cm::Message request);
+  void on_auth_message(const cm::Message& m);
+  // A rate-limited log line, then: active, NON_PEER_REJECTED; passive, the socket closed.
+  void fail_handshake(const std::string& why);
+  // Passive: the connection holds one of CmService's unauthenticated places (admitted by it)
+  // and its timeout runs; leave_unauthenticated when the REQ came or the socket closes.
+  void enter_unauthenticated();
+  void leave_unauthenticated();
+  std::string peer_text() const;
+
   void read_header();
   void read_body(cm::Type type, uint32_t length);
   void on_message(const cm::Message& m);
@@ -125,6 +141,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_ = false;
   bool close_after_write_ = false;
   bool graceful_ = false;
+  // Authentication (cm_handshake.cpp): our nonce, the peer's, the REQ held back until the
+  // passive side proved itself (active), whether its proof is due next (passive).
+  cm::Nonce nonce_{};
+  cm::Nonce peer_nonce_{};
+  cm::Message held_request_;
+  bool awaiting_proof_ = false;
+  bool unauthenticated_ = false;  // passive: counted in CmService's unauthenticated connections
   // UD: until when a refused connect is retried, and the timer between attempts.
   std::chrono::steady_clock::time_point ud_retry_until_{};
   std::unique_ptr<boost::asio::steady_timer> ud_retry_timer_;

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "dat_api/cm/cm_connection.h"
+#include "dat_api/cm/cm_handshake.h"
 #include "dat_api/core/errors.h"
 #include "dat_api/core/log.h"
 
@@ -40,6 +41,12 @@ std::shared_ptr<CmService> CmService::for_ia(const std::shared_ptr<Ia>& ia) {
   {
     std::lock_guard<std::mutex> ia_guard(ia->mutex());
     if (ia->closed) return nullptr;
+  }
+  if (!ia->cm_secret_error().empty()) {
+    // A secret that is configured but unusable: no unauthenticated CM instead.
+    log_error("CM: {}; the connection manager of IA {} does not start", ia->cm_secret_error(),
+              ia->config()->ia_name);
+    return nullptr;
   }
   auto service = std::make_shared<CmService>(ia);
   service->start();
@@ -139,6 +146,7 @@ void CmService::shutdown() {
       listeners_.clear();
       crs.swap(crs_);
     }
+    parked_.clear();  // their sockets close with them
     for (auto& l : listeners) {
       l->closed = true;
       error_code ignored;
@@ -158,6 +166,35 @@ uint32_t CmService::next_psn() {
   return (psn_seed_ >> 4) & 0xffffff;
 }
 
+bool CmService::try_admit_unauthenticated() {
+  if (unauthenticated_.fetch_add(1) < cm::kMaxUnauthenticated) return true;
+  unauthenticated_.fetch_sub(1);
+  return false;
+}
+
+void CmService::release_unauthenticated() {
+  unauthenticated_.fetch_sub(1);
+  // parked_ belongs to the CM thread: another thread cannot tell whether anything waits.
+  if (on_cm_thread() && parked_.empty()) return;
+  post([self = shared_from_this()] { self->resume_parked(); });
+}
+
+void CmService::resume_parked() {
+  while (!parked_.empty()) {
+    if (!try_admit_unauthenticated()) return;
+    auto [connection, sp] = std::move(parked_.front());
+    parked_.pop_front();
+    if (sp->closed || !connection->socket().is_open()) {
+      // Its service point was freed meanwhile: as if nobody listened.
+      unauthenticated_.fetch_sub(1);
+      connection->abort();
+      continue;
+    }
+    connection->start_passive();
+    accept_next(sp);
+  }
+}
+
 void CmService::track(const std::shared_ptr<Connection>& connection) {
   std::lock_guard<std::mutex> guard(mutex_);
   // Drop the entries of finished connections now and then, so the list stays short.
@@ -175,7 +212,16 @@ DAT_RETURN CmService::listen(const std::shared_ptr<ServicePoint>& sp, uint16_t p
   error_code ec;
   acceptor->open(tcp::v4(), ec);
   if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor->bind(tcp::endpoint(tcp::v4(), port), ec);
+  // Without a job secret the soft device's CM listens on the IA address only (127.0.0.1 unless
+  // EMURDMA_TCP_ADDR names one, core/ia.cpp), as the verbs TCP transport does. With a secret
+  // every connection proves itself first, and a real HCA's CM listens on every interface, as
+  // dapl's socket CM does.
+  tcp::endpoint local(tcp::v4(), port);
+  if (ia_->soft_device() && ia_->cm_secret().empty()) {
+    const auto* sin = reinterpret_cast<const sockaddr_in*>(ia_->address());
+    local.address(asio::ip::address_v4(ntohl(sin->sin_addr.s_addr)));
+  }
+  if (!ec) acceptor->bind(local, ec);
   if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
     log_debug("CM: listen on port {} failed: {}", port, ec.message());
@@ -228,6 +274,15 @@ void CmService::accept_next(const std::shared_ptr<ServicePoint>& sp) {
   connection->service_point = sp;
   sp->acceptor->async_accept(connection->socket(), [this, sp, connection](const error_code& ec) {
     if (ec == asio::error::operation_aborted || sp->closed) return;
+    if (!ec && !try_admit_unauthenticated()) {
+      // Full: this socket waits unread, and the listener accepts nothing more, until a
+      // waiting connection brings its request or is closed (resume_parked).
+      cm::log_refusal("port " + std::to_string(sp->conn_qual) + ": " +
+                      std::to_string(cm::kMaxUnauthenticated) +
+                      " connections are waiting for their request already; accepting paused");
+      parked_.emplace_back(connection, sp);
+      return;
+    }
     if (!ec) connection->start_passive();
     accept_next(sp);
   });

@@ -11,11 +11,14 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dat_api/cm/cm_wire.h"
@@ -71,11 +74,20 @@ class CmService : public std::enable_shared_from_this<CmService> {
   // A fresh PSN for a new connection (24 bits).
   uint32_t next_psn();
 
+  // Accepted connections that have not brought their REQ yet (cm_handshake.h): at most
+  // kMaxUnauthenticated. Beyond, a listener parks the socket it just accepted and accepts no
+  // more (the rest wait in the kernel's backlog) until release_unauthenticated frees a place.
+  // Any thread.
+  void release_unauthenticated();
+
  private:
   void start();
   void shutdown();
   void accept_next(const std::shared_ptr<ServicePoint>& sp);
   void refuse(const std::shared_ptr<Connection>& connection);
+  bool try_admit_unauthenticated();
+  // CM thread: starts parked connections while there is room, and their listeners again.
+  void resume_parked();
 
   std::shared_ptr<Ia> ia_;
   boost::asio::io_context io_;
@@ -91,6 +103,9 @@ class CmService : public std::enable_shared_from_this<CmService> {
   std::vector<std::weak_ptr<ServicePoint>> listeners_;  // for shutdown
   bool stopping_ = false;
   uint32_t psn_seed_ = 0;
+  std::atomic<int> unauthenticated_{0};
+  // CM thread only: accepted sockets waiting for room, each with its (paused) listener.
+  std::deque<std::pair<std::shared_ptr<Connection>, std::shared_ptr<ServicePoint>>> parked_;
 
   friend class Connection;
   void track(const std::shared_ptr<Connection>& connection);

@@ -117,9 +117,11 @@ void write_address(Writer& w, const sockaddr_storage& a) {
   w.bytes(raw, sizeof(raw));
 }
 
-sockaddr_storage read_address(Reader& r) {
+// An address of another family than IPv4 or IPv6 is malformed (*ok false).
+sockaddr_storage read_address(Reader& r, bool* ok) {
   sockaddr_storage a{};
   uint16_t family = r.u16();
+  *ok = family == AF_INET || family == AF_INET6;
   uint16_t port = r.u16();
   uint8_t raw[16] = {};
   r.bytes(raw, sizeof(raw));
@@ -182,6 +184,16 @@ std::vector<uint8_t> encode(const Message& m) {
     case Type::kDreq:
     case Type::kDrep:
       break;
+    case Type::kAuth:
+      w.bytes(m.nonce.data(), m.nonce.size());
+      break;
+    case Type::kAuthReply:
+      w.bytes(m.nonce.data(), m.nonce.size());
+      w.bytes(m.proof.data(), m.proof.size());
+      break;
+    case Type::kAuthProof:
+      w.bytes(m.proof.data(), m.proof.size());
+      break;
   }
   auto body = static_cast<uint32_t>(frame.size() - kHeaderSize);
   for (int i = 0; i < 4; ++i) frame[8 + i] = static_cast<uint8_t>(body >> (24 - 8 * i));
@@ -192,7 +204,7 @@ std::optional<uint32_t> parse_header(const uint8_t* header, Type* type) {
   if (std::memcmp(header, kMagic, sizeof(kMagic)) != 0) return std::nullopt;
   if (header[4] != kVersion) return std::nullopt;
   uint8_t t = header[5];
-  if (t < static_cast<uint8_t>(Type::kReq) || t > static_cast<uint8_t>(Type::kUdRep)) {
+  if (t < static_cast<uint8_t>(Type::kReq) || t > static_cast<uint8_t>(Type::kAuthProof)) {
     return std::nullopt;
   }
   *type = static_cast<Type>(t);
@@ -208,12 +220,15 @@ std::optional<Message> parse_body(Type type, const uint8_t* body, size_t size) {
   m.type = type;
   switch (type) {
     case Type::kReq:
-    case Type::kUdReq:
+    case Type::kUdReq: {
       m.qp = read_qp(r);
       m.conn_qual = r.u64();
-      m.requester = read_address(r);
+      bool known_family = false;
+      m.requester = read_address(r, &known_family);
+      if (!known_family) return std::nullopt;
       if (!read_private_data(r, &m.private_data)) return std::nullopt;
       break;
+    }
     case Type::kRep:
     case Type::kUdRep:
       m.qp = read_qp(r);
@@ -233,8 +248,19 @@ std::optional<Message> parse_body(Type type, const uint8_t* body, size_t size) {
     case Type::kDreq:
     case Type::kDrep:
       break;
+    case Type::kAuth:
+      r.bytes(m.nonce.data(), m.nonce.size());
+      break;
+    case Type::kAuthReply:
+      r.bytes(m.nonce.data(), m.nonce.size());
+      r.bytes(m.proof.data(), m.proof.size());
+      break;
+    case Type::kAuthProof:
+      r.bytes(m.proof.data(), m.proof.size());
+      break;
   }
-  if (!r.ok()) return std::nullopt;
+  // A body is exactly its fields: trailing bytes are a malformed frame, not padding.
+  if (!r.ok() || r.left() != 0) return std::nullopt;
   return m;
 }
 

@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 #include <sys/socket.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -21,6 +22,11 @@ constexpr size_t kHeaderSize = 12;
 constexpr size_t kMaxPrivateData = 256;
 // Larger bodies are a protocol error: the biggest legal one is a REQ with full private data.
 constexpr size_t kMaxBody = 1024;
+// The authentication frames' nonces and proofs (HMAC-SHA-256), cm_handshake.h.
+constexpr size_t kNonceBytes = 32;
+constexpr size_t kProofBytes = 32;
+using Nonce = std::array<uint8_t, kNonceBytes>;
+using Proof = std::array<uint8_t, kProofBytes>;
 
 enum class Type : uint8_t {
   kReq = 1,   // active -> passive: connection request
@@ -34,6 +40,11 @@ enum class Type : uint8_t {
   // unknown frames (NON_PEER_REJECTED), while RC frames are unchanged: version stays 1.
   kUdReq = 7,  // active -> passive
   kUdRep = 8,  // passive -> active: accepted (dat_cr_accept on a UD EP)
+  // With a job secret (cm_handshake.h), before anything else: the mutual challenge-response.
+  // A peer without a secret refuses them as unknown frames, so version stays 1 too.
+  kAuth = 9,        // active -> passive: nonce_a
+  kAuthReply = 10,  // passive -> active: nonce_p, the passive side's proof
+  kAuthProof = 11,  // active -> passive: the active side's proof
 };
 
 enum class RejectReason : uint8_t {
@@ -57,6 +68,8 @@ struct Message {
   sockaddr_storage requester{};                  // REQ: the requester's IA address
   RejectReason reason = RejectReason::kNonPeer;  // REJ
   std::vector<uint8_t> private_data;             // REQ, REP, REJ
+  Nonce nonce{};                                 // AUTH, AUTH_REPLY
+  Proof proof{};                                 // AUTH_REPLY, AUTH_PROOF
 };
 
 // A message that carries nothing but its type (RTU, DREQ, DREP).
@@ -72,7 +85,8 @@ std::vector<uint8_t> encode(const Message& m);
 // Parses a header: the body length, or nothing when magic, version or length are wrong.
 std::optional<uint32_t> parse_header(const uint8_t* header, Type* type);
 
-// Parses a body of the given type; nothing when it is malformed.
+// Parses a body of the given type; nothing when it is malformed: a field cut short, a length
+// beyond its bound, an unknown address family or reason, or bytes left after the body.
 std::optional<Message> parse_body(Type type, const uint8_t* body, size_t size);
 
 }  // namespace dat_api::cm

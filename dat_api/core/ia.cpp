@@ -17,6 +17,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/job_secret.h"
 #include "dat_api/cm/cm_teardown.h"
 #include "dat_api/core/cno.h"
 #include "dat_api/core/entry_points.h"
@@ -78,9 +79,11 @@ ibv_context* open_device(const std::string& name) {
 }
 
 // The IA address: the socket address the connection manager will listen on. EMURDMA_TCP_ADDR
-// when set (as for the verbs library's TCP transport), else the first IPv4 address of an
-// interface that is up and not loopback, else 127.0.0.1.
-void choose_address(sockaddr_storage* out) {
+// when set (as for the verbs library's TCP transport). Otherwise, as the verbs TCP transport
+// chooses its listener (transports/tcp/tcp_config.cpp): on the soft device without a job
+// secret, 127.0.0.1 (an unauthenticated CM is not offered to the network); else the first IPv4
+// address of an interface that is up and not loopback, else 127.0.0.1.
+void choose_address(sockaddr_storage* out, bool loopback_only) {
   auto* sin = reinterpret_cast<sockaddr_in*>(out);
   std::memset(out, 0, sizeof(*out));
   sin->sin_family = AF_INET;
@@ -94,6 +97,7 @@ void choose_address(sockaddr_storage* out) {
       return;
     }
   }
+  if (loopback_only) return;
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return;
   for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
@@ -220,7 +224,11 @@ GetIaHandleFn registry_get_ia_handle() {
 
 Ia::Ia(const IaConfig* config, ibv_context* context)
     : Object(kKind), config_(config), context_(context) {
-  choose_address(&address_);
+  // Read once per IA: its connection manager authenticates every connection with it.
+  base::JobSecretResult found = base::job_secret_from_environment();
+  cm_secret_ = std::move(found.secret);
+  cm_secret_error_ = std::move(found.error);
+  choose_address(&address_, soft_device() && cm_secret_.empty());
 }
 
 Ia::~Ia() {

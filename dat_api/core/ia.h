@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/job_secret.h"
 #include "dat_api/core/handles.h"
 #include "dat_api/core/provider.h"
 
@@ -65,6 +66,14 @@ class Ia : public Object {
   const ibv_device_attr& device_attr() const { return device_attr_; }
   ibv_device_attr* mutable_device_attr() { return &device_attr_; }
   sockaddr* address() { return reinterpret_cast<sockaddr*>(&address_); }
+  // emu0, the soft device (not a real HCA reached through delegation): its CM listens on the
+  // IA address only.
+  bool soft_device() const { return config_->device == "emu0"; }
+  // The job secret as the IA found it at open (EMURDMA_SECRET_FILE / EMURDMA_SECRET): every
+  // connection of its CM authenticates with it (cm_handshake.h). A non-empty error: the
+  // secret is configured but unusable, and the CM refuses to start.
+  const base::JobSecret& cm_secret() const { return cm_secret_; }
+  const std::string& cm_secret_error() const { return cm_secret_error_; }
 
   // Provider-specific attributes of dat_ia_query, with the names the OpenFabrics providers use
   // (dapl2-utils' dtestsrq sizes its buffers from DAT_IB_TRANSPORT_MTU). Built once at open.
@@ -116,6 +125,8 @@ class Ia : public Object {
   ibv_context* context_;
   ibv_device_attr device_attr_{};
   sockaddr_storage address_{};
+  base::JobSecret cm_secret_;
+  std::string cm_secret_error_;
   std::atomic<DAT_IA_HANDLE> consumer_handle_{nullptr};
   std::vector<std::string> attr_strings_;  // storage behind provider_attrs_
   std::vector<DAT_NAMED_ATTR> provider_attrs_;

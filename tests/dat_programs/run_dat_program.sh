@@ -38,6 +38,8 @@
 #     dapltest-limit one process, `dapltest -T L -D IA ARGS` (e.g. limit_ep): "Limit Testing
 #                    Completed - Successfully" and no error line.
 #   --limit S      every process is killed after S seconds (default 55): a hang is a failure
+#   --secret       every process gets the same job secret (EMURDMA_SECRET_FILE, a 0600 file of
+#                  random bytes): the DAT CM and the TCP transport authenticate each connection
 #
 # Exit: 0 pass, 1 fail, 77 skipped. Every process started is killed on every path (own process
 # group each, plus `timeout`); namespaces are removed.
@@ -50,6 +52,7 @@ limit=55
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 wrapper="$here/../../scripts/emurdma"
 build_dir=""
+secret=0
 
 fail() {
   echo "run_dat_program: FAIL: $*" >&2
@@ -67,6 +70,7 @@ while (($# > 0)); do
     --limit) limit="$2"; shift 2 ;;
     --wrapper) wrapper="$2"; shift 2 ;;
     --build-dir) build_dir="$2"; shift 2 ;;
+    --secret) secret=1; shift ;;
     --) shift; break ;;
     *) fail "unknown argument '$1'" ;;
   esac
@@ -114,6 +118,13 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'echo "run_dat_program: interrupted" >&2; exit 1' INT TERM HUP
+
+if ((secret)); then
+  (umask 077 && head -c 32 /dev/urandom | base64 >"$tmp/secret") || fail "writing the secret failed"
+  export EMURDMA_SECRET_FILE="$tmp/secret"
+  unset EMURDMA_SECRET
+  echo "run_dat_program: job secret in EMURDMA_SECRET_FILE=$EMURDMA_SECRET_FILE" >&2
+fi
 
 remaining() {
   local r=$((limit - (SECONDS - start_s)))

@@ -4,9 +4,9 @@
 //
 // Invariants: a header is accepted only with a known type and a body length of at most
 // kMaxBody; a body is accepted only with at most kMaxPrivateData bytes of private data, which
-// it holds (never more than the body); and an accepted message encodes to a frame of at most
-// kMaxBody body bytes that parses back to the same message (decode . encode . decode ==
-// decode: what the decoder keeps, the encoder writes).
+// it holds (never more than the body), and with no byte after its fields; and an accepted
+// message encodes to a frame of exactly its body's length that parses back to the same message
+// (decode . encode . decode == decode: what the decoder keeps, the encoder writes).
 #include <sys/socket.h>
 
 #include <cstddef>
@@ -42,6 +42,12 @@ bool same(const cm::Message& a, const cm::Message& b) {
     case cm::Type::kDreq:
     case cm::Type::kDrep:
       return true;
+    case cm::Type::kAuth:
+      return a.nonce == b.nonce;
+    case cm::Type::kAuthReply:
+      return a.nonce == b.nonce && a.proof == b.proof;
+    case cm::Type::kAuthProof:
+      return a.proof == b.proof;
   }
   return false;
 }
@@ -54,7 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::optional<uint32_t> length = cm::parse_header(data, &type);
   if (!length) return 0;
   FUZZ_CHECK(*length <= cm::kMaxBody);
-  FUZZ_CHECK(type >= cm::Type::kReq && type <= cm::Type::kUdRep);
+  FUZZ_CHECK(type >= cm::Type::kReq && type <= cm::Type::kAuthProof);
   // The body in a buffer of its own, exactly its length: a read past it is ASan's to see.
   const size_t body_bytes = *length;
   if (size - cm::kHeaderSize < body_bytes) return 0;  // the connection waits for the rest
@@ -72,7 +78,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(length_again.has_value());
   FUZZ_CHECK(type_again == type);
   FUZZ_CHECK(*length_again == frame.size() - cm::kHeaderSize);
-  FUZZ_CHECK(*length_again <= body_bytes);  // the decoder keeps no more than it was given
+  // A body is exactly its fields (no trailing bytes): it encodes back to its own length.
+  FUZZ_CHECK(*length_again == body_bytes);
   const std::optional<cm::Message> again =
       cm::parse_body(type, frame.data() + cm::kHeaderSize, frame.size() - cm::kHeaderSize);
   FUZZ_CHECK(again.has_value());

@@ -312,6 +312,14 @@ void cm_seeds() {
   write(t, "rtu", cm::encode(cm::bare(cm::Type::kRtu)));
   write(t, "dreq", cm::encode(cm::bare(cm::Type::kDreq)));
   write(t, "drep", cm::encode(cm::bare(cm::Type::kDrep)));
+  cm::Message auth = cm::bare(cm::Type::kAuth);
+  auth.nonce.fill(0x11);
+  write(t, "auth", cm::encode(auth));
+  auth.type = cm::Type::kAuthReply;
+  auth.proof.fill(0x22);
+  write(t, "auth_reply", cm::encode(auth));
+  auth.type = cm::Type::kAuthProof;
+  write(t, "auth_proof", cm::encode(auth));
 }
 
 // shm_hello_fuzzer: a dialer's Hello as the acceptor receives it; the target's peer is pid

@@ -9,8 +9,9 @@
 #                                           transport interface (emu/transport.h)
 #   process/     the composition root    -> base/, emu/, transports/, process/
 #   verbs_api/   the verbs face          -> base/, emu/, process/, verbs_api/
-#   dat_api/     the DAT face            -> dat_api/ and our documented verbs extension
-#                                           (verbs_api/emurdma_verbs.h): it speaks verbs only
+#   dat_api/     the DAT face            -> dat_api/, our documented verbs extension
+#                                           (verbs_api/emurdma_verbs.h): it speaks verbs only,
+#                                           and the generic job secret (base/job_secret.h)
 # and transports/test_support.h (faults and looks for tests) is included by no product folder
 # but transports/ itself.
 set -euo pipefail
@@ -26,7 +27,8 @@ allowed() {
     transports) [[ $target == base/* || $target == transports/* || $target == emu/transport.h ]] ;;
     process) [[ $target =~ ^(base|emu|transports|process)/ ]] ;;
     verbs_api) [[ $target =~ ^(base|emu|process|verbs_api)/ ]] ;;
-    dat_api) [[ $target == dat_api/* || $target == verbs_api/emurdma_verbs.h ]] ;;
+    dat_api) [[ $target == dat_api/* || $target == verbs_api/emurdma_verbs.h ||
+                $target == base/job_secret.h ]] ;;
     *) return 1 ;;
   esac
 }

@@ -11,34 +11,30 @@
 #include <string>
 #include <vector>
 
+#include "base/job_secret.h"
 #include "transports/common/engine_interface.h"
 
 namespace transports::tcp {
 
-inline constexpr size_t kMinSecretBytes = 16;
-inline constexpr size_t kMacBytes = 32;    // HMAC-SHA-256
+using base::kMacBytes;
+using base::kMinSecretBytes;
 inline constexpr size_t kNonceBytes = 32;  // fresh per HELLO (RAND_bytes)
-using Mac = std::array<uint8_t, kMacBytes>;
+using Mac = base::Mac;
 using Nonce = std::array<uint8_t, kNonceBytes>;
 
-// A secret, or none (empty). Nothing else is kept of where it came from.
-struct TcpSecret {
-  std::vector<uint8_t> bytes;
-  bool empty() const { return bytes.empty(); }
-};
+// The job secret (base/job_secret.h: loading and its checks are shared with the DAT CM).
+using TcpSecret = base::JobSecret;
+// A non-empty error refuses to open the transport.
+using TcpSecretResult = base::JobSecretResult;
 
-// What tcp_secret_from_environment found: the secret (possibly none), or why it is refused.
-struct TcpSecretResult {
-  TcpSecret secret;
-  std::string error;  // non-empty: refuse to open the transport
-};
-
-// EMURDMA_SECRET_FILE (wins) or EMURDMA_SECRET. The file must be a regular file owned by this
-// user with no group or other permission bit (like an ssh key); trailing newlines are not part
-// of the secret. A secret shorter than kMinSecretBytes is refused.
-TcpSecretResult tcp_secret_from_environment();
+// EMURDMA_SECRET_FILE (wins) or EMURDMA_SECRET, as base::job_secret_from_environment.
+inline TcpSecretResult tcp_secret_from_environment() {
+  return base::job_secret_from_environment();
+}
 // The same checks, on a file path (for tests).
-TcpSecretResult tcp_secret_from_file(const std::string& path);
+inline TcpSecretResult tcp_secret_from_file(const std::string& path) {
+  return base::job_secret_from_file(path);
+}
 
 // Fresh random bytes (RAND_bytes); false when the generator fails.
 bool random_nonce(Nonce* out);
