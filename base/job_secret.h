@@ -48,7 +48,7 @@ struct MacPart {
 Mac hmac_sha256(const uint8_t* key, size_t key_len, std::initializer_list<MacPart> parts);
 // Constant-time comparison of two kMacBytes values.
 bool same_mac(const uint8_t* a, const uint8_t* b);
-// Fresh random bytes (RAND_bytes); false when the generator fails.
+// Fresh random bytes from the kernel's generator (getrandom); false when it fails.
 bool random_bytes(uint8_t* out, size_t len);
 
 }  // namespace base

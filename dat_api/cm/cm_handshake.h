@@ -9,7 +9,7 @@
 //
 // proof_p = HMAC(secret, "emurdma-dat-cm passive\0" | nonce_a | nonce_p) and proof_a the same
 // under "emurdma-dat-cm active\0": each side proves the secret over a nonce the other just drew
-// (RAND_bytes, fresh per connection), under its own role label, so a proof reflected back is
+// (getrandom, fresh per connection), under its own role label, so a proof reflected back is
 // never the one expected. The passive side reads nothing but the AUTH_PROOF until it checks;
 // the active side sends nothing but its proof until the passive side's proof checks.
 //

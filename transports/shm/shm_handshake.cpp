@@ -1,7 +1,6 @@
 #include "transports/shm/shm_handshake.h"
 
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -16,6 +15,7 @@
 #include <mutex>
 #include <optional>
 
+#include "base/job_secret.h"
 #include "transports/shm/shm_gid.h"
 #include "transports/shm/shm_wire.h"
 
@@ -40,7 +40,7 @@ const ProbeNonce* own_nonce() {
   const pid_t self = ::getpid();
   if (probe.owner != self) {
     probe.owner = self;
-    probe.made = RAND_bytes(probe.nonce.data(), static_cast<int>(probe.nonce.size())) == 1;
+    probe.made = base::random_bytes(probe.nonce.data(), probe.nonce.size());
     if (!probe.made) {
       probe.nonce.fill(0);
       spdlog::error("shm: no random probe could be made: no peer will be handed shared objects");

@@ -82,7 +82,7 @@ bool receive_message(int fd, void* msg, size_t len, int* fds, int nfds,
 // Reads the probe nonce of pid at addr with process_vm_readv (the kernel's ptrace access rules
 // decide whether we may); false when we may not.
 bool read_probe_of(pid_t pid, uint64_t addr, ProbeNonce* out);
-// The address of this process's probe nonce: 16 random bytes (OpenSSL RAND_bytes), made at the
+// The address of this process's probe nonce: 16 random bytes (getrandom), made at the
 // first call in each process (a forked child makes its own) and kept in private memory.
 uint64_t probe_address();
 // Our proof to the peer at the other end of fd: its nonce as we read it from its memory. Sent

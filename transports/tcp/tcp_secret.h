@@ -18,7 +18,7 @@ namespace transports::tcp {
 
 using base::kMacBytes;
 using base::kMinSecretBytes;
-inline constexpr size_t kNonceBytes = 32;  // fresh per HELLO (RAND_bytes)
+inline constexpr size_t kNonceBytes = 32;  // fresh per HELLO (getrandom)
 using Mac = base::Mac;
 using Nonce = std::array<uint8_t, kNonceBytes>;
 
@@ -36,7 +36,7 @@ inline TcpSecretResult tcp_secret_from_file(const std::string& path) {
   return base::job_secret_from_file(path);
 }
 
-// Fresh random bytes (RAND_bytes); false when the generator fails.
+// Fresh random bytes (getrandom); false when the generator fails.
 bool random_nonce(Nonce* out);
 
 // The handshake's two proofs and the key the bulk lanes of a connection prove themselves
