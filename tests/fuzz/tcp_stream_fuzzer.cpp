@@ -159,6 +159,9 @@ bool connect_pair(int fds[2]) {
   }
   fds[0] = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
   fds[1] = dialer;
+  // The link may close first (a refused handshake): its end resets too, or the TIME_WAIT of
+  // each (listener port, dialer port) pair exhausts the ports within seconds.
+  if (fds[0] >= 0) ::setsockopt(fds[0], SOL_SOCKET, SO_LINGER, &abortive, sizeof abortive);
   return fds[0] >= 0;
 }
 
