@@ -6,9 +6,9 @@
 #include <netinet/in.h>
 
 #include <cstring>
-#include <mutex>
 #include <string>
 
+#include "base/drop_counter.h"
 #include "dat_api/cm/cm_connection.h"
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/log.h"
@@ -38,22 +38,11 @@ Proof active_proof(const base::JobSecret& secret, const Nonce& active, const Non
 }
 
 void log_refusal(const std::string& line) {
-  static std::mutex mutex;
-  static std::chrono::steady_clock::time_point last{};
-  static unsigned held_back = 0;
-  std::lock_guard<std::mutex> guard(mutex);
-  const auto now = std::chrono::steady_clock::now();
-  if (last != std::chrono::steady_clock::time_point{} && now - last < std::chrono::seconds(1)) {
-    ++held_back;
-    return;
+  static base::DropCounter refusals;
+  uint64_t unlogged = 0;
+  if (refusals.count_and_should_log(&unlogged)) {
+    log_warn("CM: {}{}", line, base::unlogged_note(unlogged));
   }
-  last = now;
-  if (held_back != 0) {
-    log_warn("CM: {} ({} more refusals in the last second not shown)", line, held_back);
-  } else {
-    log_warn("CM: {}", line);
-  }
-  held_back = 0;
 }
 
 }  // namespace cm
