@@ -281,6 +281,15 @@ void Completer::complete_locked(const FrameHeader& h, PayloadSource& payload) {
         fail_locked(w, r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR);
         return;
       }
+      if (!payload.commit_read()) {
+        // Lost, as a dropped packet: the READ stays unanswered and is retransmitted at its
+        // timeout (the requests before it, which the response acknowledged, stay retired).
+        spdlog::debug(
+            "QP {:#x}: READ response psn {} dropped: its sender withdrew the payload "
+            "while it was read",
+            qp_.qpn_, h.psn);
+        break;
+      }
       retire_head_locked(IBV_WC_SUCCESS, w.length);
       break;
     }

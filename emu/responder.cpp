@@ -249,6 +249,10 @@ void Responder::respond_send_locked(Link& from, const FrameHeader& h, PayloadSou
     qp_.to_error_locked();
     return;
   }
+  if (!payload.commit_read()) {
+    lost_payload_locked(h, from_srq ? wqe : nullptr);
+    return;
+  }
   expected_psn_ = (h.psn + 1) & kPsnMask;
   // The ACK is handed to the transport (or owed) before the completion becomes visible: a
   // program that reaps the receive and exits at once must not take the requester's answer
@@ -300,6 +304,10 @@ void Responder::respond_write_locked(Link& from, const FrameHeader& h, PayloadSo
     return;
   }
   if (len != 0) payload.read(reinterpret_cast<void*>(h.remote_addr), len);
+  if (!payload.commit_read()) {
+    lost_payload_locked(h, from_srq ? wqe : nullptr);
+    return;
+  }
   expected_psn_ = (h.psn + 1) & kPsnMask;
   acknowledge_locked(from, h);  // before the completion (see above)
   if (with_imm) {
@@ -307,6 +315,15 @@ void Responder::respond_write_locked(Link& from, const FrameHeader& h, PayloadSo
                                    from_srq);
     pop_recv_locked();
   }
+}
+
+void Responder::lost_payload_locked(const FrameHeader& h, const RecvWqe* srq_buffer) {
+  // The receive (if any) stays posted and the PSN expected: the requester retransmits, as
+  // after a lost packet. Rare: its sender gave the memory back while we read it.
+  if (srq_buffer != nullptr) qp_.srq_->give_back(*srq_buffer);
+  spdlog::debug(
+      "QP {:#x}: request psn {} dropped: its sender withdrew the payload while it was read",
+      qp_.qpn_, h.psn);
 }
 
 bool Responder::direct_target_locked(const FrameHeader& h, DirectTarget* target) {

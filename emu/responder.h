@@ -41,6 +41,9 @@ class Responder {
   Link& answer_path_locked(Link& arrived_on);
   void respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& payload);
   void respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& payload);
+  // A request whose payload did not stand (PayloadSource::commit_read): dropped as lost; the
+  // buffer it took from the SRQ, if any, goes back.
+  void lost_payload_locked(const FrameHeader& h, const RecvWqe* srq_buffer);
   void respond_read_locked(Link& from, const FrameHeader& h);
   void respond_atomic_locked(Link& from, const FrameHeader& h);
   void replay_atomic_locked(Link& from, const FrameHeader& h);

@@ -58,6 +58,18 @@ bool Srq::take(RecvWqe* out) {
   return true;
 }
 
+void Srq::give_back(const RecvWqe& wqe) {
+  std::lock_guard lock(lock_);
+  // It was counted among the taken ones: the ring has room for it (outstanding is unchanged).
+  head_ = (head_ + capacity_ - 1) % capacity_;
+  RecvWqe& slot = slots_[head_];
+  slot.wr_id = wqe.wr_id;
+  slot.num_sge = wqe.num_sge;
+  for (uint32_t i = 0; i < wqe.num_sge; ++i) slot.sge[i] = wqe.sge[i];
+  ++available_;
+  taken_.fetch_sub(1, std::memory_order_relaxed);
+}
+
 void Srq::on_reaped() {
   taken_.fetch_sub(1, std::memory_order_relaxed);
 }

@@ -45,6 +45,10 @@ class Srq : public ApiHandle {
   void on_reaped();
   // A taken buffer whose completion will never be reaped (its QP or CQ was destroyed).
   void on_dropped() { on_reaped(); }
+  // A taken buffer whose message was lost before it completed (its payload did not stand,
+  // PayloadSource::commit_read): the oldest available again, as if never taken, so that the
+  // retransmitted message finds a buffer and no buffer is lost.
+  void give_back(const RecvWqe& wqe);
 
   std::atomic<int> use_count{0};  // QPs attached
 

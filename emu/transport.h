@@ -103,6 +103,13 @@ class PayloadSource {
   virtual size_t size() const = 0;
   virtual void read(void* dst, size_t len) = 0;
   virtual void skip(size_t len) = 0;
+  // The sink has read the bytes it uses and is about to act on them (complete a WR, answer):
+  // whether it may. False when the sender withdrew the memory the bytes were read from while
+  // they were read (shm's revoked by-reference record, docs/wire.md): the sink then drops the
+  // frame as lost, nothing completes and nothing answers it; bytes already placed in memory
+  // stay, as a failed transfer on hardware may leave partial data. Called at most once, after
+  // the reads.
+  virtual bool commit_read() { return true; }
 };
 
 // A payload that sits whole in local memory: a ring record, a receive buffer, a GRH or an
@@ -246,15 +253,15 @@ class Transport {
   // here count first), and after it is unpublished (no thread still holds it). Never call it
   // from a FrameSink callback.
   virtual void finish_deliveries() = 0;
-  // release_payloads(): returns once no frame handed to send() before the call still reads
-  // the caller's memory, which may be freed next. kCopy: frames still queued (behind a full
-  // socket or ring) take a copy, or are withdrawn (a frame the peer has not begun to read:
-  // its QP is in error, as if it were lost); never waits for the network, only for a read
-  // the peer has begun (bounded: then the link goes down), for callers under a QP's lock
-  // (work requests completed in error or flushed). kWait: may also wait for the network,
-  // bounded by the link timeout (a QP destroyed, a region deregistered); never from a
-  // FrameSink callback. `qpn`: only the frames this QP sent need it (a transport may treat
-  // more), kEveryQp for all (a region deregistered).
+  // release_payloads(): once it returns, no frame handed to send() before the call delivers
+  // bytes read from the caller's memory after it returned, so the memory may be freed or
+  // rewritten next. kCopy: frames still queued (behind a full socket or ring) take a copy, or
+  // are withdrawn, even one the peer is reading (it then drops what it read: the frame is lost,
+  // and its QP is in error anyway); never waits, for callers under a QP's lock (work requests
+  // completed in error or flushed). kWait: may also wait for the network, bounded (a QP
+  // destroyed, a region deregistered); never from a FrameSink callback. `qpn`: only the frames
+  // this QP sent need it (a transport may treat more), kEveryQp for all (a region
+  // deregistered).
   enum class Release { kCopy, kWait };
   static constexpr uint32_t kEveryQp = UINT32_MAX;
   virtual void release_payloads(Release how, uint32_t qpn) = 0;

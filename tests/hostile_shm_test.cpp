@@ -585,18 +585,20 @@ TEST(HostileShmLinks, FiftyPastPeersLeaveNoLinksMappingsOrDescriptors) {
 }
 
 // =============================================================================================
-// Finding 7: a peer that never finishes reading a payload named by reference
+// Finding 7: a peer that takes a payload named by reference and never finishes reading it
 
-// The peer takes a by-reference record (its state word live -> taken, as a consumer does before
-// it reads the memory the record names) and never marks it done. The victim's
+// The peer takes a by-reference record (its state word live -> taken, as a consumer does
+// before it reads the memory the record names) and does not finish. The victim's
 // release_payloads, for a flush (kCopy, under a QP's lock) as for a deregistration (kWait),
-// returns after the bound instead of waiting for ever, and the peer loses its link.
-TEST(HostileShmByReference, PeerThatNeverFinishesReadingIsBoundedAndLosesItsLink) {
+// revokes the record and returns without waiting for the peer (the bound is a hang bound: kWait
+// gives a live peer 100 ms), and the peer keeps its link. When the peer then finishes, its
+// compare-and-swap fails: an honest peer drops what it read. The next payload goes by reference
+// on the same link and is finished as usual.
+TEST(HostileShmByReference, PeerThatNeverFinishesReadingIsRevokedWithoutWaitAndKeepsItsLink) {
+  constexpr auto kReleaseBound = 1s;
   for (const Transport::Release how : {Transport::Release::kCopy, Transport::Release::kWait}) {
     SCOPED_TRACE(how == Transport::Release::kCopy ? "kCopy" : "kWait");
-    shm::ShmOptions options;
-    options.release_limit = 300ms;
-    ShmEndpoint victim(options);
+    ShmEndpoint victim;
     ASSERT_NE(victim.transport, nullptr);
     const Gid peer = raw_peer_gid();
     RawDialer dialer;
@@ -622,14 +624,27 @@ TEST(HostileShmByReference, PeerThatNeverFinishesReadingIsBoundedAndLosesItsLink
     ASSERT_NE(record, nullptr);
     ASSERT_EQ(head.kind, shm::kFrameRemote);
     const uint8_t* state_word = record + sizeof(RecordHead) + sizeof(FrameRecord);
-    ASSERT_EQ(shm::take_by_reference(state_word), shm::kByReferenceLive);  // and never done
+    ASSERT_EQ(shm::take_by_reference(state_word), shm::kByReferenceLive);  // not finished yet
 
     const auto start = Clock::now();
     victim.transport->release_payloads(
         how, how == Transport::Release::kCopy ? h.src_qpn : Transport::kEveryQp);
-    EXPECT_LT(Clock::now() - start, kDeliveryLimit) << "release_payloads waited on the peer";
-    EXPECT_TRUE(victim.sink.wait_downs_of(peer, 1, kDeliveryLimit))
-        << "the peer kept its link while holding the victim's memory";
+    EXPECT_LT(Clock::now() - start, kReleaseBound) << "release_payloads waited on the peer";
+    EXPECT_TRUE(link->up()) << "the peer lost its link for holding a record";
+    // The peer finishes now: too late, the record was revoked; it drops what it read.
+    EXPECT_EQ(shm::finish_by_reference(state_word), shm::kByReferenceRevoked);
+    consumer.pop(head.size);
+
+    h.psn = 2;
+    ASSERT_TRUE(link->send(h, &iov, 1));
+    record = consumer.front(&head, &available);
+    ASSERT_NE(record, nullptr);
+    ASSERT_EQ(head.kind, shm::kFrameRemote);
+    state_word = record + sizeof(RecordHead) + sizeof(FrameRecord);
+    EXPECT_EQ(shm::take_by_reference(state_word), shm::kByReferenceLive);
+    EXPECT_EQ(shm::finish_by_reference(state_word), shm::kByReferenceTaken);
+    consumer.pop(head.size);
+    EXPECT_FALSE(victim.sink.wait_downs_of(peer, 1, 200ms)) << "the peer lost its link";
   }
 }
 

@@ -72,6 +72,9 @@ class RecordingSink : public emu::FrameSink {
     if (r.payload_size <= shm::kMaxPayload) {
       r.payload.resize(r.payload_size);
       payload.read(r.payload.data(), r.payload.size());
+      // As the engine does: bytes that do not stand (a by-reference record its sender revoked
+      // while they were read) are dropped with their frame.
+      if (!payload.commit_read()) return;
     }
     std::lock_guard lock(mutex_);
     frames_.push_back(std::move(r));

@@ -1395,6 +1395,12 @@ TEST(ShmLinkLifetime, PeersComingAndGoingDoNotExhaustTheTransport) {
 // =============================================================================================
 // RemotePayload
 
+// The state word of a by-reference record its reader took, for payloads made by hand.
+struct TakenRecord {
+  uint32_t state = shm::kByReferenceTaken;
+  const uint8_t* word() const { return reinterpret_cast<const uint8_t*>(&state); }
+};
+
 TEST(ShmRemotePayload, ReadingAProcessThatExitedFailsWithZeros) {
   std::vector<uint8_t> source(256, 0x5c);  // the child has the same bytes at the same address
   const pid_t child = ::fork();
@@ -1403,7 +1409,8 @@ TEST(ShmRemotePayload, ReadingAProcessThatExitedFailsWithZeros) {
   ASSERT_EQ(reap(child), 0);
   // The pid is not reused this quickly in practice: the kernel hands out pids in turn.
   const RemoteIov piece{reinterpret_cast<uint64_t>(source.data()), source.size()};
-  shm::RemotePayload payload(child, &piece, 1);
+  TakenRecord taken;
+  shm::RemotePayload payload(child, taken.word(), &piece, 1);
   EXPECT_EQ(payload.size(), source.size());
   std::vector<uint8_t> out(source.size(), 0xee);
   payload.read(out.data(), out.size());
@@ -1428,7 +1435,8 @@ TEST(ShmRemotePayload, ReadsOwnMemoryAcrossPiecesExactly) {
     std::copy(piece->begin(), piece->end(), std::back_inserter(all));
   }
 
-  shm::RemotePayload whole(::getpid(), pieces, 4);
+  TakenRecord taken;
+  shm::RemotePayload whole(::getpid(), taken.word(), pieces, 4);
   EXPECT_EQ(whole.size(), all.size());
   std::vector<uint8_t> out(all.size());
   whole.read(out.data(), out.size());
@@ -1437,7 +1445,7 @@ TEST(ShmRemotePayload, ReadsOwnMemoryAcrossPiecesExactly) {
   EXPECT_EQ(whole.size(), 0u);
 
   // Reads and skips of sizes that end inside, at and across piece boundaries.
-  shm::RemotePayload parts(::getpid(), pieces, 4);
+  shm::RemotePayload parts(::getpid(), taken.word(), pieces, 4);
   std::vector<uint8_t> expected, got;
   size_t at = 0;
   const auto read_some = [&](size_t n) {
@@ -1473,13 +1481,38 @@ TEST(ShmRemotePayload, UnreadablePieceFailsAfterTheReadableBytes) {
   ASSERT_EQ(::munmap(page, 4096), 0);
   const RemoteIov pieces[] = {{reinterpret_cast<uint64_t>(readable.data()), readable.size()},
                               {reinterpret_cast<uint64_t>(page), 16}};
-  shm::RemotePayload payload(::getpid(), pieces, 2);
+  TakenRecord taken;
+  shm::RemotePayload payload(::getpid(), taken.word(), pieces, 2);
   std::vector<uint8_t> out(24, 0xee);
   payload.read(out.data(), out.size());
   EXPECT_TRUE(payload.failed());
   std::vector<uint8_t> expected(24, 0);  // what could be read, then zeros
   std::copy(readable.begin(), readable.end(), expected.begin());
   EXPECT_EQ(out, expected);
+}
+
+// The sink commits what it read (PayloadSource::commit_read) by finishing the record, taken ->
+// done; once the sender revoked it, the commit fails and the record stays revoked. Either way
+// the record is finished once: the receiver's own finish after the delivery finds the same.
+TEST(ShmRemotePayload, CommitFinishesTheRecordAndFailsOnceTheSenderRevokedIt) {
+  const std::vector<uint8_t> bytes = {1, 2, 3, 4};
+  const RemoteIov piece{reinterpret_cast<uint64_t>(bytes.data()), bytes.size()};
+  std::vector<uint8_t> out(bytes.size());
+
+  TakenRecord kept;
+  shm::RemotePayload read_whole(::getpid(), kept.word(), &piece, 1);
+  read_whole.read(out.data(), out.size());
+  EXPECT_TRUE(read_whole.commit_read());
+  EXPECT_EQ(kept.state, shm::kByReferenceDone);
+  EXPECT_EQ(read_whole.finish(), shm::kByReferenceTaken);
+
+  TakenRecord revoked;
+  shm::RemotePayload read_revoked(::getpid(), revoked.word(), &piece, 1);
+  read_revoked.read(out.data(), out.size());
+  revoked.state = shm::kByReferenceRevoked;  // the sender, while the bytes were read
+  EXPECT_FALSE(read_revoked.commit_read());
+  EXPECT_EQ(revoked.state, shm::kByReferenceRevoked);
+  EXPECT_EQ(read_revoked.finish(), shm::kByReferenceRevoked);
 }
 
 // =============================================================================================
@@ -1656,7 +1689,8 @@ TEST(ShmMappedPayload, APieceOfAShrunkObjectFailsTheReadWithZeros) {
   ASSERT_EQ(::ftruncate(object.fd(), static_cast<off_t>(page)), 0);
   const auto base = reinterpret_cast<uint64_t>(object.data());
   const RemoteIov pieces[] = {{base + 100, 50}, {base + page, 64}, {base, 30}};
-  shm::MappedPayload payload(pieces, 3);
+  TakenRecord taken;
+  shm::MappedPayload payload(taken.word(), pieces, 3);
   std::vector<uint8_t> out(100, 0xee);
   payload.read(out.data(), 70);
   EXPECT_TRUE(payload.failed());

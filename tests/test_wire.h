@@ -4,9 +4,12 @@
 // transport reads the sender's memory only at delivery, which hides when a request left; here
 // a request transmitted too early carries the bytes of that moment. A test may also drop or
 // hold frames: the silence of a frozen peer or of a lost answer, which no real transport of
-// ours produces (they deliver every frame or report the link down).
+// ours produces (they deliver every frame or report the link down); or deliver a frame whose
+// payload does not stand (PayloadSource::commit_read fails), as shm delivers a by-reference
+// record its sender revoked while it was read.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -20,25 +23,31 @@
 
 namespace emu_test {
 
-// A frame's payload held in a vector, read front to back.
+// A frame's payload held in a vector, read front to back; `stands` is what commit_read says.
 class VectorPayload : public emu::PayloadSource {
  public:
-  explicit VectorPayload(const std::vector<uint8_t>& v) : v_(v) {}
+  explicit VectorPayload(const std::vector<uint8_t>& v, bool stands = true)
+      : v_(v), stands_(stands) {}
   size_t size() const override { return v_.size() - off_; }
   void read(void* dst, size_t len) override {
     std::memcpy(dst, v_.data() + off_, len);
     off_ += len;
   }
   void skip(size_t len) override { off_ += len; }
+  bool commit_read() override { return stands_; }
 
  private:
   const std::vector<uint8_t>& v_;
+  const bool stands_;
   size_t off_ = 0;
 };
 
 class TestWire : public emu::Transport, public emu::Link {
  public:
-  enum class Action { kDeliver, kDrop, kHold };
+  // kWithdraw: delivered with a payload whose commit_read fails, its bytes kWithdrawnByte (what
+  // the sender's program wrote after it took the memory back).
+  enum class Action { kDeliver, kDrop, kHold, kWithdraw };
+  static constexpr uint8_t kWithdrawnByte = 0xee;
   // Decides each frame's fate at send, under the wire's lock (it must not call the engine).
   using Filter = std::function<Action(const emu::FrameHeader&)>;
 
@@ -69,7 +78,7 @@ class TestWire : public emu::Transport, public emu::Link {
         frames_.pop_front();
         sink = sink_;
       }
-      Bytes payload(f.bytes);
+      Bytes payload(f.bytes, !f.withdrawn);
       if (sink != nullptr) sink->on_frame(*this, f.header, payload);
       ++delivered;
       std::lock_guard lock(mutex_);
@@ -90,7 +99,11 @@ class TestWire : public emu::Transport, public emu::Link {
     std::lock_guard lock(mutex_);
     sent_.push_back(header);
     Action a = filter_ ? filter_(header) : Action::kDeliver;
-    if (a == Action::kDeliver) frames_.push_back(std::move(f));
+    if (a == Action::kWithdraw) {
+      std::fill(f.bytes.begin(), f.bytes.end(), kWithdrawnByte);
+      f.withdrawn = true;
+    }
+    if (a == Action::kDeliver || a == Action::kWithdraw) frames_.push_back(std::move(f));
     if (a == Action::kHold) held_.push_back(std::move(f));
     return true;
   }
@@ -122,6 +135,7 @@ class TestWire : public emu::Transport, public emu::Link {
   struct Frame {
     emu::FrameHeader header;
     std::vector<uint8_t> bytes;
+    bool withdrawn = false;
   };
   using Bytes = VectorPayload;
 

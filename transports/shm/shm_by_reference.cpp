@@ -5,8 +5,10 @@ namespace transports::shm {
 
 namespace {
 
+// States after which the consumer acts on no byte it reads from the record.
 bool finished(uint32_t state) {
-  return state == kByReferenceDone || state == kByReferenceRetracted;
+  return state == kByReferenceDone || state == kByReferenceRetracted ||
+         state == kByReferenceRevoked;
 }
 
 }  // namespace
@@ -39,24 +41,40 @@ void ByReferenceLedger::forget_front(uint64_t released) {
   }
 }
 
-bool ByReferenceLedger::unsettled(uint32_t qpn, bool retract, uint64_t released) {
+bool ByReferenceLedger::in_ring(size_t i, uint32_t qpn, uint64_t released) {
+  const Entry& e = at(i);
+  return (qpn == kAllQps || e.qpn == qpn) && static_cast<int64_t>(released - e.end) < 0;
+}
+
+bool ByReferenceLedger::unsettled(uint32_t qpn, uint64_t released) {
   forget_front(released);
-  bool pending = false;
   for (size_t i = 0; i < count_; ++i) {
-    Entry& e = at(i);
-    if (qpn != kAllQps && e.qpn != qpn) continue;
-    if (static_cast<int64_t>(released - e.end) >= 0) continue;  // handed back
-    const auto state = by_reference_state(e.state_word);
-    uint32_t found = state.load(std::memory_order_acquire);
-    if (found == kByReferenceLive && retract) {
-      // The consumer may take it meanwhile: then it is taken, and waited for.
-      state.compare_exchange_strong(found, kByReferenceRetracted, std::memory_order_acq_rel,
-                                    std::memory_order_acquire);
-      if (found == kByReferenceLive) found = kByReferenceRetracted;
+    if (!in_ring(i, qpn, released)) continue;
+    if (!finished(by_reference_state(at(i).state_word).load(std::memory_order_acquire))) {
+      return true;
     }
-    if (!finished(found)) pending = true;
   }
-  return pending;
+  return false;
+}
+
+void ByReferenceLedger::withdraw(uint32_t qpn, uint64_t released) {
+  forget_front(released);
+  for (size_t i = 0; i < count_; ++i) {
+    if (!in_ring(i, qpn, released)) continue;
+    const auto state = by_reference_state(at(i).state_word);
+    uint32_t found = state.load(std::memory_order_acquire);
+    // An honest consumer moves the word at most twice (taken, done), so three tries settle
+    // it; a hostile one that keeps changing it gets no more (it could read our memory anyway).
+    for (int attempt = 0; attempt < 3 && !finished(found); ++attempt) {
+      const uint32_t to = found == kByReferenceLive ? kByReferenceRetracted : kByReferenceRevoked;
+      if (state.compare_exchange_strong(found, to, std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+        found = to;
+      }
+    }
+  }
+  // The withdrawn records at the front are forgotten now, the others as the front reaches them.
+  forget_front(released);
 }
 
 }  // namespace transports::shm

@@ -58,13 +58,6 @@ void ShmLink::release() {
   released_.store(true, std::memory_order_release);
 }
 
-void ShmLink::fail_through_receiver_thread(const char* why) {
-  std::lock_guard lock(sender_.lock());  // release() closes the socket under it
-  if (!up() || released()) return;
-  failure_.store(why, std::memory_order_release);
-  ::shutdown(side_.fd(), SHUT_RDWR);
-}
-
 bool ShmLink::mark_down() {
   return up_.exchange(false, std::memory_order_acq_rel);
 }

@@ -110,11 +110,10 @@ class ShmLink : public Link {
   void cancel_sleep() { receiver_.cancel_sleep(); }
   bool incoming_pending() const { return receiver_.incoming_pending(); }
 
-  // Retracts, or waits for the peer to finish reading, the records that name our memory
+  // Withdraws, after a grace for the peer to finish reading, the records that name our memory
   // (ShmSender::settle_by_reference).
-  ShmSender::Settled settle_by_reference(uint32_t qpn, ShmSender::Clock::duration grace,
-                                         ShmSender::Clock::duration limit) {
-    return sender_.settle_by_reference(qpn, grace, limit);
+  void settle_by_reference(uint32_t qpn, ShmSender::Clock::duration grace) {
+    sender_.settle_by_reference(qpn, grace);
   }
 
   // Whether the peer reads our large payloads in place (it could read our memory).
@@ -126,11 +125,6 @@ class ShmLink : public Link {
   bool peer_proved() const { return side_.peer_proved(); }
   // Why the side channel refused the peer's messages (SideChannel::refusal), or nullptr.
   const char* side_refusal() const { return side_.refusal(); }
-  // Takes the link down through the receiver thread, for a caller that may hold a QP's lock
-  // (on_link_down takes it): shuts the socket down, which that thread sees end; it then reports
-  // `why` (static storage), returned by failure().
-  void fail_through_receiver_thread(const char* why);
-  const char* failure() const { return failure_.load(std::memory_order_acquire); }
   // Frees what a down link holds: socket, doorbell, backlog, the peer's objects and the shared
   // pages. The object stays while threads may still hold it (they see up() false under its
   // locks), and so does the address range of the segment (see ShmReceiver's next_incoming_),
@@ -154,7 +148,6 @@ class ShmLink : public Link {
   std::atomic<bool> up_{true};
   std::atomic<bool> retired_{false};
   std::atomic<bool> released_{false};
-  std::atomic<const char*> failure_{nullptr};
 
   ShmSender sender_;      // owns the send lock
   ShmReceiver receiver_;  // owns the drain lock

@@ -29,6 +29,14 @@ void PieceCursor::advance(size_t len) {
   }
 }
 
+uint32_t ByReferencePayload::finish() {
+  if (!finished_) {
+    finished_as_ = finish_by_reference(state_word_);
+    finished_ = true;
+  }
+  return finished_as_;
+}
+
 void MappedPayload::read(void* dst, size_t len) {
   len = len < left_ ? len : left_;
   auto* out = static_cast<uint8_t*>(dst);

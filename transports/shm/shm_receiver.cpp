@@ -201,11 +201,24 @@ bool ShmReceiver::deliver_remote(const FrameHeader& header, const uint8_t* state
   bool retracted = false;
   if (!take(state_word, &retracted, why)) return false;
   if (retracted) return true;  // its memory went back to the sender's program: nothing comes
-  RemotePayload payload(peer_pid_, iov, count);
+  RemotePayload payload(peer_pid_, state_word, iov, count);
+  return deliver_taken(header, payload, "the peer's memory could not be read (process gone?)", why);
+}
+
+bool ShmReceiver::deliver_taken(const FrameHeader& header, ByReferencePayload& payload,
+                                const char* unreadable, std::string* why) {
   if (FrameSink* sink = owner_.sink()) sink->on_frame(link_, header, payload);
-  finish_by_reference(state_word);
+  // Finished now if the sink did not commit what it read (it read nothing, or no sink).
+  const uint32_t found = payload.finish();
+  // Revoked while we read: the sink dropped what it read (commit_read failed), a lost frame,
+  // even when the read failed (the sender may have unmapped the memory since).
+  if (found == kByReferenceRevoked) return true;
+  if (found != kByReferenceTaken) {
+    *why = "by-reference record in state " + std::to_string(found) + " while it was read";
+    return false;
+  }
   if (payload.failed()) {
-    *why = "the peer's memory could not be read (process gone?)";
+    *why = unreadable;
     return false;
   }
   return true;
@@ -261,14 +274,9 @@ bool ShmReceiver::deliver_mapped(const FrameRecord& fr, const uint8_t* state_wor
     bool retracted = false;
     if (!take(state_word, &retracted, why)) return false;
     if (retracted) return true;  // as deliver_remote
-    MappedPayload payload(pieces, fr.iov_count);
-    if (FrameSink* sink = owner_.sink()) sink->on_frame(link_, fr.header, payload);
-    finish_by_reference(state_word);
-    if (payload.failed()) {
-      *why = "the peer's object shrank under a payload read from it (SIGBUS)";
-      return false;
-    }
-    return true;
+    MappedPayload payload(state_word, pieces, fr.iov_count);
+    return deliver_taken(fr.header, payload,
+                         "the peer's object shrank under a payload read from it (SIGBUS)", why);
   }
   // An object we could not map, or one forgotten while a frame naming it was in the ring (its
   // region deregistered with the request outstanding): the sender's memory, as kFrameRemote.

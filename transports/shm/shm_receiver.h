@@ -14,6 +14,7 @@
 #include "base/spin_lock.h"
 #include "transports/common/engine_interface.h"
 #include "transports/shm/shm_link_owner.h"
+#include "transports/shm/shm_payload.h"
 #include "transports/shm/shm_peer_doorbell.h"
 #include "transports/shm/shm_ring.h"
 #include "transports/shm/shm_side_channel.h"
@@ -74,13 +75,17 @@ class ShmReceiver {
   bool deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, std::string* why);
   bool deliver_short(const uint8_t* body, uint32_t body_bytes, std::string* why);
   // By-reference records (ByReference): `state_word` is taken before the memory they name
-  // is read and marked done after; a record the sender retracted is consumed undelivered.
+  // is read and finished after; a record the sender retracted is consumed undelivered.
   bool deliver_mapped(const FrameRecord& fr, const uint8_t* state_word, const uint8_t* rest,
                       uint32_t rest_bytes, std::string* why);
   bool deliver_remote(const FrameHeader& header, const uint8_t* state_word, const RemoteIov* iov,
                       uint32_t count, std::string* why);
   // Takes the record (true), or finds it retracted (true, *retracted), or malformed.
   bool take(const uint8_t* state_word, bool* retracted, std::string* why);
+  // Delivers the payload of a record taken, then finishes it: a record revoked meanwhile is a
+  // lost frame (the sink dropped it); a failed read of one not revoked, `unreadable`.
+  bool deliver_taken(const FrameHeader& header, ByReferencePayload& payload, const char* unreadable,
+                     std::string* why);
   bool deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std::string* why);
 
   ShmLink& link_;

@@ -194,7 +194,6 @@ void ShmTransport::receiver_main() {
           if (!ended.up() || !ended.incoming_pending()) break;
         }
         const char* refusal = ended.side_refusal();
-        if (refusal == nullptr) refusal = ended.failure();
         link_failed(ended, refusal != nullptr ? refusal
                            : ended.farewell() ? "the peer closed the link in order"
                                               : "the peer process ended without closing the link");

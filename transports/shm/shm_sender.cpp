@@ -224,26 +224,23 @@ void ShmSender::copy_backlog_payloads() {
   backlog_.copy_payloads();
 }
 
-ShmSender::Settled ShmSender::settle_by_reference(uint32_t qpn, Clock::duration grace,
-                                                  Clock::duration limit) {
+void ShmSender::settle_by_reference(uint32_t qpn, Clock::duration grace) {
   std::lock_guard lock(lock_);
   // The common case: no large payload in flight by reference on this link.
-  if (by_reference_.empty()) return Settled::kClear;
+  if (by_reference_.empty()) return;
+  // A live peer takes, reads and finishes a record within microseconds to milliseconds: the
+  // grace lets it deliver the frame rather than lose it. Once the link is down the peer reads
+  // no more records: no grace then.
   const Clock::time_point start = Clock::now();
-  for (unsigned round = 0;; ++round) {
-    const Clock::duration waited = Clock::now() - start;
-    // Once the link is down the peer reads no more records: retract, wait for none.
-    const bool retract = waited >= grace || !link_up();
-    if (!by_reference_.unsettled(qpn, retract, producer_.released_now())) return Settled::kClear;
-    if (!link_up()) return Settled::kClear;
-    if (waited >= limit) return Settled::kPeerStuck;
-    // A live peer takes, reads and finishes a record within microseconds to milliseconds.
+  for (unsigned round = 0; link_up() && Clock::now() - start < grace; ++round) {
+    if (!by_reference_.unsettled(qpn, producer_.released_now())) return;
     if (round < 64) {
       base::cpu_relax();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
+  by_reference_.withdraw(qpn, producer_.released_now());
 }
 
 bool ShmSender::flush_backlog() {

@@ -52,13 +52,12 @@ class ShmSender {
   void copy_backlog_payloads();
 
   // Transport::release_payloads for the records in the ring that name our memory (ByReference):
-  // waits up to `grace` for the peer to read those of `qpn` (ByReferenceLedger::kAllQps: of
-  // every QP), retracts those it has not taken by then, and waits for the taken ones to be
-  // done, up to `limit` in all. kPeerStuck when the peer still holds one after that (the
-  // caller takes the link down). Returns at once when no record names our memory.
-  enum class Settled { kClear, kPeerStuck };
+  // waits up to `grace` for the peer to finish those of `qpn` (ByReferenceLedger::kAllQps: of
+  // every QP), then withdraws the rest (retracted or revoked: the peer acts on none of their
+  // bytes). Never waits longer than `grace`, whatever the peer does; returns at once when no
+  // record names our memory.
   using Clock = std::chrono::steady_clock;
-  Settled settle_by_reference(uint32_t qpn, Clock::duration grace, Clock::duration limit);
+  void settle_by_reference(uint32_t qpn, Clock::duration grace);
 
   // Whether the peer reads our large payloads in place (it could read our memory).
   bool peer_reads_in_place() const { return producer_.consumer_single_copy(); }

@@ -27,9 +27,6 @@ struct ShmOptions {
                             // shared (memfd, shared file) and copy from it with memcpy
   // How long an accepted connection may take to send its Hello before it is closed.
   std::chrono::milliseconds handshake_timeout{2000};
-  // Transport::release_payloads: how long a peer may go on reading a payload it began to read
-  // from our memory (a by-reference record it took) before its link is taken down.
-  std::chrono::milliseconds release_limit{5000};
 };
 
 // nullptr, with an error logged, when the Unix socket cannot be opened.

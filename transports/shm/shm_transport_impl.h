@@ -45,7 +45,7 @@ inline constexpr std::chrono::milliseconds kHandshakeTimeout{2000};
 // Accepted connections that may wait for their Hello at once (PendingHandshakes).
 inline constexpr size_t kMaxPendingHandshakes = 64;
 // release_payloads(kWait): how long a live peer gets to read the records that name memory
-// about to be given back before they are retracted (it then gets nothing: as a lost frame).
+// about to be given back before they are withdrawn (it then gets nothing: as a lost frame).
 inline constexpr std::chrono::milliseconds kRetractGrace{100};
 
 class ShmTransport final : public Transport, public LinkOwner {
@@ -199,9 +199,9 @@ class ShmTransport final : public Transport, public LinkOwner {
   void release_payloads(Release how, uint32_t qpn) override {
     // Frames held back for ring space may reference caller memory (large payloads): copied
     // now. Frames already in a ring carry their payload, or name it (by-reference records,
-    // ByReference in shm_wire.h): those the peer has not taken are retracted (kCopy: at once;
-    // kWait: after kRetractGrace, a live peer reads them by then) and those it took waited
-    // for, up to options_.release_limit; a peer that still holds one loses its link.
+    // ByReference in shm_wire.h): those are withdrawn (kCopy: at once; kWait: after
+    // kRetractGrace, a live peer reads them by then), whatever the peer does with them: one it
+    // has not taken is retracted, one it is reading revoked (it then drops what it read).
     std::vector<std::shared_ptr<ShmLink>> links;
     {
       std::lock_guard lock(links_mutex_);
@@ -210,12 +210,7 @@ class ShmTransport final : public Transport, public LinkOwner {
     const auto grace = how == Release::kWait ? kRetractGrace : std::chrono::milliseconds(0);
     for (const auto& link : links) {
       if (link->has_backlog()) link->copy_backlog_payloads();
-      if (link->settle_by_reference(qpn, grace, options_.release_limit) ==
-          ShmSender::Settled::kPeerStuck) {
-        link->fail_through_receiver_thread(
-            "the peer went on reading a payload from our memory after it was given back "
-            "(release_limit)");
-      }
+      link->settle_by_reference(qpn, grace);
     }
   }
 

@@ -15,7 +15,9 @@ namespace transports::shm {
 // 6: sealed ring segments, a Hello's GID names its sender (docs/wire.md, "Shared memory").
 // 7: each side proves it can read its peer's memory (kProof) before the peer hands it
 // objects; by-reference records (remote, mapped) carry a ByReference state word.
-inline constexpr uint32_t kProtocolVersion = 7;
+// 8: a record the consumer took can be revoked (kByReferenceRevoked): it finishes with a
+// compare-and-swap and drops the frame when that fails.
+inline constexpr uint32_t kProtocolVersion = 8;
 
 // After the handshake a link's Unix socket carries SocketMessages, each sent whole by one
 // sendmsg. End of file without a goodbye means the peer died.
@@ -91,14 +93,17 @@ inline bool fits_short_frame(const FrameHeader& h, uint64_t payload_bytes) {
 // The state word of a by-reference record (kFrameRemote, kFrameMapped), between its
 // FrameRecord and its pieces: who may still touch the memory the record names. The producer
 // writes it live; the consumer moves it live -> taken (compare-and-swap) before it reads the
-// payload and taken -> done after; the producer moves it live -> retracted when that memory
-// is about to be given back to the program (Transport::release_payloads), and the consumer
-// then pops the record and delivers nothing. Every other value is a malformed record.
+// payload and taken -> done (compare-and-swap) once it has read it, before anything acts on
+// those bytes. When that memory is about to be given back to the program
+// (Transport::release_payloads) the producer moves it live -> retracted (the consumer then pops
+// the record and delivers nothing) or taken -> revoked (the consumer's move to done then fails
+// and it drops what it read: the frame is lost). Every other value is a malformed record.
 enum ByReferenceState : uint32_t {
   kByReferenceLive = 1,
   kByReferenceTaken = 2,
   kByReferenceDone = 3,
   kByReferenceRetracted = 4,
+  kByReferenceRevoked = 5,
 };
 
 struct ByReference {
