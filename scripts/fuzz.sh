@@ -16,17 +16,18 @@ bash scripts/setup.sh
 
 seconds="${1:-60}"
 build_dir="${FUZZ_BUILD_DIR:-build-fuzz}"
-targets=(${FUZZ_TARGETS:-tcp_frame_fuzzer tcp_stream_fuzzer tcp_hello_fuzzer shm_record_fuzzer shm_hello_fuzzer dat_cm_fuzzer})
+targets=(${FUZZ_TARGETS:-tcp_frame_fuzzer tcp_stream_fuzzer tcp_dialer_fuzzer tcp_hello_fuzzer shm_record_fuzzer shm_hello_fuzzer shm_side_channel_fuzzer dat_cm_fuzzer})
 
 # The longest input each target takes: a few frames, one handshake unit, a ring's worth of
-# records (the small ring of the target is 64 KiB), an shm Hello, a CM frame of the largest
-# legal body.
+# records (the small ring of the target is 64 KiB), an shm Hello, side-channel messages (32 of
+# up to 64 bytes), a CM frame of the largest legal body.
 max_len() {
   case "$1" in
     tcp_frame_fuzzer) echo 4096 ;;
-    tcp_stream_fuzzer) echo 131072 ;;
+    tcp_stream_fuzzer | tcp_dialer_fuzzer) echo 131072 ;;
     tcp_hello_fuzzer) echo 96 ;;
     shm_hello_fuzzer) echo 64 ;;
+    shm_side_channel_fuzzer) echo 2048 ;;
     shm_record_fuzzer) echo 131072 ;;
     dat_cm_fuzzer) echo 2048 ;;
     *) echo 4096 ;;

@@ -147,6 +147,32 @@ void tcp_seeds() {
   tw::encode_lane_hello(some_gid(), 0x77, transports::tcp::Mac{}, lane_hello.data());
   write(s, "lane_hello", Bytes{0x04} + lane_hello);
 
+  // tcp_dialer_fuzzer: the same options byte, then what the acceptor sends (after a valid
+  // acceptor's HELLO and WELCOME unless bit 2). Its own HELLOs name the GID the link dialed,
+  // loopback port 7471 (tcp_dialer_fuzzer.cpp).
+  const std::string d = "tcp_dialer_fuzzer";
+  write(d, "frames", Bytes{0} + stream);
+  write(d, "frames_secret", Bytes{0x08} + stream);
+  write(d, "write_in_place", Bytes{0x11} + placed);
+  tw::Hello acceptor;
+  acceptor.gid = tcp_gid_of({INADDR_LOOPBACK, 7471});
+  acceptor.nonce.fill(0x44);
+  Bytes acceptor_hello(tw::kHelloBytes);
+  tw::encode_hello(acceptor, acceptor_hello.data());
+  Bytes welcome(tw::kWelcomeBytes);
+  tw::encode_welcome(welcome.data());
+  write(d, "own_hello", Bytes{0x04} + acceptor_hello + welcome + stream);
+  write(d, "no_welcome", Bytes{0x04} + acceptor_hello + stream);
+  acceptor.has_secret = true;
+  acceptor.proof.fill(0x55);  // not the proof over the link's nonce: refused
+  tw::encode_hello(acceptor, acceptor_hello.data());
+  write(d, "own_hello_secret", Bytes{0x0c} + acceptor_hello + welcome + stream);
+  acceptor.gid = some_gid();  // not the GID dialed
+  acceptor.has_secret = false;
+  acceptor.proof = {};
+  tw::encode_hello(acceptor, acceptor_hello.data());
+  write(d, "foreign_hello", Bytes{0x04} + acceptor_hello + welcome + stream);
+
   const std::string hello = "tcp_hello_fuzzer";
   uint8_t unit[tw::kHelloBytes];
   tw::Hello h;
@@ -342,6 +368,58 @@ void shm_hello_seeds() {
   write(t, "other_pid", b);
 }
 
+// shm_side_channel_fuzzer: messages, each a head byte (length in bits 0-5, bit 6 a
+// descriptor with it, bit 7 the probe nonce patched in) and its bytes; a Welcome's dialer asked
+// for the GID 0xd0, 0xd1, ... (shm_side_channel_fuzzer.cpp).
+void side_message(Bytes* out, const void* msg, size_t len, uint8_t flags) {
+  out->push_back(static_cast<uint8_t>(len | flags));
+  append(out, msg, len);
+}
+
+void shm_side_channel_seeds() {
+  const std::string t = "shm_side_channel_fuzzer";
+  constexpr uint8_t kWithFd = 64;
+  constexpr uint8_t kOurNonce = 128;
+  const shm::SocketMessage share{shm::kShareObject, {}, 7};
+  const shm::SocketMessage forget{shm::kForgetObject, {}, 7};
+  const shm::SocketMessage goodbye{shm::kGoodbye, {}, 0};
+  shm::ProofMessage proof{shm::kProof, {}, 0, {}};
+  proof.nonce.fill(0x99);
+  Bytes b;
+  side_message(&b, &proof, sizeof proof, kOurNonce);  // the right proof, then the objects
+  side_message(&b, &share, sizeof share, kWithFd);
+  side_message(&b, &forget, sizeof forget, 0);
+  side_message(&b, &share, sizeof share, kWithFd);
+  side_message(&b, &goodbye, sizeof goodbye, 0);
+  write(t, "proved_share_forget_goodbye", b);
+  b.clear();
+  side_message(&b, &proof, sizeof proof, 0);  // a wrong proof
+  side_message(&b, &goodbye, sizeof goodbye, 0);
+  write(t, "wrong_proof", b);
+  b.clear();
+  side_message(&b, &proof, sizeof(shm::SocketMessage), 0);  // a proof without its nonce
+  write(t, "short_proof", b);
+  b.clear();
+  Bytes longer(40, 0);  // a proof longer than any message: cut short by the kernel
+  std::memcpy(longer.data(), &proof, sizeof proof);
+  side_message(&b, longer.data(), longer.size(), kOurNonce);
+  write(t, "long_proof", b);
+  b.clear();
+  const shm::SocketMessage later{'Z', {}, 3};  // a later version's type
+  side_message(&b, &later, sizeof later, kWithFd);
+  side_message(&b, &goodbye, sizeof goodbye, 0);
+  write(t, "foreign", b);
+  b.clear();
+  shm::Welcome welcome{};
+  welcome.magic = shm::kHandshakeMagic;
+  welcome.version = shm::kProtocolVersion;
+  for (size_t i = 0; i < welcome.gid.size(); ++i) welcome.gid[i] = static_cast<uint8_t>(0xd0 + i);
+  welcome.probe_addr = 0x7fff0000;
+  welcome.flags = shm::kWelcomeProofFollows;
+  side_message(&b, &welcome, sizeof welcome, kWithFd);
+  write(t, "welcome", b);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -354,6 +432,7 @@ int main(int argc, char** argv) {
   tcp_seeds();
   shm_seeds();
   shm_hello_seeds();
+  shm_side_channel_seeds();
   cm_seeds();
   return 0;
 }

@@ -17,6 +17,7 @@
 
 #include "base/job_secret.h"
 #include "transports/shm/shm_gid.h"
+#include "transports/shm/shm_side_message.h"
 #include "transports/shm/shm_wire.h"
 
 namespace transports::shm {
@@ -222,6 +223,30 @@ bool decode_hello(const void* bytes, size_t len, pid_t peer_pid, uint32_t host_t
   return true;
 }
 
+bool decode_welcome(const void* bytes, size_t len, const std::array<uint8_t, 16>& dialed,
+                    Welcome* out, std::string* why) {
+  if (len != sizeof(Welcome)) {
+    *why = "a Welcome of " + std::to_string(len) + " bytes";
+    return false;
+  }
+  Welcome welcome;
+  std::memcpy(&welcome, bytes, sizeof welcome);
+  if (welcome.magic != kHandshakeMagic || welcome.version != kProtocolVersion) {
+    *why = "the peer answered with another protocol version";
+    return false;
+  }
+  if (welcome.gid != dialed) {
+    *why = "the peer answered with another GID than dialed";
+    return false;
+  }
+  if ((welcome.flags & ~kWelcomeProofFollows) != 0 || welcome.reserved != 0) {
+    *why = "the peer's Welcome has unknown flags or non-zero reserved bytes";
+    return false;
+  }
+  *out = welcome;
+  return true;
+}
+
 bool read_probe_of(pid_t pid, uint64_t addr, ProbeNonce* out) {
   iovec local{out->data(), out->size()};
   iovec remote{reinterpret_cast<void*>(addr), out->size()};
@@ -241,7 +266,8 @@ bool send_proof(int fd, const ProbeNonce& nonce) {
 bool receive_proof(int fd, std::chrono::milliseconds timeout, std::string* why) {
   ProofMessage m{};
   if (!receive_message(fd, &m, sizeof m, nullptr, 0, timeout, why)) return false;
-  if (m.type != kProof || !proof_matches(m.nonce)) {
+  const SideMessage proof = decode_side_message(&m, sizeof m, /*cut=*/false);
+  if (proof.kind != SideMessageKind::kProof || !proof_matches(proof.nonce)) {
     *why = "the peer's proof that it can read our memory is wrong";
     return false;
   }

@@ -57,6 +57,13 @@ inline constexpr uint32_t kHandshakeMagic = 0x656d7368;  // "emsh"
 bool decode_hello(const void* bytes, size_t len, pid_t peer_pid, uint32_t host_tag, Hello* out,
                   std::string* why);
 
+// The dialer's check of the acceptor's Welcome (`len` bytes as received), a pure function for
+// the fuzzer: its exact size, the magic and version, the GID the dialer asked for (`dialed`),
+// no flag but kWelcomeProofFollows and zero reserved bytes, so that what is taken re-encodes to
+// exactly the bytes received. The Welcome in *out; false and *why otherwise.
+bool decode_welcome(const void* bytes, size_t len, const std::array<uint8_t, 16>& dialed,
+                    Welcome* out, std::string* why);
+
 // A listening socket at the abstract name, non-blocking; -1 and *why on failure.
 int listen_at(const std::string& name, std::string* why);
 // A connection to the abstract name, or -1 and *why (nobody listens: the peer is gone).

@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "transports/shm/shm_handshake.h"
+#include "transports/shm/shm_side_message.h"
 
 namespace transports::shm {
 
@@ -32,44 +33,33 @@ bool SideChannel::send(SocketMessageType type, uint32_t object, int fd) {
 bool SideChannel::read(short revents) {
   if (socket_fd_ < 0) return false;
   for (;;) {
-    // Room for the largest message (a proof): a longer one is cut short and ignored.
-    union {
-      SocketMessage plain;
-      ProofMessage proof;
-    } m{};
+    // Room for the largest message (a proof): a longer one is cut short, and refused.
+    alignas(ProofMessage) uint8_t m[sizeof(ProofMessage)];
     // At most one descriptor is ever sent with a message; any more are closed.
     int fd = -1;
     int nfds = 0;
     bool cut = false;
-    const ssize_t n = receive_now(socket_fd_, &m, sizeof m, &fd, 1, &nfds, &cut);
+    const ssize_t n = receive_now(socket_fd_, m, sizeof m, &fd, 1, &nfds, &cut);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return (revents & (POLLHUP | POLLERR | POLLNVAL)) == 0;
     if (n <= 0 || refusal() != nullptr) {
       if (fd >= 0) ::close(fd);
       return false;
     }
-    // A message of another size (cut short, or longer and truncated) is not one of ours.
-    if (n == static_cast<ssize_t>(sizeof(SocketMessage)) && !cut) {
-      take(m.plain, fd);
-    } else if (n == static_cast<ssize_t>(sizeof(ProofMessage)) && !cut && m.proof.type == kProof) {
-      if (fd >= 0) ::close(fd);
-      take_proof(m.proof);
-    } else if (fd >= 0) {
-      ::close(fd);
-    }
+    take(decode_side_message(m, static_cast<size_t>(n), cut), fd);
     if (refusal() != nullptr) return false;
   }
 }
 
-void SideChannel::take(const SocketMessage& m, int fd) {
-  switch (m.type) {
-    case kGoodbye:
+void SideChannel::take(const SideMessage& m, int fd) {
+  switch (m.kind) {
+    case SideMessageKind::kGoodbye:
       farewell_.store(true, std::memory_order_release);
       break;
-    case kShareObject:
+    case SideMessageKind::kShareObject:
       if (fd >= 0 && peer_objects_.count(m.object) == 0) map_shared(m.object, fd);  // never reused
       break;
-    case kForgetObject: {
+    case SideMessageKind::kForgetObject: {
       auto it = peer_objects_.find(m.object);
       if (it == peer_objects_.end()) break;
       ::munmap(const_cast<uint8_t*>(it->second.base), it->second.size);
@@ -78,18 +68,21 @@ void SideChannel::take(const SocketMessage& m, int fd) {
       peer_objects_.erase(it);
       break;
     }
-    case kProof:  // a proof without its nonce
-      spdlog::warn("shm: the peer sent a proof without a nonce");
-      refusal_.store("the peer sent a malformed proof", std::memory_order_release);
+    case SideMessageKind::kProof:
+      take_proof(m.nonce);
       break;
-    default:
+    case SideMessageKind::kMalformed:
+      spdlog::warn("shm: the peer sent {} on the side channel", m.why);
+      refusal_.store("the peer sent a malformed side-channel message", std::memory_order_release);
+      break;
+    case SideMessageKind::kForeign:
       break;  // a later version's message: nothing this end must act on
   }
   if (fd >= 0) ::close(fd);  // a mapping keeps its object
 }
 
-void SideChannel::take_proof(const ProofMessage& m) {
-  if (proof_matches(m.nonce)) {
+void SideChannel::take_proof(const ProbeNonce& nonce) {
+  if (proof_matches(nonce)) {
     peer_proved_.store(true, std::memory_order_release);
     return;
   }

@@ -15,6 +15,7 @@
 
 #include "transports/shm/shared_memory.h"
 #include "transports/shm/shm_mapping_budget.h"
+#include "transports/shm/shm_side_message.h"
 #include "transports/shm/shm_wire.h"
 
 namespace transports::shm {
@@ -67,9 +68,11 @@ class SideChannel {
   void close();
 
  private:
-  void take(const SocketMessage& m, int fd);
+  // A decoded message (shm_side_message.h) with the descriptor it came with (closed here
+  // unless mapped); a malformed one is a link error.
+  void take(const SideMessage& m, int fd);
   // A kProof: the peer may be handed our objects if it holds our nonce; else a link error.
-  void take_proof(const ProofMessage& m);
+  void take_proof(const ProbeNonce& nonce);
   // A share: the object mapped read-only, within the limits.
   void map_shared(uint32_t object, int fd);
 

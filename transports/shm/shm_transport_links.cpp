@@ -44,16 +44,15 @@ std::shared_ptr<ShmLink> ShmTransport::dial_peer(const Gid& peer, const ShmAddre
   const int fds[2] = {memfd, doorbell_fd_};
   const bool sent = send_message(fd, &hello, sizeof hello, fds, 2);
   ::close(memfd);
-  Welcome welcome{};
-  if (!sent || !receive_message(fd, &welcome, sizeof welcome, &setup.peer_doorbell_fd, 1,
+  uint8_t message[sizeof(Welcome)];
+  if (!sent || !receive_message(fd, message, sizeof message, &setup.peer_doorbell_fd, 1,
                                 kHandshakeTimeout, why)) {
     if (!sent) *why = "the handshake could not be sent";
     ::close(fd);
     return nullptr;
   }
-  if (welcome.magic != kHandshakeMagic || welcome.version != kProtocolVersion ||
-      welcome.gid != peer.raw) {
-    *why = "the peer answered with another protocol version or GID";
+  Welcome welcome{};
+  if (!decode_welcome(message, sizeof message, peer.raw, &welcome, why)) {
     ::close(fd);
     ::close(setup.peer_doorbell_fd);
     return nullptr;
