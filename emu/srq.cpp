@@ -34,6 +34,7 @@ int Srq::post_recv(const ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       if (bad_wr) *bad_wr = const_cast<ibv_recv_wr*>(wr);
       return ENOMEM;
     }
+    longest_receive_.note(*wr);
     RecvWqe& slot = slots_[(head_ + available_) % capacity_];
     slot.wr_id = wr->wr_id;
     slot.num_sge = static_cast<uint32_t>(wr->num_sge);
@@ -56,6 +57,18 @@ bool Srq::take(RecvWqe* out) {
   taken_.fetch_add(1, std::memory_order_relaxed);
   if (limit_ != 0 && available_ < limit_) fire_limit_locked();
   return true;
+}
+
+void Srq::give_back(const RecvWqe& wqe) {
+  std::lock_guard lock(lock_);
+  // take() left this slot free, and no post reached it since: posts fill after the last one.
+  head_ = (head_ + capacity_ - 1) % capacity_;
+  RecvWqe& slot = slots_[head_];
+  slot.wr_id = wqe.wr_id;
+  slot.num_sge = wqe.num_sge;
+  for (uint32_t i = 0; i < wqe.num_sge; ++i) slot.sge[i] = wqe.sge[i];
+  ++available_;
+  taken_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void Srq::on_reaped() {
