@@ -14,7 +14,8 @@
 // a secret (the acceptor's owner holds it; the prologue's HELLO says so and its PROOF is
 // computed from the acceptor's HELLO); bits 4-7, when not 0: the bytes go in pieces of that
 // many 4 KiB, the reader running between two (a frame then arrives in parts, and large WRITEs
-// are received in place).
+// are received in place). A frame with an odd PSN could take half its payload at most
+// (FrameSink::payload_room): a large one is discarded as it arrives.
 //
 // Invariants: no frame is delivered before the handshake completed, and with a secret none
 // ever is to a peer that sent its own bytes (bit 2: it cannot prove the secret); every frame
@@ -71,6 +72,8 @@ class ReadingSink final : public FrameSink {
     FUZZ_CHECK(!down);
     const size_t size = payload.size();
     FUZZ_CHECK(size == (tw::carries_payload(h.op) ? h.length : 0));
+    // Only a payload at least kPayloadRoomMin long, and longer than its room, is discarded.
+    FUZZ_CHECK(!payload.discarded() || ((h.psn & 1) != 0 && size >= FrameSink::kPayloadRoomMin));
     received_ += tw::kFrameHeaderBytes + size;
     FUZZ_CHECK(received_ <= sent_);
     const size_t n = size < kReadAtMost ? size : kReadAtMost;
@@ -117,6 +120,11 @@ class Owner final : public transports::tcp::TcpLinkOwner {
     target->addr = targets_.back().data();
     target->region_key = 1;
     return true;
+  }
+  // A frame with an odd PSN could be delivered with half its payload at most: a large one is
+  // discarded as it arrives (FrameSink::payload_room).
+  uint64_t payload_room(TcpLink&, const FrameHeader& h) override {
+    return (h.psn & 1) != 0 ? h.length / 2 : UINT64_MAX;
   }
   FrameSink* hold_region(uint32_t) override { return (options_ & 2) ? nullptr : &sink_; }
   void release_region(FrameSink*, uint32_t) override {}
