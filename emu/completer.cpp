@@ -235,6 +235,13 @@ void Completer::handle_nak_locked(const FrameHeader& h) {
   qp_.node().ignore_answer(Node::IgnoredAnswer::kUnknownNak, qp_.qpn_, h);
 }
 
+uint64_t Completer::read_response_room_locked(const FrameHeader& h) const {
+  const ibv_qp_state st = qp_.state();
+  if (st == IBV_QPS_RESET || st == IBV_QPS_ERR) return 0;
+  if (psn_diff(h.psn, qp_.requester_.psn_after_sent()) >= 0) return 0;  // a ghost
+  return qp_.requester_.read_awaiting(h.psn);
+}
+
 void Completer::complete_locked(const FrameHeader& h, PayloadSource& payload) {
   ibv_qp_state st = qp_.state();
   if (st == IBV_QPS_RESET || st == IBV_QPS_ERR) return;  // everything was flushed already
@@ -277,6 +284,9 @@ void Completer::complete_locked(const FrameHeader& h, PayloadSource& payload) {
         return;
       }
       ScatterResult r = scatter(qp_.node().mrs(), qp_.pd_, w.sge, w.num_sge, 0, payload, w.length);
+      // Discarded while no READ waited for it (a retransmitted READ is waiting now): lost, as
+      // on a wire; the READ goes again at the ACK timeout.
+      if (r == ScatterResult::kDiscarded) return;
       if (r != ScatterResult::kOk) {
         fail_locked(w, r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR);
         return;

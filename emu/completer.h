@@ -22,6 +22,9 @@ class Completer {
 
   // An answer (ACK, NAK, READ or atomic response) from the peer.
   void complete_locked(const FrameHeader& h, PayloadSource& payload);
+  // FrameSink::payload_room for a READ response: the length of the READ it answers if
+  // complete_locked would scatter it now, else 0.
+  uint64_t read_response_room_locked(const FrameHeader& h) const;
   void handle_nak_locked(const FrameHeader& h);
   // Completes the head WQEs the requester settled without the peer (answered_locally).
   void retire_local_answers_locked();

@@ -181,6 +181,12 @@ bool Node::direct_target(Link& from, const FrameHeader& header, DirectTarget* ta
   return placed;
 }
 
+uint64_t Node::payload_room(Link& from, const FrameHeader& header) {
+  uint64_t room = 0;  // no such QP: the frame is answered, or dropped, unread
+  with_qp(header.dst_qpn, [&](Qp& qp) { room = qp.payload_room(from, header); });
+  return room;
+}
+
 void Node::on_link_down(Link& link) {
   // A peer that ended in order (farewell) is silence, as on hardware: only the QPs' own timers
   // (RC local ACK timeout) turn it into an error. Otherwise the QPs on the link go to error

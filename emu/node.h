@@ -91,6 +91,7 @@ class Node : public FrameSink {
   void on_frame(Link& from, const FrameHeader& header, PayloadSource& payload) override;
   void on_link_down(Link& link) override;
   bool direct_target(Link& from, const FrameHeader& header, DirectTarget* target) override;
+  uint64_t payload_room(Link& from, const FrameHeader& header) override;
   bool hold_region(uint32_t region_key) override { return mrs_.hold(region_key); }
   void release_region(uint32_t region_key) override { mrs_.release_hold(region_key); }
   bool poll_satisfied() const override;

@@ -127,6 +127,8 @@ int Qp::post_recv(const ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       if (bad_wr) *bad_wr = const_cast<ibv_recv_wr*>(wr);
       return EINVAL;
     }
+    // Before the receive can be taken: a SEND that needs its length is not discarded.
+    longest_rq_receive_.note(*wr);
     if (!rq_->try_emplace(*wr)) {
       if (bad_wr) *bad_wr = const_cast<ibv_recv_wr*>(wr);
       return ENOMEM;
@@ -300,6 +302,21 @@ bool Qp::direct_target(Link& from, const FrameHeader& h, DirectTarget* target) {
     return false;
   }
   return responder_.direct_target_locked(h, target);
+}
+
+uint64_t Qp::payload_room(Link& from, const FrameHeader& h) {
+  std::lock_guard lock(lock_);
+  // A foreigner's frame is dropped unread (on_frame).
+  if (!from_known_peer_locked(from, h) && check_sender_locked(from, h) != Sender::kPeer) {
+    return 0;
+  }
+  if (is_request(h.op)) return responder_.payload_room_locked(h);
+  if (h.op == FrameOp::kReadResponse) return completer_.read_response_room_locked(h);
+  return 0;  // ACK, NAK, atomic response: no payload is ever read
+}
+
+uint64_t Qp::longest_receive() const {
+  return srq_ != nullptr ? srq_->longest_receive() : longest_rq_receive_.bytes();
 }
 
 void Qp::flush_owed_ack() {

@@ -73,6 +73,10 @@ class Qp : public ApiHandle {
   void on_frame(Link& from, const FrameHeader& header, PayloadSource& payload);
   // FrameSink::direct_target for a frame to this QP (Responder::direct_target_locked).
   bool direct_target(Link& from, const FrameHeader& header, DirectTarget* target);
+  // FrameSink::payload_room for a frame to this QP.
+  uint64_t payload_room(Link& from, const FrameHeader& header);
+  // The longest receive ever posted where a SEND to this QP would take one (RQ or SRQ).
+  uint64_t longest_receive() const;
   void on_link_down(const Link& link);
   void on_timer(uint64_t token);
   void resume_send();
@@ -140,6 +144,7 @@ class Qp : public ApiHandle {
 
   // Receive queue: posted lock-free by any thread, taken by the responder under lock_.
   std::unique_ptr<base::MpscRing<RecvWqe>> rq_;
+  LongestReceive longest_rq_receive_;
 
   Requester requester_;
   Responder responder_{*this};

@@ -12,6 +12,7 @@
 #include "emu/mw.h"
 #include "emu/node.h"
 #include "emu/qp.h"
+#include "emu/sge.h"
 
 namespace emu {
 
@@ -329,6 +330,19 @@ uint64_t Requester::unanswered_bytes() const {
     if (!w.answered_locally) bytes += w.length;
   }
   return bytes;
+}
+
+uint32_t Requester::read_awaiting(uint32_t psn) const {
+  // The walk of Completer::complete_locked: earlier SENDs and WRITEs are retired by the
+  // response, an earlier READ or atomic still unanswered makes the completer ignore it.
+  for (uint64_t i = head_; i != next_; ++i) {
+    const SendWqe& w = sq_[i & mask_];
+    const int32_t d = psn_diff(w.psn, psn);
+    if (d > 0) return 0;
+    if (d == 0) return w.opcode == IBV_WR_RDMA_READ ? w.length : 0;
+    if (!w.answered_locally && is_rd_atomic(w.opcode)) return 0;
+  }
+  return 0;
 }
 
 void Requester::flush_locked() {

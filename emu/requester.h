@@ -35,6 +35,9 @@ class Requester {
   bool nothing_unanswered() const { return head_ == next_; }
   // Payload bytes transmitted and not answered (a READ counts its response).
   uint64_t unanswered_bytes() const;
+  // The length of the RDMA READ with this PSN when its response would be taken now (it is
+  // transmitted and unanswered, and no READ or atomic before it is), else 0.
+  uint32_t read_awaiting(uint32_t psn) const;
   // The head is completed: the next one becomes the head.
   void pop_head() {
     ++head_;

@@ -132,14 +132,21 @@ Link& Responder::answer_path_locked(Link& arrived_on) {
   return *own;
 }
 
+bool Responder::receiving() const {
+  const ibv_qp_state st = qp_.state();
+  return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
+}
+
+bool Responder::expected_type(const FrameHeader& h) const {
+  const bool datagram = (h.flags & kFrameDatagram) != 0;
+  return datagram == (qp_.type_ != IBV_QPT_RC) &&
+         (qp_.type_ == IBV_QPT_UD || h.src_qpn == qp_.attr_.dest_qp_num);
+}
+
 void Responder::respond_locked(Link& arrived_on, const FrameHeader& h, PayloadSource& payload) {
   const bool datagram = (h.flags & kFrameDatagram) != 0;
-  const ibv_qp_state st = qp_.state();
-  const bool can_receive =
-      st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
-  const bool type_ok = datagram == (qp_.type_ != IBV_QPT_RC) &&
-                       (qp_.type_ == IBV_QPT_UD || h.src_qpn == qp_.attr_.dest_qp_num);
-  if (!can_receive || !type_ok) {
+  const bool type_ok = expected_type(h);
+  if (!receiving() || !type_ok) {
     // Not for us, or not now: an RC requester hears nothing and retransmits after its
     // timeout (kUnavailable models that silence); an unreliable message is just lost.
     // From the connected peer, on the QP's own path (below): after a NAK that moved this QP to
@@ -231,6 +238,10 @@ void Responder::respond_send_locked(Link& from, const FrameHeader& h, PayloadSou
     LocalPayload src(header, sizeof(header));
     r = scatter(qp_.node().mrs(), buffer_pd, wqe->sge, wqe->num_sge, 0, src, sizeof(header));
   }
+  if (r == ScatterResult::kDiscarded) {
+    lost_payload_locked(h, from_srq ? wqe : nullptr);
+    return;
+  }
   if (r != ScatterResult::kOk) {
     ibv_wc_status status = r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR;
     spdlog::debug("QP {:#x}: receive wr_id {} fails with {}", qp_.qpn_, wqe->wr_id,
@@ -303,6 +314,10 @@ void Responder::respond_write_locked(Link& from, const FrameHeader& h, PayloadSo
     }
     return;
   }
+  if (len != 0 && payload.discarded()) {
+    lost_payload_locked(h, from_srq ? wqe : nullptr);
+    return;
+  }
   if (len != 0) payload.read(reinterpret_cast<void*>(h.remote_addr), len);
   if (!payload.commit_read()) {
     lost_payload_locked(h, from_srq ? wqe : nullptr);
@@ -319,21 +334,20 @@ void Responder::respond_write_locked(Link& from, const FrameHeader& h, PayloadSo
 
 void Responder::lost_payload_locked(const FrameHeader& h, const RecvWqe* srq_buffer) {
   // The receive (if any) stays posted and the PSN expected: the requester retransmits, as
-  // after a lost packet. Rare: its sender gave the memory back while we read it.
+  // after a lost packet. Rare: the sender gave the memory back while we read it, or a receive
+  // long enough was posted after the transport discarded the payload.
   if (srq_buffer != nullptr) qp_.srq_->give_back(*srq_buffer);
   spdlog::debug(
-      "QP {:#x}: request psn {} dropped: its sender withdrew the payload while it was read",
-      qp_.qpn_, h.psn);
+      "QP {:#x}: request psn {} ({} bytes) dropped: its payload was withdrawn while read, or "
+      "discarded",
+      qp_.qpn_, h.psn, h.length);
 }
 
 bool Responder::direct_target_locked(const FrameHeader& h, DirectTarget* target) {
   // Only what respond_locked would write now, unchanged: an RC WRITE that is the next request
   // expected from the connected peer, into a region (a window's bounds may change under the
   // transfer) that grants it. Anything else is buffered and judged on delivery.
-  const ibv_qp_state st = qp_.state();
-  const bool can_receive =
-      st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
-  if (!can_receive || qp_.type_ != IBV_QPT_RC || h.src_qpn != qp_.attr_.dest_qp_num ||
+  if (!receiving() || qp_.type_ != IBV_QPT_RC || h.src_qpn != qp_.attr_.dest_qp_num ||
       h.psn != expected_psn_ || (qp_.attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0) {
     return false;
   }
@@ -346,6 +360,27 @@ bool Responder::direct_target_locked(const FrameHeader& h, DirectTarget* target)
   target->addr = reinterpret_cast<uint8_t*>(h.remote_addr);
   target->region_key = h.rkey;
   return true;
+}
+
+uint64_t Responder::payload_room_locked(const FrameHeader& h) const {
+  // The checks of respond_locked that come before a payload is read, in its order.
+  if (!receiving() || !expected_type(h)) return 0;
+  if (qp_.type_ == IBV_QPT_UD && (h.op != FrameOp::kSend || h.qkey != qp_.attr_.qkey)) return 0;
+  // RC: a request out of sequence is dropped, a duplicate SEND or WRITE acknowledged unread.
+  if (qp_.type_ == IBV_QPT_RC && h.psn != expected_psn_) return 0;
+  switch (h.op) {
+    case FrameOp::kSend:
+      // UD: the GRH takes the first bytes of the receive; the bound may stay loose.
+      return qp_.longest_receive();
+    case FrameOp::kWrite:
+      return (qp_.attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) != 0 &&
+                     qp_.node().mrs().check_remote(h.rkey, qp_.pd_, qp_.qpn_, h.remote_addr,
+                                                   h.length, IBV_ACCESS_REMOTE_WRITE)
+                 ? h.length
+                 : 0;
+    default:
+      return 0;  // READ and atomic requests carry no payload
+  }
 }
 
 void Responder::respond_read_locked(Link& from, const FrameHeader& h) {

@@ -28,6 +28,8 @@ class Responder {
   void respond_locked(Link& arrived_on, const FrameHeader& h, PayloadSource& payload);
   // FrameSink::direct_target: where an RC WRITE executed now would write its payload.
   bool direct_target_locked(const FrameHeader& h, DirectTarget* target);
+  // FrameSink::payload_room for a request: what respond_locked would read of its payload now.
+  uint64_t payload_room_locked(const FrameHeader& h) const;
   // Sends the ACK owed, if any (a later answer, its timer, a state change, the QP's end).
   void send_owed_ack_locked();
   void on_owed_ack_timer_locked();
@@ -38,11 +40,17 @@ class Responder {
   void reset_locked();
 
  private:
+  // RTR, RTS, SQD, SQE: the states in which requests are executed.
+  bool receiving() const;
+  // A request of the type this QP executes, from its connected peer (RC, UC) or anyone (UD).
+  bool expected_type(const FrameHeader& h) const;
   Link& answer_path_locked(Link& arrived_on);
   void respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& payload);
   void respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& payload);
-  // A request whose payload did not stand (PayloadSource::commit_read): dropped as lost; the
-  // buffer it took from the SRQ, if any, goes back.
+  // A request whose payload did not stand (PayloadSource::commit_read: withdrawn by its sender
+  // while read) or was discarded by the transport yet is wanted after all (a longer receive
+  // posted, a region registered, after its header came): dropped unanswered, as a frame lost
+  // on a wire; the requester sends it again. The buffer it took from the SRQ, if any, goes back.
   void lost_payload_locked(const FrameHeader& h, const RecvWqe* srq_buffer);
   void respond_read_locked(Link& from, const FrameHeader& h);
   void respond_atomic_locked(Link& from, const FrameHeader& h);

@@ -12,7 +12,9 @@
 
 namespace emu {
 
-enum class ScatterResult { kOk, kTooLong, kProtection };
+// kDiscarded: every check passed, but the transport discarded the payload
+// (PayloadSource::discarded): nothing was read, the frame is lost.
+enum class ScatterResult { kOk, kTooLong, kProtection, kDiscarded };
 
 // Copies len bytes of payload into sge[0..n) (after skipping `offset` bytes of the list).
 // Checks everything before copying a byte, so a refused scatter leaves memory untouched.

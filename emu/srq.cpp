@@ -34,6 +34,7 @@ int Srq::post_recv(const ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       if (bad_wr) *bad_wr = const_cast<ibv_recv_wr*>(wr);
       return ENOMEM;
     }
+    longest_receive_.note(*wr);
     RecvWqe& slot = slots_[(head_ + available_) % capacity_];
     slot.wr_id = wr->wr_id;
     slot.num_sge = static_cast<uint32_t>(wr->num_sge);

@@ -42,6 +42,7 @@ class Srq : public ApiHandle {
   // Responder side: takes the oldest buffer for a QP. The buffer stays outstanding until the
   // completion made from it is reaped (on_reaped) or dropped (on_dropped).
   bool take(RecvWqe* out);
+  uint64_t longest_receive() const { return longest_receive_.bytes(); }
   void on_reaped();
   // A taken buffer whose completion will never be reaped (its QP or CQ was destroyed).
   void on_dropped() { on_reaped(); }
@@ -68,6 +69,7 @@ class Srq : public ApiHandle {
   uint32_t max_wr_;
   uint32_t limit_ = 0;              // 0 = not armed
   std::atomic<uint32_t> taken_{0};  // taken by QPs, not yet reaped
+  LongestReceive longest_receive_;
 };
 
 }  // namespace emu

@@ -110,6 +110,20 @@ class PayloadSource {
   // stay, as a failed transfer on hardware may leave partial data. Called at most once, after
   // the reads.
   virtual bool commit_read() { return true; }
+  // Whether the transport discarded the bytes as they arrived (DiscardedPayload): the frame
+  // announced more than FrameSink::payload_room. size() is still the length announced, so the
+  // engine answers the frame as it would with its bytes (a length or access error, a NAK),
+  // never reading them; if it does want them (a longer receive was posted since the header
+  // came), the frame is lost, as on a wire (commit_read() is false), and the requester sends
+  // it again.
+  bool discarded() const { return discarded_; }
+
+ protected:
+  PayloadSource() = default;
+  explicit PayloadSource(bool discarded) : discarded_(discarded) {}
+
+ private:
+  bool discarded_ = false;
 };
 
 // A payload that sits whole in local memory: a ring record, a receive buffer, a GRH or an
@@ -134,6 +148,23 @@ class LocalPayload final : public PayloadSource {
 
  private:
   const uint8_t* p_;
+  size_t left_;
+};
+
+// The payload of a frame whose bytes the transport dropped as they streamed in (see
+// PayloadSource::discarded): its announced length and nothing to read.
+class DiscardedPayload final : public PayloadSource {
+ public:
+  explicit DiscardedPayload(size_t announced) : PayloadSource(true), left_(announced) {}
+  size_t size() const override { return left_; }
+  void read(void* dst, size_t len) override {
+    (void)dst;
+    skip(len);
+  }
+  void skip(size_t len) override { left_ -= len < left_ ? len : left_; }
+  bool commit_read() override { return false; }  // no byte of it stands
+
+ private:
   size_t left_;
 };
 
@@ -167,6 +198,21 @@ class FrameSink {
     return false;
   }
   virtual void release_region(uint32_t region_key) { (void)region_key; }
+  // Any thread reading `from`, every earlier frame of `from` delivered, the payload of
+  // `header` (at least kPayloadRoomMin bytes) not yet received: the most payload bytes this
+  // frame could be delivered with, judged by the checks its delivery will make. 0 when it is
+  // refused whatever its payload (no such QP, not from the QP's connected peer, a QP that
+  // cannot receive, a WRITE outside what its rkey grants, a READ response with no READ
+  // waiting for it); for a SEND the longest receive ever posted to the QP's RQ or SRQ; for a
+  // WRITE its length; for a READ response the READ's length. A transport asks once per large
+  // frame, before it stages or grows a buffer for the payload; if the frame announces more,
+  // it keeps none of the bytes (reads them into a small scratch buffer, skips the chunks) and
+  // delivers the frame with a DiscardedPayload. No allocation, no sleeping lock.
+  virtual uint64_t payload_room(Link& from, const FrameHeader& header) {
+    (void)from, (void)header;
+    return UINT64_MAX;
+  }
+  static constexpr uint64_t kPayloadRoomMin = 64 * 1024;
   // Whether the program whose CQ poll is delivering frames on this thread already has the
   // completions it asked for. A transport delivering inside that poll may then stop before
   // its next request: the program gets its completion without waiting for the frames behind

@@ -4,6 +4,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "emu/limits.h"
@@ -22,6 +23,24 @@ struct RecvWqe {
   uint64_t wr_id = 0;
   uint32_t num_sge = 0;
   ibv_sge sge[kMaxSge];
+};
+
+// The longest receive ever posted to a queue (its SGEs' lengths added): the most a SEND to it
+// could be scattered into (FrameSink::payload_room). It never shrinks. Kept at post time by
+// any thread: a load and a compare, and a compare-and-swap only for a longer receive.
+class LongestReceive {
+ public:
+  void note(const ibv_recv_wr& wr) {
+    uint64_t bytes = 0;
+    for (int i = 0; i < wr.num_sge; ++i) bytes += wr.sg_list[i].length;
+    uint64_t seen = bytes_.load(std::memory_order_relaxed);
+    while (bytes > seen && !bytes_.compare_exchange_weak(seen, bytes, std::memory_order_relaxed)) {
+    }
+  }
+  uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> bytes_{0};
 };
 
 struct Ah;

@@ -157,28 +157,6 @@ uint64_t resident_bytes() {
   return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 
-// A record through the hand-made peer's producer, which writes a truthful head.
-void put(RawDialer& d, uint32_t kind, const std::vector<uint8_t>& body) {
-  uint8_t* at = d.producer().reserve(shm::record_size(sizeof(RecordHead) + body.size()));
-  ASSERT_NE(at, nullptr);
-  std::memcpy(at, body.data(), body.size());
-  d.producer().commit(kind);
-}
-
-std::vector<uint8_t> staged_frame_body(uint32_t payload_bytes) {
-  const FrameRecord fr{frame_header(9, payload_bytes), payload_bytes, 0};
-  std::vector<uint8_t> body(sizeof fr);
-  std::memcpy(body.data(), &fr, sizeof fr);
-  return body;
-}
-
-std::vector<uint8_t> chunk_body(uint64_t bytes) {
-  const shm::ChunkHead head{bytes};
-  std::vector<uint8_t> body(sizeof head + bytes, 0x3c);
-  std::memcpy(body.data(), &head, sizeof head);
-  return body;
-}
-
 bool send_share(int socket_fd, uint32_t object, int fd) {
   const shm::SocketMessage m{shm::kShareObject, {}, object};
   return shm::send_message(socket_fd, &m, sizeof m, &fd, 1);
@@ -352,22 +330,7 @@ TEST(HostileShmStaged, AllocationFailureIsALinkErrorNotAnAbort) {
   ASSERT_TRUE(hostile_pipe.put(hostile.raw.data(), hostile.raw.size()));
   put(attacker, shm::kFrameStaged, staged_frame_body(static_cast<uint32_t>(shm::kMaxPayload)));
   // Chunks until the victim hangs up (or a bound: 1 GiB, 8 s).
-  const std::vector<uint8_t> chunk = chunk_body(shm::kChunkBytes);
-  const uint32_t size = shm::record_size(sizeof(RecordHead) + chunk.size());
-  const auto deadline = Clock::now() + 8s;
-  for (int sent = 0; sent < 16384 && Clock::now() < deadline;) {
-    uint8_t* at = attacker.producer().reserve(size);
-    if (at == nullptr) {
-      attacker.ring_victim();
-      if (sees_end_of_stream(attacker.socket_fd(), 0ms)) break;
-      std::this_thread::yield();
-      continue;
-    }
-    std::memcpy(at, chunk.data(), chunk.size());
-    attacker.producer().commit(shm::kChunk);
-    if (++sent % 16 == 0) attacker.ring_victim();
-  }
-  attacker.ring_victim();
+  stream_chunks(attacker, 16384, 8s);
   const int code = reap(child);
   EXPECT_EQ(code, 0) << "victim exit code " << code
                      << " (-1: killed by a signal, std::bad_alloc's abort before the fix; 7: the "

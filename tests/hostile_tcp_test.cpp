@@ -56,18 +56,7 @@ const std::string kSecret = "the job's secret, 32 bytes long!";
 using emu_test::config_with;
 using emu_test::RawPeer;
 
-// A GID on 127.0.0.1 no process listens on (the port of a socket bound then closed).
-Gid unused_loopback_gid() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  socklen_t len = sizeof sa;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  return tcp::tcp_gid_of({0x7f000001, ntohs(sa.sin_port)});
-}
+using emu_test::unused_loopback_gid;
 
 // An engine node on a TCP transport on 127.0.0.1 with one CQ and a registered buffer.
 struct Side {

@@ -261,6 +261,57 @@ class RawDialer {
   RingProducer producer_;
 };
 
+// One record through the hand-made peer's producer, which writes a truthful head.
+inline void put(RawDialer& d, uint32_t kind, const std::vector<uint8_t>& body) {
+  uint8_t* at = d.producer().reserve(shm::record_size(sizeof(shm::RecordHead) + body.size()));
+  ASSERT_NE(at, nullptr);
+  std::memcpy(at, body.data(), body.size());
+  d.producer().commit(kind);
+}
+
+// The body of a kFrameStaged record: a SEND (frame_header) whose payload_bytes follow in
+// chunks.
+inline std::vector<uint8_t> staged_frame_body(uint32_t payload_bytes) {
+  const shm::FrameRecord fr{frame_header(9, payload_bytes), payload_bytes, 0};
+  std::vector<uint8_t> body(sizeof fr);
+  std::memcpy(body.data(), &fr, sizeof fr);
+  return body;
+}
+
+// The body of a kChunk record carrying `bytes` bytes.
+inline std::vector<uint8_t> chunk_body(uint64_t bytes) {
+  const shm::ChunkHead head{bytes};
+  std::vector<uint8_t> body(sizeof head + bytes, 0x3c);
+  std::memcpy(body.data(), &head, sizeof head);
+  return body;
+}
+
+// Whether fd reaches end of file within the limit: the other side closed or shut it down.
+inline bool sees_end_of_stream(int fd, std::chrono::milliseconds limit);
+
+// Streams `count` full chunk records (kChunkBytes each) as fast as the victim drains them,
+// until it hangs up or `limit` passes; rings the victim at the end. Returns the chunks sent.
+inline uint64_t stream_chunks(RawDialer& d, uint64_t count, std::chrono::milliseconds limit) {
+  const std::vector<uint8_t> chunk = chunk_body(shm::kChunkBytes);
+  const uint32_t size = shm::record_size(sizeof(shm::RecordHead) + chunk.size());
+  const auto deadline = Clock::now() + limit;
+  uint64_t sent = 0;
+  while (sent < count && Clock::now() < deadline) {
+    uint8_t* at = d.producer().reserve(size);
+    if (at == nullptr) {
+      d.ring_victim();
+      if (sees_end_of_stream(d.socket_fd(), 0ms)) break;
+      std::this_thread::yield();
+      continue;
+    }
+    std::memcpy(at, chunk.data(), chunk.size());
+    d.producer().commit(shm::kChunk);
+    if (++sent % 16 == 0) d.ring_victim();
+  }
+  d.ring_victim();
+  return sent;
+}
+
 // A GID for a hand-made peer: this host and process, an instance no transport takes.
 inline Gid raw_peer_gid() {
   static std::atomic<uint16_t> next{50000};

@@ -1074,14 +1074,6 @@ std::vector<uint8_t> iov_bytes(const std::vector<RemoteIov>& pieces) {
   return by_reference_bytes(pieces);
 }
 
-// One record through the producer, which writes a truthful head.
-void put(RawDialer& d, uint32_t kind, const std::vector<uint8_t>& body) {
-  uint8_t* at = d.producer().reserve(shm::record_size(sizeof(RecordHead) + body.size()));
-  ASSERT_NE(at, nullptr);
-  std::memcpy(at, body.data(), body.size());
-  d.producer().commit(kind);
-}
-
 // One record whose head says `claimed_size` whatever its body: a lie the producer cannot tell,
 // so the head is written by hand at the start of the empty ring.
 void put_lying_head(RawDialer& d, uint32_t claimed_size, const std::vector<uint8_t>& body) {

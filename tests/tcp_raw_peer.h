@@ -31,6 +31,19 @@ namespace wire = transports::tcp::tcp_wire;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
+// A GID on 127.0.0.1 no process listens on (the port of a socket bound then closed).
+inline emu::Gid unused_loopback_gid() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  socklen_t len = sizeof sa;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  ::close(fd);
+  return tcp::tcp_gid_of({0x7f000001, ntohs(sa.sin_port)});
+}
+
 // A raw client: a plain blocking socket from `source` (host order; 0: any) to gid's listener.
 class RawPeer {
  public:

@@ -10,6 +10,13 @@
 
 namespace transports {
 
+// For tests: the bytes this process holds for payloads received and not yet delivered (TCP
+// receive buffers, shm staged frames: transports/common/receive_memory.h), the most it held
+// at once since the last reset, and a reset of that peak to what is held now.
+size_t receive_memory_held();
+size_t receive_memory_peak();
+void reset_receive_memory_peak();
+
 // Closes every shm and TCP connection of t (an auto, shm or tcp transport) as a dying peer
 // would: each reports on_link_down. For fault tests. False if t has none of those kinds.
 bool drop_connections(Transport& t);

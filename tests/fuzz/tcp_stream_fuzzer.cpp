@@ -14,7 +14,8 @@
 // a secret (the acceptor's owner holds it; the prologue's HELLO says so and its PROOF is
 // computed from the acceptor's HELLO); bits 4-7, when not 0: the bytes go in pieces of that
 // many 4 KiB, the reader running between two (a frame then arrives in parts, and large WRITEs
-// are received in place).
+// are received in place). A frame with an odd PSN could take half its payload at most
+// (FrameSink::payload_room): a large one is discarded as it arrives.
 //
 // Invariants: no frame is delivered before the handshake completed, and with a secret none
 // ever is to a peer that sent its own bytes (bit 2: it cannot prove the secret); every frame

@@ -10,6 +10,7 @@ namespace transports {
 
 using emu::deliveries_fenced;
 using emu::DirectTarget;
+using emu::DiscardedPayload;
 using emu::FencedDeliveries;
 using emu::FrameHeader;
 using emu::FrameOp;

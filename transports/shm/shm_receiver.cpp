@@ -176,6 +176,14 @@ bool ShmReceiver::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kin
     *why = "chunked payload of " + std::to_string(fr.payload_bytes) + " bytes";
     return false;
   }
+  // A payload longer than its frame could be delivered with is never staged: a peer cannot
+  // make us keep more than its QP could take (a posted receive, an rkey's range, a READ's
+  // length). Its chunks are skipped as they come.
+  if (fr.payload_bytes >= FrameSink::kPayloadRoomMin && sink != nullptr &&
+      fr.payload_bytes > sink->payload_room(link_, fr.header)) {
+    staged_.begin_discarding(fr.header, fr.payload_bytes);
+    return true;
+  }
   try {
     staged_.begin(fr.header, fr.payload_bytes);
   } catch (const std::bad_alloc&) {
@@ -330,12 +338,19 @@ bool ShmReceiver::deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes,
       *why = "chunk of " + std::to_string(ch.bytes) + " bytes overruns its frame";
       return false;
     }
-    staged_.append(body + sizeof ch, ch.bytes);  // within what begin() reserved
+    staged_.append(body + sizeof ch, ch.bytes);  // within what begin() reserved, or counted
   }
   if (!staged_.complete()) return true;
   staged_.finish();
-  LocalPayload payload(staged_.data(), staged_.size());
-  if (FrameSink* sink = owner_.sink()) sink->on_frame(link_, staged_.header(), payload);
+  if (FrameSink* sink = owner_.sink()) {
+    if (staged_.discarding()) {
+      DiscardedPayload payload(staged_.size());
+      sink->on_frame(link_, staged_.header(), payload);
+    } else {
+      LocalPayload payload(staged_.data(), staged_.size());
+      sink->on_frame(link_, staged_.header(), payload);
+    }
+  }
   staged_.free();
   return true;
 }

@@ -77,6 +77,8 @@ class TcpLinkOwner {
   // that holds the region (nullptr: not held), to be handed back to release_region; the sink
   // stays attached while a hold is taken.
   virtual bool direct_target(TcpLink& link, const FrameHeader& header, DirectTarget* target) = 0;
+  // Any thread reading the connection: FrameSink::payload_room (UINT64_MAX without a sink).
+  virtual uint64_t payload_room(TcpLink& link, const FrameHeader& header) = 0;
   virtual FrameSink* hold_region(uint32_t region_key) = 0;
   virtual void release_region(FrameSink* holder, uint32_t region_key) = 0;
   // Any thread, under the link's send lock: dial a bulk lane to the link's peer, without
@@ -281,9 +283,10 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // returns the number of frames delivered, or sets r->failure.
   size_t parse_locked(ReadResult* r);
   // Under rx_mutex_, from parse_locked: the frame at rx_begin_ (header decoded, payload
-  // incomplete) goes straight to its target if the engine accepts; returns whether it does.
-  // A frame with lane bytes is always taken this way (into a scratch buffer when the engine
-  // declines it): the receive buffer cannot hold a payload whose parts arrive apart.
+  // incomplete) goes straight to its target if the engine accepts, or is discarded as it
+  // arrives if it announces more than the engine's FrameSink::payload_room; returns whether
+  // either. A frame with lane bytes is always taken this way (into a scratch buffer when the
+  // engine declines it): the receive buffer cannot hold a payload whose parts arrive apart.
   bool start_placing_locked(const FrameHeader& h, size_t len, size_t lane_bytes);
   // Under rx_mutex_: receives what has arrived of the payload being placed, from the connection
   // and the lane, at most `budget` bytes (counted in *got); delivers the frame when complete.
@@ -377,8 +380,10 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // has arrived; lost once the target's region was deregistered (the rest is discarded).
   // direct_declined_: the engine refused the frame at rx_begin_ (asked once per frame).
   // placing_direct_: into placing_target_ (else into split_buf_); placing_dest_: where.
+  // placing_discarded_: longer than the engine's payload_room: read into discard_, dropped.
   bool placing_ = false;
   bool placing_direct_ = false;
+  bool placing_discarded_ = false;
   bool placing_lost_ = false;
   bool direct_declined_ = false;
   bool stop_before_answers_ = false;  // under rx_mutex_: set by poll(true) for its read
@@ -390,7 +395,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   size_t placing_lane_len_ = 0;  // bytes that come on the lane
   size_t placing_lane_done_ = 0;
   std::unique_ptr<TcpRxBuffer> split_buf_;
-  std::unique_ptr<uint8_t[]> discard_;  // sink for a payload whose region went away
+  std::unique_ptr<uint8_t[]> discard_;  // scratch for payload bytes nobody keeps
 
   // Bulk lane, receiving side (under rx_mutex_, the descriptor on the io thread; in the reactor
   // only while the io thread waits on it: tcp_bulk_lane.h).

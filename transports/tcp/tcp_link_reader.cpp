@@ -4,11 +4,12 @@
 //
 // Receiving: the io thread waits for readability and reads (tcp_link_naps.cpp); a large RDMA
 // WRITE whose target the engine accepts before its payload has arrived
-// (FrameSink::direct_target) is received straight into that memory, the rest through the
-// receive buffer (TcpRxBuffer). poll() lets any other thread (Transport::progress, i.e. polling
-// calls) read and deliver first. One reader at a time per connection (the receive lock), so
-// frames of a connection are delivered in order. A split frame's two parts (tcp_bulk_lane.cpp)
-// are both read here, each straight into its place.
+// (FrameSink::direct_target) is received straight into that memory, a large payload longer
+// than its frame could be delivered with (FrameSink::payload_room) is read and dropped as it
+// arrives, the rest goes through the receive buffer (TcpRxBuffer). poll() lets any other thread
+// (Transport::progress, i.e. polling calls) read and deliver first. One reader at a time per
+// connection (the receive lock), so frames of a connection are delivered in order. A split frame's
+// two parts (tcp_bulk_lane.cpp) are both read here, each straight into its place.
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
@@ -33,9 +34,10 @@ namespace {
 constexpr size_t kPollReadBudget = 1024 * 1024;
 
 // Payloads at least this large are received in place when the engine accepts their target
-// (FrameSink::direct_target): one copy (the kernel's) instead of two. Smaller ones cost less
+// (FrameSink::direct_target): one copy (the kernel's) instead of two, and are discarded as
+// they arrive when longer than the engine's FrameSink::payload_room. Smaller ones cost less
 // through the receive buffer, where one recv takes many frames.
-constexpr size_t kPlaceMin = 64 * 1024;
+constexpr size_t kPlaceMin = FrameSink::kPayloadRoomMin;
 constexpr size_t kDiscardBytes = 64 * 1024;
 
 }  // namespace
@@ -337,11 +339,14 @@ bool TcpLink::start_placing_locked(const FrameHeader& h, size_t len, size_t lane
   DirectTarget target;
   base::tsan_acquire(tsan_key_);
   const bool direct = h.op == FrameOp::kWrite && owner_.direct_target(*this, h, &target);
-  if (!direct && lane_bytes == 0) {
+  // A payload longer than the frame could be delivered with is never held: a peer cannot make
+  // us keep more than its QP could take (a posted receive, an rkey's range, a READ's length).
+  const bool discard = !direct && len >= kPlaceMin && len > owner_.payload_room(*this, h);
+  if (!direct && !discard && lane_bytes == 0) {
     direct_declined_ = true;
     return false;
   }
-  if (!direct) {
+  if (!direct && !discard) {
     // Split but not placed: both parts meet in a buffer of their own.
     if (!split_buf_ || split_buf_->size() < len || split_buf_->size() > std::max(len, kRxKeep)) {
       split_buf_.reset();
@@ -355,10 +360,11 @@ bool TcpLink::start_placing_locked(const FrameHeader& h, size_t len, size_t lane
   }
   placing_ = true;
   placing_direct_ = direct;
+  placing_discarded_ = discard;
   placing_lost_ = false;
   placing_header_ = h;
   placing_target_ = target;
-  placing_dest_ = direct ? target.addr : split_buf_->data();
+  placing_dest_ = direct ? target.addr : discard ? nullptr : split_buf_->data();
   placing_main_len_ = len - lane_bytes;
   placing_lane_len_ = lane_bytes;
   if (lane_bytes != 0) lane_receiver_.set_part_pending(true);
@@ -366,7 +372,8 @@ bool TcpLink::start_placing_locked(const FrameHeader& h, size_t len, size_t lane
   // The part already buffered moves now; what follows it in the buffer stays there.
   const size_t buffered = std::min(rx_end_ - rx_begin_ - kFrameHeaderBytes, placing_main_len_);
   placing_main_done_ = buffered;
-  if (buffered != 0) {
+  // A discarded payload's buffered part is consumed below, copied nowhere.
+  if (buffered != 0 && !discard) {
     const uint8_t* from = rx_.data() + rx_begin_ + kFrameHeaderBytes;
     if (!direct) {
       std::memcpy(placing_dest_, from, buffered);
@@ -386,8 +393,10 @@ bool TcpLink::start_placing_locked(const FrameHeader& h, size_t len, size_t lane
 }
 
 ssize_t TcpLink::receive_placed_locked(int fd, size_t offset, size_t want) {
-  if (!placing_direct_) return ::recv(fd, placing_dest_ + offset, want, MSG_DONTWAIT);
-  if (!placing_lost_) {
+  if (!placing_direct_ && !placing_discarded_) {
+    return ::recv(fd, placing_dest_ + offset, want, MSG_DONTWAIT);
+  }
+  if (placing_direct_ && !placing_lost_) {
     if (FrameSink* holder = owner_.hold_region(placing_target_.region_key)) {
       // One non-blocking recv under the hold: deregistration waits for it, never for the
       // network.
@@ -400,6 +409,8 @@ ssize_t TcpLink::receive_placed_locked(int fd, size_t offset, size_t want) {
     // Deregistered under the transfer: nothing more is written there.
     placing_lost_ = true;
   }
+  // Bytes nobody keeps (a discarded payload, or the rest of a lost one), a scratch buffer at
+  // a time.
   if (!discard_) discard_ = std::make_unique<uint8_t[]>(kDiscardBytes);
   return ::recv(fd, discard_.get(), std::min(want, kDiscardBytes), MSG_DONTWAIT);
 }
@@ -410,6 +421,11 @@ void TcpLink::finish_placing_locked() {
   direct_declined_ = false;
   FrameHeader h = placing_header_;
   base::tsan_acquire(tsan_key_);
+  if (placing_discarded_) {
+    DiscardedPayload payload(placing_main_len_ + placing_lane_len_);
+    owner_.deliver(*this, h, payload);
+    return;
+  }
   if (!placing_direct_) {
     LocalPayload payload(placing_dest_, h.length);
     owner_.deliver(*this, h, payload);

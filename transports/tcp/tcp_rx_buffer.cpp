@@ -7,6 +7,8 @@
 #include <cstring>
 #include <new>
 
+#include "transports/common/receive_memory.h"
+
 namespace transports::tcp {
 
 namespace {
@@ -35,11 +37,14 @@ void TcpRxBuffer::allocate(size_t size) {
   data_ = allocate_bytes(size, size > kRxKeep);
   size_ = size;
   mapped_ = size > kRxKeep;
+  ReceiveMemory::add(size);
 }
 
 void TcpRxBuffer::release() {
   free_bytes(data_, size_, mapped_);
+  ReceiveMemory::remove(size_);
   data_ = nullptr;
+  size_ = 0;
 }
 
 void TcpRxBuffer::resize(size_t size, size_t keep) {
@@ -49,6 +54,8 @@ void TcpRxBuffer::resize(size_t size, size_t keep) {
     void* p = ::mremap(data_, size_, size, MREMAP_MAYMOVE);
     if (p == MAP_FAILED) throw std::bad_alloc();
     ::madvise(p, size, MADV_HUGEPAGE);  // advisory: fine if refused
+    ReceiveMemory::remove(size_);       // the same pages, grown
+    ReceiveMemory::add(size);
     data_ = static_cast<uint8_t*>(p);
     size_ = size;
     return;
@@ -57,6 +64,8 @@ void TcpRxBuffer::resize(size_t size, size_t keep) {
   uint8_t* fresh = allocate_bytes(size, size > kRxKeep);
   if (keep != 0) std::memcpy(fresh, data_, keep);
   free_bytes(data_, size_, mapped_);
+  ReceiveMemory::add(size);
+  ReceiveMemory::remove(size_);
   data_ = fresh;
   size_ = size;
   mapped_ = size > kRxKeep;

@@ -216,6 +216,14 @@ bool TcpTransport::direct_target(TcpLink& link, const FrameHeader& header, Direc
   return placed;
 }
 
+uint64_t TcpTransport::payload_room(TcpLink& link, const FrameHeader& header) {
+  delivering_.fetch_add(1, std::memory_order_seq_cst);
+  FrameSink* sink = sink_.load(std::memory_order_seq_cst);
+  const uint64_t room = sink != nullptr ? sink->payload_room(link, header) : UINT64_MAX;
+  delivering_.fetch_sub(1, std::memory_order_release);
+  return room;
+}
+
 FrameSink* TcpTransport::hold_region(uint32_t region_key) {
   delivering_.fetch_add(1, std::memory_order_seq_cst);
   FrameSink* sink = sink_.load(std::memory_order_seq_cst);

@@ -62,6 +62,7 @@ class TcpTransport : public Transport, public TcpLinkOwner {
   bool on_hello(TcpLink& link) override;
   void deliver(TcpLink& link, const FrameHeader& header, PayloadSource& payload) override;
   bool direct_target(TcpLink& link, const FrameHeader& header, DirectTarget* target) override;
+  uint64_t payload_room(TcpLink& link, const FrameHeader& header) override;
   FrameSink* hold_region(uint32_t region_key) override;
   void release_region(FrameSink* holder, uint32_t region_key) override {
     holder->release_region(region_key);
