@@ -30,6 +30,9 @@ struct ShmOptions {
   // Transport::release_payloads: how long a peer may go on reading a payload it began to read
   // from our memory (a by-reference record it took) before its link is taken down.
   std::chrono::milliseconds release_limit{5000};
+  // Peers attached at once (the room of the receiver's list of links). Tests make it small, to
+  // reach it in a short run.
+  size_t max_links = 4096;
 };
 
 // nullptr, with an error logged, when the Unix socket cannot be opened.
