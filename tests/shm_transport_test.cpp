@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <string>
@@ -42,7 +43,9 @@
 #include "emu/poll_demand.h"
 #include "emu/transport.h"
 #include "tests/memfd_buffer.h"
+#include "tests/run_length.h"
 #include "tests/shm_test_peers.h"
+#include "tests/spare_descriptors.h"
 #include "transports/auto/auto_transport.h"
 #include "transports/shm/guarded_copy.h"
 #include "transports/shm/shm_gid.h"
@@ -404,9 +407,11 @@ uint32_t fnv1a(const uint8_t* p, size_t n) {
 
 // Two threads, the full wake-up protocol of docs/wire.md: a consumer that finds the ring empty
 // announces it sleeps and blocks on its doorbell; a producer that finds it full asks to be
-// woken and blocks on its own. A lost wake-up shows as a doorbell that never rings.
+// woken and blocks on its own. A lost wake-up shows as a doorbell that never rings. The short
+// mode (tests/run_length.h) sends a fifth of the records: the 16 KiB ring still fills and
+// empties, and each side sleeps, tens of thousands of times.
 TEST(ShmRing, TwoThreadStressDeliversEveryRecordIntactAndInOrder) {
-  constexpr uint64_t kRecords = 1'000'000;
+  const uint64_t kRecords = emu_test::test_scale<uint64_t>(1'000'000, 200'000);
   constexpr int kSpinsBeforeSleep = 64;
   const auto deadline = Clock::now() + 100s;
   // Small enough that the ring is often full as well as often empty.
@@ -1361,11 +1366,20 @@ TEST_F(ShmVictimTest, UnreadableRemotePayloadTakesTheLinkDownOnce) {
 }
 
 // A process whose peers come and go (a server over its life) keeps attaching new ones: links
-// that went down must not use up the transport's room for links (4096 in shm_transport.cpp),
-// nor its descriptors (each link holds a socket and the peer's doorbell).
+// that went down must not use up the transport's room for links (ShmOptions::max_links), nor
+// its descriptors (each link holds a socket and the peer's doorbell). The long mode goes past
+// the default room of 4096; the short one (tests/run_length.h) gives the victim a room of 64
+// and the process 64 spare descriptors, and goes past those: a link that kept its slot, or a
+// descriptor, fails an attach all the same, in a second instead of a minute.
 TEST(ShmLinkLifetime, PeersComingAndGoingDoNotExhaustTheTransport) {
-  constexpr int kPeerLifetimes = 4100;
-  ShmEndpoint victim;
+  shm::ShmOptions options;
+  std::optional<emu_test::SpareDescriptors> spare;
+  if (emu_test::short_test_mode()) {
+    options.max_links = 64;
+    spare.emplace(64);
+  }
+  const int kPeerLifetimes = static_cast<int>(options.max_links) + 4;
+  ShmEndpoint victim(options);
   ASSERT_NE(victim.transport, nullptr);
   for (int i = 0; i < kPeerLifetimes; ++i) {
     const Gid peer = raw_peer_gid();

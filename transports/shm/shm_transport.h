@@ -27,6 +27,9 @@ struct ShmOptions {
                             // shared (memfd, shared file) and copy from it with memcpy
   // How long an accepted connection may take to send its Hello before it is closed.
   std::chrono::milliseconds handshake_timeout{2000};
+  // Peers attached at once (the room of the receiver's list of links). Tests make it small, to
+  // reach it in a short run.
+  size_t max_links = 4096;
 };
 
 // nullptr, with an error logged, when the Unix socket cannot be opened.

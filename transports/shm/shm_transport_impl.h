@@ -39,7 +39,6 @@
 
 namespace transports::shm {
 
-inline constexpr size_t kMaxLinks = 4096;
 inline constexpr size_t kDrainBudget = 64;
 inline constexpr std::chrono::milliseconds kHandshakeTimeout{2000};
 // Accepted connections that may wait for their Hello at once (PendingHandshakes).
@@ -56,10 +55,12 @@ class ShmTransport final : public Transport, public LinkOwner {
         gid_(gid_of(address, options.ipv4)),
         listen_fd_(listen_fd),
         doorbell_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-        active_(new std::atomic<ShmLink*>[kMaxLinks]),
+        active_(new std::atomic<ShmLink*>[options.max_links]),
         pending_(kMaxPendingHandshakes, options.handshake_timeout) {
     if (doorbell_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
-    for (size_t i = 0; i < kMaxLinks; ++i) active_[i].store(nullptr, std::memory_order_relaxed);
+    for (size_t i = 0; i < options.max_links; ++i) {
+      active_[i].store(nullptr, std::memory_order_relaxed);
+    }
     spdlog::debug("shm: listening as {}", socket_name(address_));
     receiver_ = std::thread([this] { receiver_main(); });
   }

@@ -154,8 +154,8 @@ bool ShmTransport::publish(const std::shared_ptr<ShmLink>& link) {
     std::lock_guard lock(links_mutex_);
     // Appended: the list stays dense (retire_links moves the last link into a freed slot).
     const size_t n = active_count_.load(std::memory_order_relaxed);
-    if (n == kMaxLinks) {
-      spdlog::error("shm: {} peers attached at once; no more can be", kMaxLinks);
+    if (n == options_.max_links) {
+      spdlog::error("shm: {} peers attached at once; no more can be", options_.max_links);
       return false;
     }
     owned_.push_back(link);
