@@ -284,9 +284,6 @@ void Completer::complete_locked(const FrameHeader& h, PayloadSource& payload) {
         return;
       }
       ScatterResult r = scatter(qp_.node().mrs(), qp_.pd_, w.sge, w.num_sge, 0, payload, w.length);
-      // Discarded while no READ waited for it (a retransmitted READ is waiting now): lost, as
-      // on a wire; the READ goes again at the ACK timeout.
-      if (r == ScatterResult::kDiscarded) return;
       if (r != ScatterResult::kOk) {
         fail_locked(w, r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR);
         return;
@@ -294,9 +291,11 @@ void Completer::complete_locked(const FrameHeader& h, PayloadSource& payload) {
       if (!payload.commit_read()) {
         // Lost, as a dropped packet: the READ stays unanswered and is retransmitted at its
         // timeout (the requests before it, which the response acknowledged, stay retired).
+        // Withdrawn by its sender while read, or discarded by the transport while no READ
+        // waited for it (a retransmitted READ is waiting now).
         spdlog::debug(
-            "QP {:#x}: READ response psn {} dropped: its sender withdrew the payload "
-            "while it was read",
+            "QP {:#x}: READ response psn {} dropped: its payload was withdrawn while read, or "
+            "discarded",
             qp_.qpn_, h.psn);
         break;
       }

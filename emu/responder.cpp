@@ -238,10 +238,6 @@ void Responder::respond_send_locked(Link& from, const FrameHeader& h, PayloadSou
     LocalPayload src(header, sizeof(header));
     r = scatter(qp_.node().mrs(), buffer_pd, wqe->sge, wqe->num_sge, 0, src, sizeof(header));
   }
-  if (r == ScatterResult::kDiscarded) {
-    lost_payload_locked(h, from_srq ? wqe : nullptr);
-    return;
-  }
   if (r != ScatterResult::kOk) {
     ibv_wc_status status = r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR;
     spdlog::debug("QP {:#x}: receive wr_id {} fails with {}", qp_.qpn_, wqe->wr_id,
@@ -312,10 +308,6 @@ void Responder::respond_write_locked(Link& from, const FrameHeader& h, PayloadSo
     } else {
       reply_locked(from, h, FrameOp::kNak, NakCode::kReceiverNotReady);
     }
-    return;
-  }
-  if (len != 0 && payload.discarded()) {
-    lost_payload_locked(h, from_srq ? wqe : nullptr);
     return;
   }
   if (len != 0) payload.read(reinterpret_cast<void*>(h.remote_addr), len);

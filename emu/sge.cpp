@@ -41,13 +41,11 @@ ScatterResult scatter(const MrTable& mrs, Pd* pd, const ibv_sge* sge, uint32_t n
     }
     if (len > sge[0].length) return ScatterResult::kTooLong;
     if (len == 0) return ScatterResult::kOk;
-    if (payload.discarded()) return ScatterResult::kDiscarded;
     payload.read(reinterpret_cast<void*>(sge[0].addr), len);
     return ScatterResult::kOk;
   }
   ScatterResult r = check(mrs, pd, sge, n, offset + len);
   if (r != ScatterResult::kOk) return r;
-  if (len != 0 && payload.discarded()) return ScatterResult::kDiscarded;
   walk(sge, n, offset, len, [&](void* dst, uint64_t chunk) { payload.read(dst, chunk); });
   return ScatterResult::kOk;
 }

@@ -12,9 +12,7 @@
 
 namespace emu {
 
-// kDiscarded: every check passed, but the transport discarded the payload
-// (PayloadSource::discarded): nothing was read, the frame is lost.
-enum class ScatterResult { kOk, kTooLong, kProtection, kDiscarded };
+enum class ScatterResult { kOk, kTooLong, kProtection };
 
 // Copies len bytes of payload into sge[0..n) (after skipping `offset` bytes of the list).
 // Checks everything before copying a byte, so a refused scatter leaves memory untouched.

@@ -112,10 +112,10 @@ class PayloadSource {
   virtual bool commit_read() { return true; }
   // Whether the transport discarded the bytes as they arrived (DiscardedPayload): the frame
   // announced more than FrameSink::payload_room. size() is still the length announced, so the
-  // engine answers the frame as it would with its bytes (a length or access error, a NAK),
-  // never reading them; if it does want them (a longer receive was posted since the header
-  // came), the frame is lost, as on a wire (commit_read() is false), and the requester sends
-  // it again.
+  // engine answers the frame as it would with its bytes (a length or access error, a NAK);
+  // if it does want them (a longer receive was posted since the header came), its reads copy
+  // nothing and commit_read() is false: the frame is lost, as on a wire, and the requester
+  // sends it again. The engine needs no other test; this tells observers (tests, fuzzers).
   bool discarded() const { return discarded_; }
 
  protected:
