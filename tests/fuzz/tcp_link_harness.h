@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,9 +21,12 @@
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -166,9 +170,33 @@ inline Gid dialer_gid() {
 
 // A loopback TCP connection: {the accepted end, the dialing end}, dialed from `source` (an
 // address of 127.0.0.0/8), any port.
+// Says which step of connect_pair failed and why (a CI run's only clue), closing `fd`.
+inline bool connect_pair_failed(const char* step, int fd) {
+  std::fprintf(stderr, "connect_pair: %s: %s\n", step, std::strerror(errno));
+  if (fd >= 0) ::close(fd);
+  return false;
+}
+
+// Waits for the connection an interrupted connect() left in progress; false with errno set
+// when it failed.
+inline bool connected_after_interrupt(int fd) {
+  pollfd p{fd, POLLOUT, 0};
+  int n;
+  do {
+    n = ::poll(&p, 1, 5000);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) errno = ETIMEDOUT;
+  if (n <= 0) return false;
+  int error = 0;
+  socklen_t len = sizeof error;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0) return false;
+  errno = error;
+  return error == 0;
+}
+
 inline bool connect_pair(int fds[2], uint32_t source = INADDR_LOOPBACK) {
   const int dialer = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (dialer < 0) return false;
+  if (dialer < 0) return connect_pair_failed("socket", -1);
   // The port is chosen at connect(), not at bind(): only there may the kernel reuse a port
   // whose earlier connection is in TIME_WAIT (tcp_tw_reuse, on for loopback), which this
   // end's connections are when the fuzzer's end sent the first FIN; a port taken at bind()
@@ -179,8 +207,7 @@ inline bool connect_pair(int fds[2], uint32_t source = INADDR_LOOPBACK) {
   from.sin_family = AF_INET;
   from.sin_addr.s_addr = htonl(source);
   if (::bind(dialer, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) {
-    ::close(dialer);
-    return false;
+    return connect_pair_failed("bind", dialer);
   }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -189,16 +216,21 @@ inline bool connect_pair(int fds[2], uint32_t source = INADDR_LOOPBACK) {
   // Closing resets the connection: no TIME_WAIT left per input (ephemeral ports run out).
   const linger abortive{1, 0};
   ::setsockopt(dialer, SOL_SOCKET, SO_LINGER, &abortive, sizeof abortive);
-  if (::connect(dialer, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(dialer);
-    return false;
+  // libFuzzer's timeout alarm (SIGALRM, no SA_RESTART) interrupts a connect() that had to
+  // wait: the connection goes on in the background and is waited for here.
+  if (::connect(dialer, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 &&
+      !(errno == EINTR && connected_after_interrupt(dialer))) {
+    return connect_pair_failed("connect", dialer);
   }
-  fds[0] = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  do {
+    fds[0] = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  } while (fds[0] < 0 && errno == EINTR);
   fds[1] = dialer;
+  if (fds[0] < 0) return connect_pair_failed("accept", dialer);
   // Either end may close first (a refused handshake): the accepted end resets too, or the
   // TIME_WAIT of each (listener port, dialer port) pair exhausts the ports within seconds.
-  if (fds[0] >= 0) ::setsockopt(fds[0], SOL_SOCKET, SO_LINGER, &abortive, sizeof abortive);
-  return fds[0] >= 0;
+  ::setsockopt(fds[0], SOL_SOCKET, SO_LINGER, &abortive, sizeof abortive);
+  return true;
 }
 
 // A source address for each connection, 127.1.0.1 onwards: the end that sends the first FIN
