@@ -9,8 +9,8 @@ packages=(
   # only recommended by Debian 12's clang (and recommends are not installed here).
   clang libclang-rt-14-dev
   libboost-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
-  libibverbs-dev libdapl-dev libdapl2
-  ibverbs-utils perftest dapl2-utils libfabric-bin ucx-utils qperf iproute2
+  libibverbs-dev librdmacm-dev libdapl-dev libdapl2
+  ibverbs-utils rdmacm-utils perftest dapl2-utils libfabric-bin ucx-utils qperf iproute2
 )
 
 missing=()

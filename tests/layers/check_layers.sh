@@ -9,10 +9,14 @@
 #                                           transport interface (emu/transport.h)
 #   process/     the composition root    -> base/, emu/, transports/, process/
 #   verbs_api/   the verbs face          -> base/, emu/, process/, verbs_api/
-#   dat_api/     the DAT face            -> dat_api/, our documented verbs extension
+#   cm/          the connection manager  -> cm/, and two generic pieces of base/: the job
+#                shared by the faces        secret (base/job_secret.h), DropCounter
+#                                           (base/drop_counter.h); it speaks verbs types only
+#   dat_api/     the DAT face            -> dat_api/, cm/, our documented verbs extension
 #                                           (verbs_api/emurdma_verbs.h): it speaks verbs only,
-#                                           and two generic pieces of base/: the job secret
-#                                           (base/job_secret.h), DropCounter (base/drop_counter.h)
+#                                           and the same two pieces of base/
+#   rdmacm_api/  the rdma_cm face        -> rdmacm_api/, cm/, verbs_api/emurdma_verbs.h and
+#                                           the same two pieces of base/
 # and transports/test_support.h (faults and looks for tests) is included by no product folder
 # but transports/ itself.
 set -euo pipefail
@@ -28,15 +32,17 @@ allowed() {
     transports) [[ $target == base/* || $target == transports/* || $target == emu/transport.h ]] ;;
     process) [[ $target =~ ^(base|emu|transports|process)/ ]] ;;
     verbs_api) [[ $target =~ ^(base|emu|process|verbs_api)/ ]] ;;
-    dat_api) [[ $target == dat_api/* || $target == verbs_api/emurdma_verbs.h ||
-                $target == base/job_secret.h || $target == base/drop_counter.h ]] ;;
+    cm) [[ $target == cm/* || $target == base/job_secret.h || $target == base/drop_counter.h ]] ;;
+    dat_api | rdmacm_api)
+      [[ $target == "$layer"/* || $target == cm/* || $target == verbs_api/emurdma_verbs.h ||
+         $target == base/job_secret.h || $target == base/drop_counter.h ]] ;;
     *) return 1 ;;
   esac
 }
 
 violations=0
 checked=0
-for layer in base emu transports process verbs_api dat_api; do
+for layer in base emu transports process verbs_api cm dat_api rdmacm_api; do
   [[ -d $layer ]] || continue
   while IFS= read -r -d '' file; do
     while IFS= read -r target; do
