@@ -3,7 +3,6 @@
 // logger's sink list is not guarded against threads that log meanwhile.
 #pragma once
 
-#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -13,12 +12,13 @@
 #include <vector>
 
 #include "base/log.h"
+#include "tests/line_sink.h"
 
 namespace emu_test {
 
 class LogCapture {
  public:
-  LogCapture() : sink_(std::make_shared<Sink>()) {
+  LogCapture() : sink_(std::make_shared<LineSink>()) {
     base::init_logging();
     logger_ = spdlog::default_logger();
     logger_->sinks().push_back(sink_);
@@ -36,28 +36,7 @@ class LogCapture {
   }
 
  private:
-  class Sink : public spdlog::sinks::base_sink<std::mutex> {
-   public:
-    std::vector<std::string> lines_with(const std::string& text) {
-      std::lock_guard lock(mutex_);
-      std::vector<std::string> out;
-      for (const auto& l : lines_) {
-        if (l.find(text) != std::string::npos) out.push_back(l);
-      }
-      return out;
-    }
-
-   protected:
-    void sink_it_(const spdlog::details::log_msg& msg) override {
-      lines_.emplace_back(msg.payload.data(), msg.payload.size());
-    }
-    void flush_() override {}
-
-   private:
-    std::vector<std::string> lines_;
-  };
-
-  std::shared_ptr<Sink> sink_;
+  std::shared_ptr<LineSink> sink_;
   std::shared_ptr<spdlog::logger> logger_;
 };
 

@@ -1,11 +1,8 @@
 // dat_ia_open / dat_ia_query / dat_ia_close, the IA object and its asynchronous-event reader.
 #include "dat_api/core/ia.h"
 
-#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -18,6 +15,7 @@
 #include <string>
 
 #include "base/job_secret.h"
+#include "cm/cm_addresses.h"
 #include "dat_api/cm/cm_teardown.h"
 #include "dat_api/core/cno.h"
 #include "dat_api/core/entry_points.h"
@@ -76,37 +74,6 @@ ibv_context* open_device(const std::string& name) {
   }
   ibv_free_device_list(list);
   return context;
-}
-
-// The IA address: the socket address the connection manager will listen on. EMURDMA_TCP_ADDR
-// when set (as for the verbs library's TCP transport). Otherwise, as the verbs TCP transport
-// chooses its listener (transports/tcp/tcp_config.cpp): on the soft device without a job
-// secret, 127.0.0.1 (an unauthenticated CM is not offered to the network); else the first IPv4
-// address of an interface that is up and not loopback, else 127.0.0.1.
-void choose_address(sockaddr_storage* out, bool loopback_only) {
-  auto* sin = reinterpret_cast<sockaddr_in*>(out);
-  std::memset(out, 0, sizeof(*out));
-  sin->sin_family = AF_INET;
-  sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (const char* env = std::getenv("EMURDMA_TCP_ADDR"); env != nullptr && *env != '\0') {
-    std::string host(env);
-    host = host.substr(0, host.find(':'));
-    in_addr a{};
-    if (inet_pton(AF_INET, host.c_str(), &a) == 1) {
-      sin->sin_addr = a;
-      return;
-    }
-  }
-  if (loopback_only) return;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return;
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
-    sin->sin_addr = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr;
-    break;
-  }
-  freeifaddrs(list);
 }
 
 DAT_COUNT clamp_count(uint64_t v) {
@@ -228,7 +195,9 @@ Ia::Ia(const IaConfig* config, ibv_context* context)
   base::JobSecretResult found = base::job_secret_from_environment();
   cm_secret_ = std::move(found.secret);
   cm_secret_error_ = std::move(found.error);
-  choose_address(&address_, soft_device() && cm_secret_.empty());
+  // The address the connection manager listens on (cm/cm_addresses.h): on the soft device
+  // without a job secret, loopback only, as the verbs TCP transport chooses its listener.
+  address_ = cm::listen_address(soft_device() && cm_secret_.empty());
 }
 
 Ia::~Ia() {
