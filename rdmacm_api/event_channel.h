@@ -1,0 +1,63 @@
+// An rdma_cm event channel: the program's struct rdma_event_channel (its fd an eventfd that is
+// readable exactly while events are queued) and the queue of events not yet handed out.
+#pragma once
+
+#include <rdma/rdma_cma.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+
+namespace rdmacm_api {
+
+struct Id;
+
+// The most private data a CM message carries (the kernel's RDMA_MAX_PRIVATE_DATA).
+constexpr size_t kMaxPrivateData = 256;
+
+// An event as the program holds it, with the storage its private data points into: valid until
+// rdma_ack_cm_event. `owner` is the id whose count of handed-out events it is part of.
+struct EventRecord {
+  rdma_cm_event event{};
+  uint8_t private_data[kMaxPrivateData]{};
+  Id* owner = nullptr;
+};
+
+class Channel {
+ public:
+  rdma_event_channel api{};  // first: the program's handle
+
+  // Queues `record` (owned by the queue until handed out) and makes the fd readable.
+  void push(EventRecord* record);
+  // Hands out the oldest event: blocks until there is one, or fails EAGAIN when the program set
+  // O_NONBLOCK on the fd. Returns 0 or an errno.
+  int pop(EventRecord** out);
+  // Frees the queued events of `id` (never handed out): rdma_destroy_id.
+  void drop_events_of(const Id* id);
+  // Moves the queued events of `id` to `to`, in order: rdma_migrate_id.
+  void move_events_of(const Id* id, Channel& to);
+  ~Channel();
+
+ private:
+  void set_readable_locked(bool readable);
+
+  std::mutex mutex_;
+  std::deque<EventRecord*> queued_;
+};
+
+inline Channel* to_channel(rdma_event_channel* c) {
+  return reinterpret_cast<Channel*>(c);
+}
+
+// Creates a channel, or nullptr with errno set.
+Channel* create_channel();
+// Queues an event of `id` on its channel (the id's state and fields already updated).
+void report_event(Id& id, rdma_cm_event_type type, int status);
+// A synchronous id (created without a channel): waits for the event of the call just made and
+// turns its status into librdmacm's return (0, or -1 with errno). 0 at once for other ids.
+int complete_sync(Id& id);
+// rdma_ack_cm_event without the export (internal callers).
+void ack_event(rdma_cm_event* event);
+
+}  // namespace rdmacm_api
