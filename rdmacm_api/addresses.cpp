@@ -5,12 +5,13 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
 
+#include "cm/cm_addresses.h"
 #include "rdmacm_api/devices.h"
 #include "rdmacm_api/event_channel.h"
 #include "rdmacm_api/export.h"
 #include "rdmacm_api/id.h"
-#include "rdmacm_api/local_addresses.h"
 #include "rdmacm_api/socket_address.h"
 
 namespace rdmacm_api {
@@ -45,7 +46,7 @@ int attach_device(Id& id) {
 int bind_id(Id& id, const sockaddr* addr) {
   if (int error = check_family(addr)) return error;
   if (!may_bind(id.state)) return EINVAL;
-  if (!is_local_address(addr)) return EADDRNOTAVAIL;
+  if (!cm::is_local_address(addr)) return EADDRNOTAVAIL;
   PortReservation port;
   if (int error = reserve_port(id.api.ps, addr, id.options.reuse_addr, id.options.af_only, port))
     return error;
@@ -133,11 +134,12 @@ RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src_addr, socka
   // The source address is the route's, as the kernel chooses it, unless bound to one.
   int status = 0;
   if (is_wildcard(&id.api.route.addr.src_addr)) {
-    sockaddr_storage source;
-    status = source_address_for(dst_addr, &source);
+    std::error_code route;
+    const sockaddr_storage source = cm::source_address_for(dst_addr, route);
+    status = route.value();
     if (status == 0) {
       uint16_t port = id.port.port();
-      copy_address(reinterpret_cast<sockaddr*>(&source), &id.api.route.addr.src_storage);
+      copy_address(reinterpret_cast<const sockaddr*>(&source), &id.api.route.addr.src_storage);
       set_port(&id.api.route.addr.src_addr, port);
     }
   }

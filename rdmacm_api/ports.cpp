@@ -1,15 +1,19 @@
-// The in-process port table behind PortReservation (ports.h): to be replaced by
-// cm::PortReservation, which holds the port for the whole netns (issue 23).
+// The port table behind PortReservation (ports.h): the kernel's per-address rules among this
+// process's ids, and one cm::PortReservation per (port space, port) held while any id of the
+// process holds the port, so that no other process of the netns can take it.
 #include "rdmacm_api/ports.h"
 
 #include <netinet/in.h>
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <mutex>
-#include <random>
+#include <utility>
 #include <vector>
 
+#include "cm/cm_port_space.h"
 #include "rdmacm_api/socket_address.h"
 
 namespace rdmacm_api {
@@ -24,12 +28,16 @@ struct Holder {
   bool af_only;
 };
 
-constexpr uint16_t kFirstEphemeral = 32768;  // the kernel's default ip_local_port_range
-constexpr uint16_t kLastEphemeral = 60999;
+// The netns-wide hold of one (port space, port) and how many of the process's ids use it.
+struct NetnsHold {
+  std::unique_ptr<cm::PortReservation> reservation;
+  int users = 0;
+};
 
 struct PortTable {
   std::mutex mutex;
   std::vector<Holder> holders;
+  std::map<std::pair<int, uint16_t>, NetnsHold> netns;
   uint64_t next_token = 1;
 
   bool conflicts(const Holder& wanted) const {
@@ -63,22 +71,23 @@ int reserve_port(rdma_port_space ps, const sockaddr* addr, bool reuse_addr, bool
   wanted.af_only = af_only;
   PortTable& t = table();
   std::lock_guard lock(t.mutex);
+  const uint16_t ps16 = static_cast<uint16_t>(ps);
+  std::unique_ptr<cm::PortReservation> fresh;
+  std::error_code ec;
   if (wanted.port == 0) {
-    static std::minstd_rand chooser{std::random_device{}()};
-    constexpr unsigned kRange = kLastEphemeral - kFirstEphemeral + 1;
-    unsigned start = chooser() % kRange;
-    bool found = false;
-    for (unsigned i = 0; i < kRange && !found; ++i) {
-      wanted.port = static_cast<uint16_t>(kFirstEphemeral + (start + i) % kRange);
-      // An ephemeral port is never shared, REUSEADDR or not.
-      Holder exclusive = wanted;
-      exclusive.reuse_addr = false;
-      found = !t.conflicts(exclusive);
-    }
-    if (!found) return EADDRNOTAVAIL;
+    // An ephemeral port is one no process of the netns holds, this one included: never shared.
+    fresh = cm::PortReservation::reserve(ps16, 0, ec);
+    if (!fresh) return ec.value() == EADDRINUSE ? EADDRNOTAVAIL : ec.value();
+    wanted.port = fresh->port();
   } else if (t.conflicts(wanted)) {
     return EADDRINUSE;
+  } else if (!t.netns.contains({ps, wanted.port})) {
+    fresh = cm::PortReservation::reserve(ps16, wanted.port, ec);
+    if (!fresh) return ec.value();  // EADDRINUSE: another process of the netns holds it
   }
+  NetnsHold& hold = t.netns[{ps, wanted.port}];
+  if (fresh) hold.reservation = std::move(fresh);
+  ++hold.users;
   wanted.token = t.next_token++;
   t.holders.push_back(wanted);
   out.release();
@@ -102,7 +111,15 @@ void PortReservation::release() {
   if (token_ == 0) return;
   PortTable& t = table();
   std::lock_guard lock(t.mutex);
-  std::erase_if(t.holders, [this](const Holder& h) { return h.token == token_; });
+  for (auto it = t.holders.begin(); it != t.holders.end(); ++it) {
+    if (it->token != token_) continue;
+    const auto key = std::make_pair(static_cast<int>(it->ps), it->port);
+    t.holders.erase(it);
+    if (auto hold = t.netns.find(key); hold != t.netns.end() && --hold->second.users == 0) {
+      t.netns.erase(hold);  // the port is free for the netns again
+    }
+    break;
+  }
   token_ = 0;
   port_ = 0;
 }

@@ -1,7 +1,8 @@
 // rdma_cm ports: their own space per port space (RDMA_PS_TCP, _UDP, _IPOIB), apart from the
-// host's TCP and UDP ports. FOR NOW an in-process table (ports.cpp): the ports must be held
-// through cm::PortReservation (cm/cm_port_space: an abstract unix socket per netns) so that two
-// processes cannot take the same one; when it lands, it is swapped in here and nowhere else.
+// host's TCP and UDP ports. Among this process's ids the kernel's per-address rules apply
+// (ports.cpp); across processes a port is held for the whole netns through cm::PortReservation
+// (cm/cm_port_space.h: an abstract unix socket per (port space, port)), so another process's
+// bind of it fails EADDRINUSE whatever its address (docs/usage.md, "Connection manager").
 #pragma once
 
 #include <rdma/rdma_cma.h>
@@ -37,7 +38,8 @@ class PortReservation {
 // in port space `ps` for that address, with the id's REUSEADDR and AFONLY options. The kernel's
 // rule: a port is taken when another id holds it on the same address or when either address is
 // a wildcard, unless both ids set REUSEADDR or both set AFONLY on different families.
-// Returns 0, EADDRINUSE, or EADDRNOTAVAIL when no ephemeral port is left.
+// Returns 0, EADDRINUSE (also when another process of the netns holds the port), or
+// EADDRNOTAVAIL when no ephemeral port is left.
 int reserve_port(rdma_port_space ps, const sockaddr* addr, bool reuse_addr, bool af_only,
                  PortReservation& out);
 

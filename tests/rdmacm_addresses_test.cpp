@@ -4,6 +4,7 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <rdma/rdma_cma.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -186,6 +187,43 @@ TEST(RdmaCmBind, SamePortTwiceInOneProcessIsEaddrinuse) {
   rdma_destroy_id(first.id);
   first.id = nullptr;
   EXPECT_EQ(rdma_bind_addr(second.id, as_sockaddr(addr)), 0);
+}
+
+// rdma_cm ports are held for the whole network namespace: a port another process holds is
+// EADDRINUSE here (whatever the addresses: docs/usage.md, "Connection manager"), and free again
+// once that process is gone.
+TEST(RdmaCmBind, PortHeldByAnotherProcessIsEaddrinuseUntilItEnds) {
+  int ready[2], done[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(done), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // A wildcard bind attaches no device: the child touches no verbs state.
+    rdma_cm_id* id = nullptr;
+    rdma_event_channel* channel = rdma_create_event_channel();
+    sockaddr_in any = ipv4("0.0.0.0", 20891);
+    char verdict = (channel != nullptr && rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP) == 0 &&
+                    rdma_bind_addr(id, as_sockaddr(any)) == 0)
+                       ? 'y'
+                       : 'n';
+    if (write(ready[1], &verdict, 1) != 1) _exit(2);
+    char end;
+    if (read(done[0], &end, 1) < 0) _exit(2);
+    _exit(0);
+  }
+  char verdict = 0;
+  ASSERT_EQ(read(ready[0], &verdict, 1), 1);
+  ASSERT_EQ(verdict, 'y');
+  AsyncId mine, later;
+  sockaddr_in addr = ipv4("127.0.0.1", 20891);
+  EXPECT_FAILS_WITH(rdma_bind_addr(mine.id, as_sockaddr(addr)), EADDRINUSE);
+  ASSERT_EQ(write(done[1], "x", 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(rdma_bind_addr(later.id, as_sockaddr(addr)), 0) << strerror(errno);
+  for (int fd : {ready[0], ready[1], done[0], done[1]}) close(fd);
 }
 
 TEST(RdmaCmBind, ReuseAddrOnBothIdsSharesThePort) {
