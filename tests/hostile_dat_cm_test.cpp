@@ -1,5 +1,5 @@
 // Issue 22, the DAT connection manager against hostile peers (docs/security.md): with a job
-// secret every CM connection proves it first (dat_api/cm/cm_handshake.h), without one the soft
+// secret every CM connection proves it first (cm/cm_handshake.h), without one the soft
 // device's CM listens on 127.0.0.1 only; with or without, a connection that brings no request
 // is closed after 5 s, at most 64 may wait, and a frame with bytes after its body is refused.
 // The attacker is a raw TCP client on loopback speaking the CM's frames (docs/wire.md).

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "dat_api/cm/cm_handshake.h"
+#include "cm/cm_handshake.h"
 #include "dat_api/cm/cm_qp.h"
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/log.h"
@@ -320,7 +320,7 @@ void Connection::read_header() {
     cm::Type type{};
     std::optional<uint32_t> length = cm::parse_header(self->header_.data(), &type);
     if (!length) {
-      // Rate-limited, as every refusal of what a peer sent (cm_handshake.h).
+      // Rate-limited, as every refusal of what a peer sent (cm/cm_handshake.h).
       cm::log_refusal("malformed frame header from " + self->peer_text() +
                       "; closing the connection");
       self->on_socket_error(asio::error::invalid_argument);

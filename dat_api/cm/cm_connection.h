@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "dat_api/cm/cm_wire.h"
+#include "cm/cm_wire.h"
 #include "dat_api/ep/ep.h"
 #include "dat_api/ext/ib_extensions.h"
 
@@ -34,7 +34,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   enum class Role { kActive, kPassive };
   enum class Phase {
     kConnecting,      // active: TCP connect in progress
-    kAuthenticating,  // both, with a job secret: the challenge-response (cm_handshake.h)
+    kAuthenticating,  // both, with a job secret: the challenge-response (cm/cm_handshake.h)
     kRequested,       // active: REQ sent, waiting for REP/REJ
     kCrPending,       // passive: REQ received, CR given to the consumer
     kAccepted,        // passive: REP sent, waiting for RTU
@@ -91,7 +91,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void connect_attempt(const boost::asio::ip::tcp::endpoint& to, cm::Message request);
   // UD: a refused connect is tried again shortly (cm_ud.cpp); false once the window is over.
   bool retry_refused_ud(const boost::asio::ip::tcp::endpoint& to, cm::Message request);
-  // ---- authentication and the passive bounds (cm_handshake.cpp) ----
+  // ---- authentication and the passive bounds (cm_connection_auth.cpp) ----
   bool has_secret() const;
   // Active, connected: AUTH, then (on a good AUTH_REPLY) AUTH_PROOF and `request`.
   void begin_active_handshake(cm::Message request);
@@ -141,7 +141,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_ = false;
   bool close_after_write_ = false;
   bool graceful_ = false;
-  // Authentication (cm_handshake.cpp): our nonce, the peer's, the REQ held back until the
+  // Authentication (cm_connection_auth.cpp): our nonce, the peer's, the REQ held back until the
   // passive side proved itself (active), whether its proof is due next (passive).
   cm::Nonce nonce_{};
   cm::Nonce peer_nonce_{};

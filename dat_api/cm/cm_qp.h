@@ -6,7 +6,7 @@
 #include <dat2/udat.h>
 #include <infiniband/verbs.h>
 
-#include "dat_api/cm/cm_wire.h"
+#include "cm/cm_wire.h"
 
 namespace dat_api {
 

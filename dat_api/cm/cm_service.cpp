@@ -8,7 +8,7 @@
 #include <map>
 
 #include "dat_api/cm/cm_connection.h"
-#include "dat_api/cm/cm_handshake.h"
+#include "cm/cm_handshake.h"
 #include "dat_api/core/errors.h"
 #include "dat_api/core/log.h"
 

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "dat_api/cm/cm_wire.h"
+#include "cm/cm_wire.h"
 #include "dat_api/cm/psp_rsp_cr.h"
 
 namespace dat_api {
@@ -74,7 +74,7 @@ class CmService : public std::enable_shared_from_this<CmService> {
   // A fresh PSN for a new connection (24 bits).
   uint32_t next_psn();
 
-  // Accepted connections that have not brought their REQ yet (cm_handshake.h): at most
+  // Accepted connections that have not brought their REQ yet (cm/cm_handshake.h): at most
   // kMaxUnauthenticated. Beyond, a listener parks the socket it just accepted and accepts no
   // more (the rest wait in the kernel's backlog) until release_unauthenticated frees a place.
   // Any thread.

@@ -1,4 +1,4 @@
-// libFuzzer target: the DAT connection manager's frames (dat_api/cm/cm_wire.h), as a
+// libFuzzer target: the connection manager's frames (cm/cm_wire.h), as a
 // connection reads them: a 12-byte header (parse_header), then the body of the length it
 // announces (parse_body).
 //
@@ -13,10 +13,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "dat_api/cm/cm_wire.h"
+#include "cm/cm_wire.h"
 #include "tests/fuzz/fuzz_check.h"
-
-namespace cm = dat_api::cm;
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dat_api/cm/cm_wire.h"
+#include "cm/cm_wire.h"
 #include "transports/shm/shm_gid.h"
 #include "transports/shm/shm_handshake.h"
 #include "transports/shm/shm_wire.h"
@@ -20,7 +20,6 @@
 
 namespace tw = transports::tcp::tcp_wire;
 namespace shm = transports::shm;
-namespace cm = dat_api::cm;
 using transports::FrameHeader;
 using transports::FrameOp;
 using transports::Gid;

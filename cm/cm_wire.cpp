@@ -1,12 +1,12 @@
 // Encoding and decoding of the connection manager's frames (cm_wire.h). All integers are
 // big-endian; addresses travel as {family u16, port u16, 16 address bytes}.
-#include "dat_api/cm/cm_wire.h"
+#include "cm/cm_wire.h"
 
 #include <netinet/in.h>
 
 #include <cstring>
 
-namespace dat_api::cm {
+namespace cm {
 
 namespace {
 
@@ -264,4 +264,4 @@ std::optional<Message> parse_body(Type type, const uint8_t* body, size_t size) {
   return m;
 }
 
-}  // namespace dat_api::cm
+}  // namespace cm

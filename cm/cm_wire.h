@@ -14,7 +14,7 @@
 #include <optional>
 #include <vector>
 
-namespace dat_api::cm {
+namespace cm {
 
 constexpr uint8_t kVersion = 1;
 constexpr size_t kHeaderSize = 12;
@@ -89,4 +89,4 @@ std::optional<uint32_t> parse_header(const uint8_t* header, Type* type);
 // beyond its bound, an unknown address family or reason, or bytes left after the body.
 std::optional<Message> parse_body(Type type, const uint8_t* body, size_t size);
 
-}  // namespace dat_api::cm
+}  // namespace cm
