@@ -45,7 +45,7 @@ using Block = std::array<uint8_t, 32>;
 enum FrameType : uint8_t { kReq = 1, kAuth = 9, kAuthReply = 10, kAuthProof = 11 };
 
 Bytes Frame(uint8_t type, const Bytes& body, size_t announced) {
-  Bytes f = {'E', 'M', 'C', 'M', 1, type, 0, 0};
+  Bytes f = {'E', 'M', 'C', 'M', 2, type, 0, 0};  // version 2
   for (int i = 3; i >= 0; --i) f.push_back(static_cast<uint8_t>(announced >> (8 * i)));
   f.insert(f.end(), body.begin(), body.end());
   return f;
@@ -54,14 +54,19 @@ Bytes Frame(uint8_t type, const Bytes& body) {
   return Frame(type, body, body.size());
 }
 
-// A well-formed REQ for `conn_qual` from 127.0.0.1, no private data.
+// A well-formed REQ for `conn_qual` from and to 127.0.0.1, no private data.
 Bytes ReqBody(uint16_t conn_qual) {
-  Bytes b(4 + 4 + 16 + 2, 0);  // QP info: qpn, psn, gid, read depths
+  // QP info: qpn, psn, gid, read depths, retry counts, flow control, SRQ
+  Bytes b(4 + 4 + 16 + 2 + 2 + 2, 0);
   b[3] = 0x12;
+  b.push_back(2);     // QP type IBV_QPT_RC
+  b.push_back(0x01);  // port space RDMA_PS_TCP (u16)
+  b.push_back(0x06);
   for (int i = 7; i >= 0; --i) b.push_back(static_cast<uint8_t>(uint64_t{conn_qual} >> (8 * i)));
   const Bytes address = {0, AF_INET, 0x12, 0x34, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-  b.insert(b.end(), address.begin(), address.end());
-  b.push_back(0);  // private data length (u16)
+  b.insert(b.end(), address.begin(), address.end());  // source
+  b.insert(b.end(), address.begin(), address.end());  // destination
+  b.push_back(0);                                     // private data length (u16)
   b.push_back(0);
   return b;
 }

@@ -362,7 +362,7 @@ void Connection::on_message(const cm::Message& m) {
         on_ud_rep(m);
       } else if (m.type == cm::Type::kRej) {
         peer_private_data = m.private_data;
-        on_active_failure(m.reason == cm::RejectReason::kConsumer
+        on_active_failure(m.reason == cm::RejectReason::kConsumerDefined
                               ? DAT_CONNECTION_EVENT_PEER_REJECTED
                               : DAT_CONNECTION_EVENT_NON_PEER_REJECTED);
       } else {
@@ -375,7 +375,7 @@ void Connection::on_message(const cm::Message& m) {
         timer_.cancel();             // the first-message bound is met
         leave_unauthenticated();
         ud = m.type == cm::Type::kUdReq;
-        peer_ia_address = m.requester;
+        peer_ia_address = m.source;
         peer = m.qp;
         peer_private_data = m.private_data;
         service_->on_request(shared_from_this());

@@ -84,7 +84,8 @@ class CmService : public std::enable_shared_from_this<CmService> {
   void start();
   void shutdown();
   void accept_next(const std::shared_ptr<ServicePoint>& sp);
-  void refuse(const std::shared_ptr<Connection>& connection);
+  // A REJ with the provider's reason (the peer sees DAT_CONNECTION_EVENT_NON_PEER_REJECTED).
+  void refuse(const std::shared_ptr<Connection>& connection, cm::RejectReason reason);
   bool try_admit_unauthenticated();
   // CM thread: starts parked connections while there is room, and their listeners again.
   void resume_parked();

@@ -88,6 +88,7 @@ void Connection::send_ud_accept(std::vector<uint8_t> private_data) {
   cm::Message rep;
   rep.type = cm::Type::kUdRep;
   rep.qp = local;
+  rep.qkey = kUdQkey;
   rep.private_data = std::move(private_data);
   // Nothing more comes from the requester: the socket closes once the answer is written.
   phase_ = Phase::kClosing;
