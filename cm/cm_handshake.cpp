@@ -32,7 +32,7 @@ void log_refusal(const std::string& line) {
   static base::DropCounter refusals;
   uint64_t unlogged = 0;
   if (refusals.count_and_should_log(&unlogged)) {
-    log_warn("CM: {}{}", line, base::unlogged_note(unlogged));
+    logger().warn("CM: {}{}", line, base::unlogged_note(unlogged));
   }
 }
 

@@ -6,22 +6,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include <utility>
-
 namespace cm {
 
 // EMURDMA_LOG's level: trace, debug, info, warn, error, off; unset, empty or unknown: warn.
 spdlog::level::level_enum log_level_from_env();
 
 spdlog::logger& logger();
-
-template <class... Args>
-void log_debug(spdlog::format_string_t<Args...> fmt, Args&&... args) {
-  logger().debug(fmt, std::forward<Args>(args)...);
-}
-template <class... Args>
-void log_warn(spdlog::format_string_t<Args...> fmt, Args&&... args) {
-  logger().warn(fmt, std::forward<Args>(args)...);
-}
 
 }  // namespace cm

@@ -28,22 +28,22 @@ constexpr size_t kSourceFamilyAt = 41;
 constexpr size_t kDestinationFamilyAt = 61;
 constexpr size_t kPrivateDataLengthAt = 81;
 
-sockaddr_storage Ipv4(const char* host, uint16_t port) {
+// An IPv4 or IPv6 socket address (the port field sits at the same offset in both).
+sockaddr_storage Address(int family, const char* host, uint16_t port) {
   sockaddr_storage a{};
-  auto* sin = reinterpret_cast<sockaddr_in*>(&a);
-  sin->sin_family = AF_INET;
-  sin->sin_port = htons(port);
-  inet_pton(AF_INET, host, &sin->sin_addr);
+  a.ss_family = static_cast<sa_family_t>(family);
+  reinterpret_cast<sockaddr_in*>(&a)->sin_port = htons(port);
+  void* raw = family == AF_INET
+                  ? static_cast<void*>(&reinterpret_cast<sockaddr_in*>(&a)->sin_addr)
+                  : static_cast<void*>(&reinterpret_cast<sockaddr_in6*>(&a)->sin6_addr);
+  EXPECT_EQ(1, inet_pton(family, host, raw)) << host;
   return a;
 }
-
+sockaddr_storage Ipv4(const char* host, uint16_t port) {
+  return Address(AF_INET, host, port);
+}
 sockaddr_storage Ipv6(const char* host, uint16_t port) {
-  sockaddr_storage a{};
-  auto* sin6 = reinterpret_cast<sockaddr_in6*>(&a);
-  sin6->sin6_family = AF_INET6;
-  sin6->sin6_port = htons(port);
-  inet_pton(AF_INET6, host, &sin6->sin6_addr);
-  return a;
+  return Address(AF_INET6, host, port);
 }
 
 cm::QpInfo SomeQp() {

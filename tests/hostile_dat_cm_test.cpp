@@ -40,7 +40,7 @@ constexpr const char* kOtherSecret = "another-job-secret-that-is-not-this-one";
 using Bytes = std::vector<uint8_t>;
 using Block = std::array<uint8_t, 32>;
 
-// --- The CM's frames, written by hand (docs/wire.md, "DAT connection manager") ---------------
+// --- The CM's frames, written by hand (docs/wire.md, "Connection manager") ---------------
 
 enum FrameType : uint8_t { kReq = 1, kAuth = 9, kAuthReply = 10, kAuthProof = 11 };
 
