@@ -1,7 +1,7 @@
 // The job's shared secret (docs/usage.md, EMURDMA_SECRET_FILE / EMURDMA_SECRET) and the
 // HMAC-SHA-256 pieces every handshake built on it needs: loaded and checked here once, used by
-// the TCP transport (transports/tcp/tcp_secret.h) and the DAT connection manager
-// (dat_api/cm/cm_handshake.h). Generic: it knows neither. Crypto is OpenSSL's libcrypto;
+// the TCP transport (transports/tcp/tcp_secret.h) and the connection manager of the faces
+// (cm/cm_handshake.h). Generic: it knows neither. Crypto is OpenSSL's libcrypto;
 // comparisons are constant-time (CRYPTO_memcmp).
 #pragma once
 

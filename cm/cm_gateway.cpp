@@ -17,8 +17,8 @@
 #include "base/drop_counter.h"
 #include "base/job_secret.h"
 #include "cm/cm_addresses.h"
+#include "cm/cm_log.h"
 #include "cm/cm_port_space.h"
-#include "cm/cm_rendezvous_log.h"
 
 namespace cm {
 
@@ -98,8 +98,8 @@ uint16_t gateway_port_from_environment() {
   if (errno != 0 || *end != '\0' || v < 1 || v > 65535) {
     static std::atomic<bool> warned{false};
     if (!warned.exchange(true)) {
-      rendezvous_logger().warn("EMURDMA_CM_PORT=\"{}\" is not a TCP port (1-65535); using {}", env,
-                               kDefaultGatewayPort);
+      logger().warn("EMURDMA_CM_PORT=\"{}\" is not a TCP port (1-65535); using {}", env,
+                    kDefaultGatewayPort);
     }
     return kDefaultGatewayPort;
   }
@@ -120,7 +120,7 @@ std::shared_ptr<Gateway> Gateway::acquire(boost::asio::io_context& io,
   if (fd < 0) {
     static std::atomic<bool> logged{false};
     if (!logged.exchange(true)) {
-      rendezvous_logger().info(
+      logger().info(
           "the rdma_cm gateway cannot listen on TCP port {} ({}): this process's rdma_cm "
           "ports are reachable from this host only (tried again at the next listen)",
           port, std::strerror(errno));

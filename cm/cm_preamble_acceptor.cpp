@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "base/drop_counter.h"
-#include "cm/cm_rendezvous_log.h"
+#include "cm/cm_log.h"
 
 namespace cm {
 
@@ -242,7 +242,7 @@ void PreambleAcceptor::finish(const std::shared_ptr<Waiting>& w) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), w), waiting_.end());
   if (paused_ && !closed_ && static_cast<int>(waiting_.size()) < limits_.max_pending) {
     paused_ = false;
-    rendezvous_logger().debug("{}: accepting again", what_);
+    logger().debug("{}: accepting again", what_);
     // Not inline: finish may run inside accept_ready's own loop.
     asio::post(impl_->io, [self = shared_from_this()] {
       if (!self->closed_) self->accept_ready();

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "base/drop_counter.h"
-#include "cm/cm_rendezvous_log.h"
+#include "cm/cm_log.h"
 
 namespace cm {
 

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "cm/cm_log.h"
 #include "cm/cm_rendezvous.h"
-#include "cm/cm_rendezvous_log.h"
 #include "tests/line_sink.h"
 
 namespace cm_test {
@@ -181,10 +181,10 @@ inline void write_report(int report_fd, uint16_t value) {
 class RendezvousLog {
  public:
   RendezvousLog() : sink_(std::make_shared<emu_test::LineSink>()) {
-    cm::rendezvous_logger().sinks().push_back(sink_);
+    cm::logger().sinks().push_back(sink_);
   }
   ~RendezvousLog() {
-    auto& sinks = cm::rendezvous_logger().sinks();
+    auto& sinks = cm::logger().sinks();
     sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
   }
   RendezvousLog(const RendezvousLog&) = delete;

@@ -1,5 +1,5 @@
 // Issue 22, the DAT connection manager against hostile peers (docs/security.md): with a job
-// secret every CM connection proves it first (dat_api/cm/cm_handshake.h), without one the soft
+// secret every CM connection proves it first (cm/cm_handshake.h), without one the soft
 // device's CM listens on 127.0.0.1 only; with or without, a connection that brings no request
 // is closed after 5 s, at most 64 may wait, and a frame with bytes after its body is refused.
 // The attacker is a raw TCP client on loopback speaking the CM's frames (docs/wire.md).
@@ -40,12 +40,12 @@ constexpr const char* kOtherSecret = "another-job-secret-that-is-not-this-one";
 using Bytes = std::vector<uint8_t>;
 using Block = std::array<uint8_t, 32>;
 
-// --- The CM's frames, written by hand (docs/wire.md, "DAT connection manager") ---------------
+// --- The CM's frames, written by hand (docs/wire.md, "Connection manager") ---------------
 
 enum FrameType : uint8_t { kReq = 1, kAuth = 9, kAuthReply = 10, kAuthProof = 11 };
 
 Bytes Frame(uint8_t type, const Bytes& body, size_t announced) {
-  Bytes f = {'E', 'M', 'C', 'M', 1, type, 0, 0};
+  Bytes f = {'E', 'M', 'C', 'M', 2, type, 0, 0};  // version 2
   for (int i = 3; i >= 0; --i) f.push_back(static_cast<uint8_t>(announced >> (8 * i)));
   f.insert(f.end(), body.begin(), body.end());
   return f;
@@ -54,14 +54,19 @@ Bytes Frame(uint8_t type, const Bytes& body) {
   return Frame(type, body, body.size());
 }
 
-// A well-formed REQ for `conn_qual` from 127.0.0.1, no private data.
+// A well-formed REQ for `conn_qual` from and to 127.0.0.1, no private data.
 Bytes ReqBody(uint16_t conn_qual) {
-  Bytes b(4 + 4 + 16 + 2, 0);  // QP info: qpn, psn, gid, read depths
+  // QP info: qpn, psn, gid, read depths, retry counts, flow control, SRQ
+  Bytes b(4 + 4 + 16 + 2 + 2 + 2, 0);
   b[3] = 0x12;
+  b.push_back(2);     // QP type IBV_QPT_RC
+  b.push_back(0x01);  // port space RDMA_PS_TCP (u16)
+  b.push_back(0x06);
   for (int i = 7; i >= 0; --i) b.push_back(static_cast<uint8_t>(uint64_t{conn_qual} >> (8 * i)));
   const Bytes address = {0, AF_INET, 0x12, 0x34, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-  b.insert(b.end(), address.begin(), address.end());
-  b.push_back(0);  // private data length (u16)
+  b.insert(b.end(), address.begin(), address.end());  // source
+  b.insert(b.end(), address.begin(), address.end());  // destination
+  b.push_back(0);                                     // private data length (u16)
   b.push_back(0);
   return b;
 }

@@ -46,8 +46,13 @@ DAT_RETURN connect(const std::shared_ptr<Ep>& ep, const tcp::endpoint& to, DAT_C
   auto connection = std::make_shared<Connection>(service, Connection::Role::kActive);
   cm::Message request;
   request.type = cm::Type::kReq;
-  request.conn_qual = conn_qual;
-  std::memcpy(&request.requester, ep->ia()->address(), sizeof(sockaddr_in));
+  request.service = conn_qual;
+  // What rdma_cm would say of a DAT connection: a TCP port space RC QP, from this IA's address
+  // to the one asked for.
+  request.qp_type = cm::QpType::kRc;
+  request.port_space = cm::PortSpace::kTcp;
+  std::memcpy(&request.source, ep->ia()->address(), sizeof(sockaddr_in));
+  std::memcpy(&request.destination, to.data(), to.size());
   request.private_data = std::move(private_data);
   {
     std::lock_guard<std::mutex> guard(ep->mutex);
@@ -64,16 +69,12 @@ DAT_RETURN connect(const std::shared_ptr<Ep>& ep, const tcp::endpoint& to, DAT_C
       connection->local.gid = service->gid();
       std::memcpy(&connection->peer_ia_address, to.data(), to.size());
       request.type = cm::Type::kUdReq;
+      request.qp_type = cm::QpType::kUd;
+      request.port_space = cm::PortSpace::kUdp;
       request.qp = connection->local;
       ep->ud_connections.push_back(connection);
     } else {
-      connection->local.qpn = ep->qp->qp_num;
-      connection->local.psn = service->next_psn();
-      connection->local.gid = service->gid();
-      const int max_rd = ep->ia()->device_attr().max_qp_rd_atom;
-      connection->local.rdma_read_in = rdma_read_depth(ep->param.ep_attr.max_rdma_read_in, max_rd);
-      connection->local.rdma_read_out =
-          rdma_read_depth(ep->param.ep_attr.max_rdma_read_out, max_rd);
+      connection->local = local_rc_qp_info(*ep, *service);
       request.qp = connection->local;
       ep->connection = connection;
       ep->state = DAT_EP_STATE_ACTIVE_CONNECTION_PENDING;

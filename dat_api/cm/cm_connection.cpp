@@ -2,12 +2,10 @@
 #include "dat_api/cm/cm_connection.h"
 
 #include <boost/asio/connect.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/write.hpp>
 #include <chrono>
 #include <cstring>
 
-#include "dat_api/cm/cm_handshake.h"
+#include "cm/cm_handshake.h"
 #include "dat_api/cm/cm_qp.h"
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/log.h"
@@ -75,8 +73,7 @@ void Connection::start_active(const asio::ip::tcp::endpoint& to, DAT_TIMEOUT tim
     timer_.expires_after(std::chrono::microseconds(timeout_us));
     timer_.async_wait([self](const error_code& ec) {
       if (ec) return;  // cancelled: the connection completed or failed first
-      if (self->phase_ == Phase::kConnecting || self->phase_ == Phase::kAuthenticating ||
-          self->phase_ == Phase::kRequested) {
+      if (self->phase_ == Phase::kConnecting || self->phase_ == Phase::kRequested) {
         self->on_active_failure(DAT_CONNECTION_EVENT_TIMED_OUT);
       }
     });
@@ -106,13 +103,9 @@ void Connection::connect_attempt(const asio::ip::tcp::endpoint& to, cm::Message 
     }
     error_code ignored;
     self->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
-    if (self->has_secret()) {
-      self->begin_active_handshake(std::move(request));
-      return;
-    }
-    self->phase_ = Phase::kRequested;
-    self->send(request);
-    self->read_header();
+    self->open_channel(cm::Channel::Role::kActive);
+    self->phase_ = Phase::kRequested;  // the channel holds the REQ back until the handshake
+    self->channel_->start_active(std::move(request));
   });
 }
 
@@ -182,9 +175,10 @@ void Connection::start_passive() {
     std::memcpy(&peer_address, remote.data(), remote.size());
   }
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
-  enter_unauthenticated();
-  phase_ = has_secret() ? Phase::kAuthenticating : Phase::kCrPending;
-  read_header();
+  unauthenticated_ = true;  // CmService admitted it among kMaxUnauthenticated
+  phase_ = Phase::kCrPending;
+  open_channel(cm::Channel::Role::kPassive);
+  channel_->start_passive();  // the REQ (after the proof) is due within kFirstMessageTimeout
 }
 
 void Connection::send_accept(std::vector<uint8_t> private_data) {
@@ -214,8 +208,7 @@ void Connection::send_reject(cm::RejectReason reason, std::vector<uint8_t> priva
   rej.reason = reason;
   rej.private_data = std::move(private_data);
   phase_ = Phase::kClosing;
-  close_after_write_ = true;
-  send(rej);
+  send_last(rej);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -254,8 +247,7 @@ void Connection::on_peer_disconnect() {
   deliver({DAT_EP_STATE_CONNECTED, DAT_EP_STATE_DISCONNECT_PENDING}, DAT_EP_STATE_DISCONNECTED,
           DAT_CONNECTION_EVENT_DISCONNECTED, true, false);
   phase_ = Phase::kClosing;
-  close_after_write_ = true;
-  send(cm::bare(cm::Type::kDrep));
+  send_last(cm::bare(cm::Type::kDrep));
 }
 
 void Connection::abort() {
@@ -276,85 +268,22 @@ void Connection::close_socket() {
   timer_.cancel();
   leave_unauthenticated();
   if (ud_retry_timer_) ud_retry_timer_->cancel();
-  if (socket_.is_open()) {
-    socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-    socket_.close(ignored);
-  }
-  out_.clear();
+  if (socket_.is_open()) socket_.close(ignored);  // still connecting, or parked
+  if (channel_) channel_->close();
 }
 
 void Connection::send(const cm::Message& m) {
-  if (!socket_.is_open()) return;
-  out_.push_back(cm::encode(m));
-  if (!writing_) write_next();
+  if (channel_) channel_->send(m);
 }
 
-void Connection::write_next() {
-  if (out_.empty()) {
-    writing_ = false;
-    if (close_after_write_) {
-      phase_ = Phase::kClosed;
-      close_socket();
-    }
-    return;
-  }
-  writing_ = true;
-  auto self = shared_from_this();
-  asio::async_write(socket_, asio::buffer(out_.front()), [self](const error_code& ec, size_t) {
-    if (ec) {
-      self->writing_ = false;
-      return;  // the read side reports the broken socket
-    }
-    if (!self->out_.empty()) self->out_.pop_front();
-    self->write_next();
-  });
-}
-
-void Connection::read_header() {
-  auto self = shared_from_this();
-  asio::async_read(socket_, asio::buffer(header_), [self](const error_code& ec, size_t) {
-    if (ec) {
-      self->on_socket_error(ec);
-      return;
-    }
-    cm::Type type{};
-    std::optional<uint32_t> length = cm::parse_header(self->header_.data(), &type);
-    if (!length) {
-      // Rate-limited, as every refusal of what a peer sent (cm_handshake.h).
-      cm::log_refusal("malformed frame header from " + self->peer_text() +
-                      "; closing the connection");
-      self->on_socket_error(asio::error::invalid_argument);
-      return;
-    }
-    self->read_body(type, *length);
-  });
-}
-
-void Connection::read_body(cm::Type type, uint32_t length) {
-  body_.resize(length);
-  auto self = shared_from_this();
-  asio::async_read(socket_, asio::buffer(body_), [self, type](const error_code& ec, size_t) {
-    if (ec) {
-      self->on_socket_error(ec);
-      return;
-    }
-    std::optional<cm::Message> m = cm::parse_body(type, self->body_.data(), self->body_.size());
-    if (!m) {
-      cm::log_refusal("malformed frame of type " + std::to_string(static_cast<int>(type)) +
-                      " from " + self->peer_text() + "; closing the connection");
-      self->on_socket_error(asio::error::invalid_argument);
-      return;
-    }
-    self->on_message(*m);
-    if (self->socket_.is_open()) self->read_header();
-  });
+void Connection::send_last(const cm::Message& m) {
+  if (!channel_) return;
+  channel_->send(m);
+  channel_->close_after_write();
 }
 
 void Connection::on_message(const cm::Message& m) {
   switch (phase_) {
-    case Phase::kAuthenticating:
-      on_auth_message(m);
-      return;
     case Phase::kRequested:  // active, waiting for the answer
       if (m.type == cm::Type::kRep && !ud) {
         on_rep(m);
@@ -362,7 +291,7 @@ void Connection::on_message(const cm::Message& m) {
         on_ud_rep(m);
       } else if (m.type == cm::Type::kRej) {
         peer_private_data = m.private_data;
-        on_active_failure(m.reason == cm::RejectReason::kConsumer
+        on_active_failure(m.reason == cm::RejectReason::kConsumerDefined
                               ? DAT_CONNECTION_EVENT_PEER_REJECTED
                               : DAT_CONNECTION_EVENT_NON_PEER_REJECTED);
       } else {
@@ -372,10 +301,9 @@ void Connection::on_message(const cm::Message& m) {
     case Phase::kCrPending:  // passive: the first frame must be the REQ
       if (m.type == cm::Type::kReq || m.type == cm::Type::kUdReq) {
         if (!service_point) return;  // REQ handled already
-        timer_.cancel();             // the first-message bound is met
-        leave_unauthenticated();
+        leave_unauthenticated();     // the channel's first-message bound is met
         ud = m.type == cm::Type::kUdReq;
-        peer_ia_address = m.requester;
+        peer_ia_address = m.source;
         peer = m.qp;
         peer_private_data = m.private_data;
         service_->on_request(shared_from_this());
@@ -420,29 +348,22 @@ void Connection::on_message(const cm::Message& m) {
   cm::log_refusal("unexpected frame " + std::to_string(static_cast<int>(m.type)) + " in phase " +
                   std::to_string(static_cast<int>(phase_)) + " from " + peer_text() +
                   "; closing the connection");
-  on_socket_error(asio::error::invalid_argument);
+  on_closed();
 }
 
-void Connection::on_socket_error(const error_code& ec) {
-  if (ec == asio::error::operation_aborted) return;  // we closed it
+void Connection::on_closed() {
   const Phase was = phase_;
   phase_ = Phase::kClosed;
   switch (was) {
-    case Phase::kAuthenticating:
-      if (role_ == Role::kActive) {
-        // The passive side closed before proving itself: it refused our proof or has another
-        // (or no) secret; its own log says which.
-        fail_handshake("the peer closed the connection during the authentication");
-        return;
-      }
-      break;
     case Phase::kRequested:
-      // The listener went away (PSP freed, process died) before answering.
+      // The listener went away (PSP freed, process died) before answering, or did not prove
+      // the job secret (the channel logged it): the remote consumer is not reachable.
       on_active_failure(DAT_CONNECTION_EVENT_NON_PEER_REJECTED);
       return;
     case Phase::kCrPending:
       // The requester left while its CR waits for the consumer: dat_cr_accept will report
-      // DAT_CONNECTION_EVENT_ACCEPT_COMPLETION_ERROR.
+      // DAT_CONNECTION_EVENT_ACCEPT_COMPLETION_ERROR. (Or it never proved itself nor brought
+      // its REQ in time: no CR, nothing to report.)
       peer_gone = true;
       break;
     case Phase::kAccepted:

@@ -1,8 +1,10 @@
-// One DAT connection as the connection manager sees it: the TCP socket to the peer's CM, the
-// protocol phase, what each side told the other (QP number, PSN, GID, private data), and the
-// endpoint it serves. Ep::connection holds it while the EP is connecting or connected (and
-// after, so that the private data an event points at stays valid); every socket operation
-// runs on the IA's CM thread (CmService), which posts the connection events.
+// One DAT connection as the connection manager sees it: the stream to the peer's CM (a TCP
+// socket while it connects or waits to be started, then a cm::Channel that frames, queues and
+// authenticates the messages: cm/cm_channel.h), the protocol phase, what each side told the other
+// (QP number, PSN, GID, private data), and the endpoint it serves. Ep::connection holds it while
+// the EP is connecting or connected (and after, so that the private data an event points at stays
+// valid); every socket operation runs on the IA's CM thread (CmService), which posts the connection
+// events.
 //
 // Events reach the EP only through deliver()/establish(), which check under ep.mutex that the
 // EP still holds this connection and is in an expected state: a disconnect, a free
@@ -10,17 +12,16 @@
 // whatever the socket reports later.
 #pragma once
 
-#include <array>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
-#include <deque>
 #include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "dat_api/cm/cm_wire.h"
+#include "cm/cm_channel.h"
+#include "cm/cm_wire.h"
 #include "dat_api/ep/ep.h"
 #include "dat_api/ext/ib_extensions.h"
 
@@ -33,13 +34,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
  public:
   enum class Role { kActive, kPassive };
   enum class Phase {
-    kConnecting,      // active: TCP connect in progress
-    kAuthenticating,  // both, with a job secret: the challenge-response (cm_handshake.h)
-    kRequested,       // active: REQ sent, waiting for REP/REJ
-    kCrPending,       // passive: REQ received, CR given to the consumer
-    kAccepted,        // passive: REP sent, waiting for RTU
-    kEstablished,     // both: RTU sent/received
-    kClosing,         // DREQ sent or REJ being sent: waiting for the peer to close
+    kConnecting,   // active: TCP connect in progress
+    kRequested,    // active: REQ sent (after the handshake, with a secret), waiting for REP/REJ
+    kCrPending,    // passive: REQ received, CR given to the consumer
+    kAccepted,     // passive: REP sent, waiting for RTU
+    kEstablished,  // both: RTU sent/received
+    kClosing,      // DREQ sent or REJ being sent: waiting for the peer to close
     kClosed,
   };
 
@@ -69,6 +69,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool peer_gone = false;                  // passive: the requester closed before accept
 
   // --- CM thread only -----------------------------------------------------------------------
+  // The socket being connected or accepted; the channel takes it over once it is.
   boost::asio::ip::tcp::socket& socket() { return socket_; }
   // Active: connect to `to`, send `request`; `timeout_us` of DAT_TIMEOUT_INFINITE is none.
   void start_active(const boost::asio::ip::tcp::endpoint& to, DAT_TIMEOUT timeout_us,
@@ -91,23 +92,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void connect_attempt(const boost::asio::ip::tcp::endpoint& to, cm::Message request);
   // UD: a refused connect is tried again shortly (cm_ud.cpp); false once the window is over.
   bool retry_refused_ud(const boost::asio::ip::tcp::endpoint& to, cm::Message request);
-  // ---- authentication and the passive bounds (cm_handshake.cpp) ----
-  bool has_secret() const;
-  // Active, connected: AUTH, then (on a good AUTH_REPLY) AUTH_PROOF and `request`.
-  void begin_active_handshake(cm::Message request);
-  void on_auth_message(const cm::Message& m);
-  // A rate-limited log line, then: active, NON_PEER_REJECTED; passive, the socket closed.
-  void fail_handshake(const std::string& why);
-  // Passive: the connection holds one of CmService's unauthenticated places (admitted by it)
-  // and its timeout runs; leave_unauthenticated when the REQ came or the socket closes.
-  void enter_unauthenticated();
+  // ---- the channel and the passive bound (cm_connection_channel.cpp) ----
+  // The connected or accepted socket becomes the channel (with the IA's job secret).
+  void open_channel(cm::Channel::Role role);
+  // Passive: the connection holds one of CmService's unauthenticated places (admitted by it);
+  // leave_unauthenticated when the REQ came or the stream closes.
   void leave_unauthenticated();
   std::string peer_text() const;
 
-  void read_header();
-  void read_body(cm::Type type, uint32_t length);
   void on_message(const cm::Message& m);
-  void on_socket_error(const boost::system::error_code& ec);
+  // The stream ended (cm::Channel's on_closed, or a frame this side refuses): the event
+  // the phase calls for.
+  void on_closed();
   void on_active_failure(DAT_EVENT_NUMBER event);
   void on_rep(const cm::Message& m);
   // ---- UD (cm_ud.cpp) ----
@@ -121,7 +117,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void post_ud_event(int number, DAT_IB_EXT_TYPE type, bool with_ah, bool with_private_data);
   void on_peer_disconnect();
   void send(const cm::Message& m);
-  void write_next();
+  // Closes the stream once what is queued is written; on_closed follows.
+  void send_last(const cm::Message& m);
   void close_socket();
 
   // Under ep.mutex: if the EP still holds this connection and its state is one of `from`,
@@ -134,19 +131,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const Role role_;
   Phase phase_;
   boost::asio::ip::tcp::socket socket_;
+  std::shared_ptr<cm::Channel> channel_;  // once connected or started
   boost::asio::steady_timer timer_;
-  std::array<uint8_t, cm::kHeaderSize> header_{};
-  std::vector<uint8_t> body_;
-  std::deque<std::vector<uint8_t>> out_;
-  bool writing_ = false;
-  bool close_after_write_ = false;
   bool graceful_ = false;
-  // Authentication (cm_handshake.cpp): our nonce, the peer's, the REQ held back until the
-  // passive side proved itself (active), whether its proof is due next (passive).
-  cm::Nonce nonce_{};
-  cm::Nonce peer_nonce_{};
-  cm::Message held_request_;
-  bool awaiting_proof_ = false;
   bool unauthenticated_ = false;  // passive: counted in CmService's unauthenticated connections
   // UD: until when a refused connect is retried, and the timer between attempts.
   std::chrono::steady_clock::time_point ud_retry_until_{};

@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "dat_api/cm/cm_wire.h"
+#include "cm/cm_wire.h"
 #include "dat_api/core/errors.h"
 
 namespace dat_api {

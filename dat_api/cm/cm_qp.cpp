@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "dat_api/cm/cm_service.h"
 #include "dat_api/core/ia.h"
 #include "dat_api/core/log.h"
 #include "dat_api/ep/ep.h"
@@ -19,7 +20,7 @@ int qp_connect(ibv_qp* qp, uint8_t port, ibv_mtu mtu, const cm::QpInfo& local,
   a.rq_psn = peer.psn;
   // Our responder serves as many RDMA Reads as we offered; the peer's requester is held to
   // that by its own max_rd_atomic below (the minimum of both sides).
-  a.max_dest_rd_atomic = local.rdma_read_in;
+  a.max_dest_rd_atomic = local.responder_resources;
   a.min_rnr_timer = 12;
   a.ah_attr.is_global = 1;
   a.ah_attr.grh.dgid = peer.gid;
@@ -37,9 +38,9 @@ int qp_connect(ibv_qp* qp, uint8_t port, ibv_mtu mtu, const cm::QpInfo& local,
   a.qp_state = IBV_QPS_RTS;
   a.sq_psn = local.psn;
   a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = std::min(local.rdma_read_out, peer.rdma_read_in);
+  a.retry_cnt = kQpRetryCount;
+  a.rnr_retry = kQpRnrRetryCount;
+  a.max_rd_atomic = std::min(local.initiator_depth, peer.responder_resources);
   if (a.max_rd_atomic == 0) a.max_rd_atomic = 1;
   if (ibv_modify_qp(qp, &a,
                     IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
@@ -74,6 +75,20 @@ void ep_qp_to_error_locked(Ep& ep) {
   if (ep.qp == nullptr) return;
   qp_to_error(ep.qp);
   if (ep.srq) ep_report_broken_locked(ep);
+}
+
+cm::QpInfo local_rc_qp_info(const Ep& ep, CmService& service) {
+  cm::QpInfo info;
+  info.qpn = ep.qp->qp_num;
+  info.psn = service.next_psn();
+  info.gid = service.gid();
+  const int max_rd = service.ia().device_attr().max_qp_rd_atom;
+  info.responder_resources = rdma_read_depth(ep.param.ep_attr.max_rdma_read_in, max_rd);
+  info.initiator_depth = rdma_read_depth(ep.param.ep_attr.max_rdma_read_out, max_rd);
+  info.retry_count = kQpRetryCount;
+  info.rnr_retry_count = kQpRnrRetryCount;
+  info.srq = ep.srq != nullptr;
+  return info;
 }
 
 uint8_t rdma_read_depth(DAT_COUNT requested, int device_max) {

@@ -6,9 +6,21 @@
 #include <dat2/udat.h>
 #include <infiniband/verbs.h>
 
-#include "dat_api/cm/cm_wire.h"
+#include "cm/cm_wire.h"
 
 namespace dat_api {
+
+class CmService;
+class Ep;
+
+// The transport and receiver-not-ready retries qp_connect gives an RC QP (7: the most IB has).
+inline constexpr uint8_t kQpRetryCount = 7;
+inline constexpr uint8_t kQpRnrRetryCount = 7;
+
+// What this side tells the peer of an RC EP's QP (REQ, REP), under ep.mutex: its number, a
+// fresh PSN, the GID, the RDMA Read depths within the device's limit, the retries
+// qp_connect applies, whether it receives from an SRQ.
+cm::QpInfo local_rc_qp_info(const Ep& ep, CmService& service);
 
 // Returns 0 or the errno of the failing ibv_modify_qp.
 int qp_connect(ibv_qp* qp, uint8_t port, ibv_mtu mtu, const cm::QpInfo& local,

@@ -7,8 +7,8 @@
 #include <future>
 #include <map>
 
+#include "cm/cm_handshake.h"
 #include "dat_api/cm/cm_connection.h"
-#include "dat_api/cm/cm_handshake.h"
 #include "dat_api/core/errors.h"
 #include "dat_api/core/log.h"
 
@@ -288,15 +288,15 @@ void CmService::accept_next(const std::shared_ptr<ServicePoint>& sp) {
   });
 }
 
-void CmService::refuse(const std::shared_ptr<Connection>& connection) {
-  connection->send_reject(cm::RejectReason::kNonPeer, {});
+void CmService::refuse(const std::shared_ptr<Connection>& connection, cm::RejectReason reason) {
+  connection->send_reject(reason, {});
 }
 
 void CmService::on_request(const std::shared_ptr<Connection>& connection) {
   std::shared_ptr<ServicePoint> sp = connection->service_point;
   if (!sp || sp->closed) {
     // Freed meanwhile: as if nobody listened (dat_psp_free).
-    refuse(connection);
+    refuse(connection, cm::RejectReason::kInvalidServiceId);
     return;
   }
   auto cr = std::make_shared<Cr>(ia_, connection);
@@ -323,8 +323,8 @@ void CmService::on_request(const std::shared_ptr<Connection>& connection) {
         ok = true;
       }
     }
-    if (!ok) {
-      refuse(connection);
+    if (!ok) {  // the RSP's endpoint was freed or used: nobody serves the request
+      refuse(connection, cm::RejectReason::kInvalidServiceId);
       return;
     }
     cr->local_ep = ep;
@@ -385,7 +385,7 @@ void CmService::on_request(const std::shared_ptr<Connection>& connection) {
         cr->local_ep->state = DAT_EP_STATE_UNCONNECTED;
       }
     }
-    refuse(connection);
+    refuse(connection, cm::RejectReason::kNoResources);
     return;
   }
 }

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "dat_api/cm/cm_wire.h"
+#include "cm/cm_wire.h"
 #include "dat_api/cm/psp_rsp_cr.h"
 
 namespace dat_api {
@@ -74,7 +74,7 @@ class CmService : public std::enable_shared_from_this<CmService> {
   // A fresh PSN for a new connection (24 bits).
   uint32_t next_psn();
 
-  // Accepted connections that have not brought their REQ yet (cm_handshake.h): at most
+  // Accepted connections that have not brought their REQ yet (cm/cm_handshake.h): at most
   // kMaxUnauthenticated. Beyond, a listener parks the socket it just accepted and accepts no
   // more (the rest wait in the kernel's backlog) until release_unauthenticated frees a place.
   // Any thread.
@@ -84,7 +84,8 @@ class CmService : public std::enable_shared_from_this<CmService> {
   void start();
   void shutdown();
   void accept_next(const std::shared_ptr<ServicePoint>& sp);
-  void refuse(const std::shared_ptr<Connection>& connection);
+  // A REJ with the provider's reason (the peer sees DAT_CONNECTION_EVENT_NON_PEER_REJECTED).
+  void refuse(const std::shared_ptr<Connection>& connection, cm::RejectReason reason);
   bool try_admit_unauthenticated();
   // CM thread: starts parked connections while there is room, and their listeners again.
   void resume_parked();

@@ -88,11 +88,11 @@ void Connection::send_ud_accept(std::vector<uint8_t> private_data) {
   cm::Message rep;
   rep.type = cm::Type::kUdRep;
   rep.qp = local;
+  rep.qkey = kUdQkey;
   rep.private_data = std::move(private_data);
   // Nothing more comes from the requester: the socket closes once the answer is written.
   phase_ = Phase::kClosing;
-  close_after_write_ = true;
-  send(rep);
+  send_last(rep);
   post_ud_event(DAT_IB_UD_CONNECTION_EVENT_ESTABLISHED, DAT_IB_UD_PASSIVE_REMOTE_AH, true, true);
 }
 

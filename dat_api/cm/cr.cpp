@@ -69,13 +69,7 @@ DAT_RETURN cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE ep_handle, DAT_COUNT private
       // "If the provided local Endpoint does not satisfy the requested Connection Request, the
       // operation fails without any effect": everything that can fail comes before the CR is
       // consumed.
-      connection->local.qpn = ep->qp->qp_num;
-      connection->local.psn = service.next_psn();
-      connection->local.gid = service.gid();
-      const int max_rd = service.ia().device_attr().max_qp_rd_atom;
-      connection->local.rdma_read_in = rdma_read_depth(ep->param.ep_attr.max_rdma_read_in, max_rd);
-      connection->local.rdma_read_out =
-          rdma_read_depth(ep->param.ep_attr.max_rdma_read_out, max_rd);
+      connection->local = local_rc_qp_info(*ep, service);
       int err =
           qp_connect(ep->qp, service.port(), service.mtu(), connection->local, connection->peer);
       if (err != 0) {
@@ -125,7 +119,7 @@ DAT_RETURN cr_reject(DAT_CR_HANDLE h, DAT_COUNT private_data_size, const DAT_PVO
   std::shared_ptr<Connection> connection = cr->connection;
   connection->service().forget_cr(*cr);
   connection->service().post([connection, pd = std::move(pd)]() mutable {
-    connection->send_reject(cm::RejectReason::kConsumer, std::move(pd));
+    connection->send_reject(cm::RejectReason::kConsumerDefined, std::move(pd));
   });
   return DAT_SUCCESS;
 }

@@ -2,9 +2,9 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
-#include <cstdlib>
 #include <mutex>
-#include <string>
+
+#include "cm/cm_log.h"
 
 namespace dat_api {
 
@@ -19,13 +19,7 @@ void init_logging() {
     g_logger = std::make_shared<spdlog::logger>(
         "emurdma-dat", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
     g_logger->set_pattern("[emurdma-dat %l] %v");
-    spdlog::level::level_enum level = spdlog::level::warn;
-    const char* env = std::getenv("EMURDMA_LOG");
-    if (env != nullptr && *env != '\0') {
-      level = spdlog::level::from_str(env);
-      if (level == spdlog::level::off && std::string(env) != "off") level = spdlog::level::warn;
-    }
-    g_logger->set_level(level);
+    g_logger->set_level(cm::log_level_from_env());
   });
 }
 

@@ -390,7 +390,8 @@ expect() { # expect <log> <ERE> <what>
   }
 }
 refuse() { # refuse <ERE> <what>: no line the programs printed may match (the library's own
-  # log lines, "[emurdma <level>] ..." and "[emurdma-dat <level>] ...", are left out)
+  # log lines, "[emurdma <level>] ..." and "[emurdma-dat <level>] ..." and
+  # "[emurdma-cm <level>] ...", are left out)
   local log
   for log in "${logs[@]}"; do
     if grep -vE '^\[emurdma' "$log" | grep -qE -- "$1"; then

@@ -1,4 +1,4 @@
-// libFuzzer target: the DAT connection manager's frames (dat_api/cm/cm_wire.h), as a
+// libFuzzer target: the connection manager's frames (cm/cm_wire.h), as a
 // connection reads them: a 12-byte header (parse_header), then the body of the length it
 // announces (parse_body).
 //
@@ -13,10 +13,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "dat_api/cm/cm_wire.h"
+#include "cm/cm_wire.h"
 #include "tests/fuzz/fuzz_check.h"
-
-namespace cm = dat_api::cm;
 
 namespace {
 
@@ -24,18 +22,26 @@ bool same_address(const sockaddr_storage& a, const sockaddr_storage& b) {
   return std::memcmp(&a, &b, sizeof a) == 0;
 }
 
+bool same_qp(const cm::QpInfo& a, const cm::QpInfo& b) {
+  return a.qpn == b.qpn && a.psn == b.psn &&
+         std::memcmp(a.gid.raw, b.gid.raw, sizeof a.gid.raw) == 0 &&
+         a.responder_resources == b.responder_resources && a.initiator_depth == b.initiator_depth &&
+         a.retry_count == b.retry_count && a.rnr_retry_count == b.rnr_retry_count &&
+         a.flow_control == b.flow_control && a.srq == b.srq;
+}
+
 bool same(const cm::Message& a, const cm::Message& b) {
   if (a.type != b.type || a.private_data != b.private_data) return false;
   switch (a.type) {
     case cm::Type::kReq:
     case cm::Type::kUdReq:
-      if (a.conn_qual != b.conn_qual || !same_address(a.requester, b.requester)) return false;
-      [[fallthrough]];
+      return same_qp(a.qp, b.qp) && a.qp_type == b.qp_type && a.port_space == b.port_space &&
+             a.service == b.service && same_address(a.source, b.source) &&
+             same_address(a.destination, b.destination);
     case cm::Type::kRep:
+      return same_qp(a.qp, b.qp);
     case cm::Type::kUdRep:
-      return a.qp.qpn == b.qp.qpn && a.qp.psn == b.qp.psn &&
-             std::memcmp(a.qp.gid.raw, b.qp.gid.raw, sizeof a.qp.gid.raw) == 0 &&
-             a.qp.rdma_read_in == b.qp.rdma_read_in && a.qp.rdma_read_out == b.qp.rdma_read_out;
+      return same_qp(a.qp, b.qp) && a.qkey == b.qkey;
     case cm::Type::kRej:
       return a.reason == b.reason;
     case cm::Type::kRtu:
@@ -70,6 +76,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(m->type == type);
   FUZZ_CHECK(m->private_data.size() <= cm::kMaxPrivateData);
   FUZZ_CHECK(m->private_data.size() <= body_bytes);
+  FUZZ_CHECK(m->qp.retry_count <= cm::kMaxRetryCount);
+  FUZZ_CHECK(m->qp.rnr_retry_count <= cm::kMaxRetryCount);
 
   const std::vector<uint8_t> frame = cm::encode(*m);
   FUZZ_CHECK(frame.size() >= cm::kHeaderSize);

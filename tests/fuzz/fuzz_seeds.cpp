@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dat_api/cm/cm_wire.h"
+#include "cm/cm_wire.h"
 #include "transports/shm/shm_gid.h"
 #include "transports/shm/shm_handshake.h"
 #include "transports/shm/shm_wire.h"
@@ -20,7 +20,6 @@
 
 namespace tw = transports::tcp::tcp_wire;
 namespace shm = transports::shm;
-namespace cm = dat_api::cm;
 using transports::FrameHeader;
 using transports::FrameOp;
 using transports::Gid;
@@ -308,18 +307,25 @@ void cm_seeds() {
   req.type = cm::Type::kReq;
   req.qp.qpn = 0x12;
   req.qp.psn = 0x345;
-  req.qp.rdma_read_in = 4;
-  req.qp.rdma_read_out = 4;
-  req.conn_qual = 18515;
-  auto* sin = reinterpret_cast<sockaddr_in*>(&req.requester);
+  req.qp.responder_resources = 4;
+  req.qp.initiator_depth = 4;
+  req.qp.retry_count = 7;
+  req.qp.rnr_retry_count = 7;
+  req.qp.srq = true;
+  req.service = 18515;
+  auto* sin = reinterpret_cast<sockaddr_in*>(&req.source);
   sin->sin_family = AF_INET;
   sin->sin_port = htons(4791);
   sin->sin_addr.s_addr = htonl(0x7f000001);
+  req.destination = req.source;
   req.private_data = {1, 2, 3, 4};
   write(t, "req", cm::encode(req));
   req.type = cm::Type::kUdReq;
-  auto* sin6 = reinterpret_cast<sockaddr_in6*>(&req.requester);
+  req.qp_type = cm::QpType::kUd;
+  req.port_space = cm::PortSpace::kUdp;
+  auto* sin6 = reinterpret_cast<sockaddr_in6*>(&req.destination);
   sin6->sin6_family = AF_INET6;
+  sin6->sin6_port = htons(7174);
   sin6->sin6_addr.s6_addr[15] = 1;
   req.private_data.assign(cm::kMaxPrivateData, 0xee);
   write(t, "ud_req_max_private", cm::encode(req));
@@ -328,11 +334,12 @@ void cm_seeds() {
   rep.private_data = {9};
   write(t, "rep", cm::encode(rep));
   rep.type = cm::Type::kUdRep;
+  rep.qkey = cm::kRdmaUdpQkey;
   rep.private_data.clear();
   write(t, "ud_rep", cm::encode(rep));
   cm::Message rej;
   rej.type = cm::Type::kRej;
-  rej.reason = cm::RejectReason::kConsumer;
+  rej.reason = cm::RejectReason::kConsumerDefined;
   rej.private_data = {7, 7};
   write(t, "rej", cm::encode(rej));
   write(t, "rtu", cm::encode(cm::bare(cm::Type::kRtu)));

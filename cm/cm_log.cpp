@@ -1,5 +1,5 @@
-// The rendezvous logger (cm_rendezvous_log.h).
-#include "cm/cm_rendezvous_log.h"
+// The connection manager's logger (cm_log.h).
+#include "cm/cm_log.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
@@ -10,9 +10,7 @@
 
 namespace cm {
 
-namespace {
-
-spdlog::level::level_enum level_from_environment() {
+spdlog::level::level_enum log_level_from_env() {
   const char* env = std::getenv("EMURDMA_LOG");
   if (env == nullptr || *env == '\0') return spdlog::level::warn;
   const spdlog::level::level_enum level = spdlog::level::from_str(env);
@@ -21,17 +19,15 @@ spdlog::level::level_enum level_from_environment() {
   return level;
 }
 
-}  // namespace
-
-spdlog::logger& rendezvous_logger() {
+spdlog::logger& logger() {
   static std::once_flag once;
   static std::shared_ptr<spdlog::logger> instance;
   std::call_once(once, [] {
-    // Not in spdlog's registry: the program may use spdlog (and these names) itself.
+    // Not registered in spdlog's global registry: the program may use spdlog itself.
     instance = std::make_shared<spdlog::logger>(
         "emurdma-cm", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
     instance->set_pattern("[emurdma-cm %l] %v");
-    instance->set_level(level_from_environment());
+    instance->set_level(log_level_from_env());
   });
   return *instance;
 }

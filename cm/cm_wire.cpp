@@ -1,18 +1,21 @@
 // Encoding and decoding of the connection manager's frames (cm_wire.h). All integers are
-// big-endian; addresses travel as {family u16, port u16, 16 address bytes}.
-#include "dat_api/cm/cm_wire.h"
+// big-endian; addresses travel as {family u16, port u16, 16 address bytes}; flags as one byte,
+// 0 or 1.
+#include "cm/cm_wire.h"
 
 #include <netinet/in.h>
 
 #include <cstring>
 
-namespace dat_api::cm {
+namespace cm {
 
 namespace {
 
 constexpr uint8_t kMagic[4] = {'E', 'M', 'C', 'M'};
-constexpr size_t kQpInfoSize = 4 + 4 + 16 + 2;
+constexpr size_t kQpInfoSize = 4 + 4 + 16 + 6;
 constexpr size_t kAddressSize = 20;
+// A REQ's fields before its private data: QP, QP type, port space, service, two addresses.
+constexpr size_t kReqFixedSize = kQpInfoSize + 1 + 2 + 8 + 2 * kAddressSize;
 
 class Writer {
  public:
@@ -86,18 +89,56 @@ void write_qp(Writer& w, const QpInfo& qp) {
   w.u32(qp.qpn);
   w.u32(qp.psn);
   w.bytes(qp.gid.raw, sizeof(qp.gid.raw));
-  w.u8(qp.rdma_read_in);
-  w.u8(qp.rdma_read_out);
+  w.u8(qp.responder_resources);
+  w.u8(qp.initiator_depth);
+  w.u8(qp.retry_count);
+  w.u8(qp.rnr_retry_count);
+  w.u8(qp.flow_control ? 1 : 0);
+  w.u8(qp.srq ? 1 : 0);
 }
 
-QpInfo read_qp(Reader& r) {
+// A flag is 0 or 1; anything else is malformed (*ok false).
+bool read_flag(Reader& r, bool* ok) {
+  const uint8_t v = r.u8();
+  if (v > 1) *ok = false;
+  return v == 1;
+}
+
+// Retry counts beyond their 3 bits are malformed (*ok false).
+QpInfo read_qp(Reader& r, bool* ok) {
   QpInfo qp;
   qp.qpn = r.u32();
   qp.psn = r.u32();
   r.bytes(qp.gid.raw, sizeof(qp.gid.raw));
-  qp.rdma_read_in = r.u8();
-  qp.rdma_read_out = r.u8();
+  qp.responder_resources = r.u8();
+  qp.initiator_depth = r.u8();
+  qp.retry_count = r.u8();
+  qp.rnr_retry_count = r.u8();
+  if (qp.retry_count > kMaxRetryCount || qp.rnr_retry_count > kMaxRetryCount) *ok = false;
+  qp.flow_control = read_flag(r, ok);
+  qp.srq = read_flag(r, ok);
   return qp;
+}
+
+bool known_port_space(uint16_t v) {
+  switch (static_cast<PortSpace>(v)) {
+    case PortSpace::kIpoib:
+    case PortSpace::kTcp:
+    case PortSpace::kUdp:
+    case PortSpace::kIb:
+      return true;
+  }
+  return false;
+}
+
+bool known_qp_type(uint8_t v) {
+  switch (static_cast<QpType>(v)) {
+    case QpType::kRc:
+    case QpType::kUc:
+    case QpType::kUd:
+      return true;
+  }
+  return false;
 }
 
 void write_address(Writer& w, const sockaddr_storage& a) {
@@ -121,7 +162,7 @@ void write_address(Writer& w, const sockaddr_storage& a) {
 sockaddr_storage read_address(Reader& r, bool* ok) {
   sockaddr_storage a{};
   uint16_t family = r.u16();
-  *ok = family == AF_INET || family == AF_INET6;
+  if (family != AF_INET && family != AF_INET6) *ok = false;
   uint16_t port = r.u16();
   uint8_t raw[16] = {};
   r.bytes(raw, sizeof(raw));
@@ -156,7 +197,7 @@ bool read_private_data(Reader& r, std::vector<uint8_t>* pd) {
 
 std::vector<uint8_t> encode(const Message& m) {
   std::vector<uint8_t> frame;
-  frame.reserve(kHeaderSize + kQpInfoSize + 8 + kAddressSize + 2 + m.private_data.size());
+  frame.reserve(kHeaderSize + kReqFixedSize + 2 + m.private_data.size());
   Writer w(&frame);
   w.bytes(kMagic, sizeof(kMagic));
   w.u8(kVersion);
@@ -167,17 +208,24 @@ std::vector<uint8_t> encode(const Message& m) {
     case Type::kReq:
     case Type::kUdReq:
       write_qp(w, m.qp);
-      w.u64(m.conn_qual);
-      write_address(w, m.requester);
+      w.u8(static_cast<uint8_t>(m.qp_type));
+      w.u16(static_cast<uint16_t>(m.port_space));
+      w.u64(m.service);
+      write_address(w, m.source);
+      write_address(w, m.destination);
       write_private_data(w, m.private_data);
       break;
     case Type::kRep:
-    case Type::kUdRep:
       write_qp(w, m.qp);
       write_private_data(w, m.private_data);
       break;
+    case Type::kUdRep:
+      write_qp(w, m.qp);
+      w.u32(m.qkey);
+      write_private_data(w, m.private_data);
+      break;
     case Type::kRej:
-      w.u8(static_cast<uint8_t>(m.reason));
+      w.u16(static_cast<uint16_t>(m.reason));
       write_private_data(w, m.private_data);
       break;
     case Type::kRtu:
@@ -218,28 +266,34 @@ std::optional<Message> parse_body(Type type, const uint8_t* body, size_t size) {
   Reader r(body, size);
   Message m;
   m.type = type;
+  bool ok = true;  // what the reader cannot see: bounds and known values of the fields
   switch (type) {
     case Type::kReq:
     case Type::kUdReq: {
-      m.qp = read_qp(r);
-      m.conn_qual = r.u64();
-      bool known_family = false;
-      m.requester = read_address(r, &known_family);
-      if (!known_family) return std::nullopt;
-      if (!read_private_data(r, &m.private_data)) return std::nullopt;
+      m.qp = read_qp(r, &ok);
+      const uint8_t qp_type = r.u8();
+      const uint16_t port_space = r.u16();
+      if (!known_qp_type(qp_type) || !known_port_space(port_space)) ok = false;
+      m.qp_type = static_cast<QpType>(qp_type);
+      m.port_space = static_cast<PortSpace>(port_space);
+      m.service = r.u64();
+      m.source = read_address(r, &ok);
+      m.destination = read_address(r, &ok);
+      if (!ok || !read_private_data(r, &m.private_data)) return std::nullopt;
       break;
     }
     case Type::kRep:
+      m.qp = read_qp(r, &ok);
+      if (!ok || !read_private_data(r, &m.private_data)) return std::nullopt;
+      break;
     case Type::kUdRep:
-      m.qp = read_qp(r);
-      if (!read_private_data(r, &m.private_data)) return std::nullopt;
+      m.qp = read_qp(r, &ok);
+      m.qkey = r.u32();
+      if (!ok || !read_private_data(r, &m.private_data)) return std::nullopt;
       break;
     case Type::kRej: {
-      uint8_t reason = r.u8();
-      if (reason != static_cast<uint8_t>(RejectReason::kConsumer) &&
-          reason != static_cast<uint8_t>(RejectReason::kNonPeer)) {
-        return std::nullopt;
-      }
+      const uint16_t reason = r.u16();
+      if (reason == 0 || reason > kMaxRejectReason) return std::nullopt;
       m.reason = static_cast<RejectReason>(reason);
       if (!read_private_data(r, &m.private_data)) return std::nullopt;
       break;
@@ -264,4 +318,4 @@ std::optional<Message> parse_body(Type type, const uint8_t* body, size_t size) {
   return m;
 }
 
-}  // namespace dat_api::cm
+}  // namespace cm
