@@ -40,10 +40,10 @@ void CompletionWriter::complete_send(const SendWqe& w, ibv_wc_status status, uin
   qp_.send_cq_->push(wc, nullptr, false);
 }
 
-void CompletionWriter::complete_recv(const RecvWqe& w, ibv_wc_status status, ibv_wc_opcode opcode,
+void CompletionWriter::complete_recv(uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode,
                                      uint32_t byte_len, const FrameHeader* h, bool from_srq) {
   ibv_wc wc{};
-  wc.wr_id = w.wr_id;
+  wc.wr_id = wr_id;
   wc.status = status;
   wc.opcode = opcode;
   wc.byte_len = byte_len;

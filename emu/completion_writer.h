@@ -20,9 +20,11 @@ class CompletionWriter {
 
   // To the send CQ; a success only when the WR was signaled (or the QP signals all).
   void complete_send(const SendWqe& wqe, ibv_wc_status status, uint32_t byte_len);
-  // To the receive CQ. `h` is the message that consumed the buffer (source QP, immediate
-  // data, solicited flag), nullptr for a flush; from_srq makes the poll credit the SRQ.
-  void complete_recv(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opcode opcode,
+  // To the receive CQ, for the receive `wr_id` (already off its queue: the program may post
+  // into the freed slot as soon as it sees the completion). `h` is the message that consumed
+  // the buffer (source QP, immediate data, solicited flag), nullptr for a flush; from_srq
+  // makes the poll credit the SRQ.
+  void complete_recv(uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode,
                      uint32_t byte_len, const FrameHeader* h, bool from_srq);
 
  private:

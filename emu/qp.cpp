@@ -146,7 +146,7 @@ void Qp::flush_locked() {
   if (rq_) {
     RecvWqe w;
     while (rq_->try_pop(w)) {
-      completions_.complete_recv(w, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr, false);
+      completions_.complete_recv(w.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr, false);
     }
   }
 }

@@ -242,8 +242,9 @@ void Responder::respond_send_locked(Link& from, const FrameHeader& h, PayloadSou
     ibv_wc_status status = r == ScatterResult::kTooLong ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_PROT_ERR;
     spdlog::debug("QP {:#x}: receive wr_id {} fails with {}", qp_.qpn_, wqe->wr_id,
                   wc_status_name(status));
-    qp_.completions_.complete_recv(*wqe, status, IBV_WC_RECV, 0, &h, from_srq);
-    pop_recv_locked();  // before to_error_locked() flushes the queue
+    const uint64_t wr_id = wqe->wr_id;
+    pop_recv_locked();  // before the completion shows, and before to_error_locked() flushes
+    qp_.completions_.complete_recv(wr_id, status, IBV_WC_RECV, 0, &h, from_srq);
     if (datagram) {
       reply_locked(from, h, FrameOp::kAck, NakCode::kNone);
       return;
@@ -265,8 +266,12 @@ void Responder::respond_send_locked(Link& from, const FrameHeader& h, PayloadSou
   // program that reaps the receive and exits at once must not take the requester's answer
   // with it (an owed one goes when its node does: Node::~Node).
   acknowledge_locked(from, h);
-  qp_.completions_.complete_recv(*wqe, IBV_WC_SUCCESS, IBV_WC_RECV, grh + len, &h, from_srq);
+  // The slot is freed before the completion shows: a program that reaps it may post a
+  // receive into a full queue at once (perftest reposts each one it polls), so popping after
+  // the push made that post fail now and then ("Couldn't post recv").
+  const uint64_t wr_id = wqe->wr_id;
   pop_recv_locked();
+  qp_.completions_.complete_recv(wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, grh + len, &h, from_srq);
 }
 
 void Responder::respond_write_locked(Link& from, const FrameHeader& h, PayloadSource& payload) {
@@ -318,9 +323,10 @@ void Responder::respond_write_locked(Link& from, const FrameHeader& h, PayloadSo
   expected_psn_ = (h.psn + 1) & kPsnMask;
   acknowledge_locked(from, h);  // before the completion (see above)
   if (with_imm) {
-    qp_.completions_.complete_recv(*wqe, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, len, &h,
+    const uint64_t wr_id = wqe->wr_id;
+    pop_recv_locked();  // before the completion shows (see respond_send_locked)
+    qp_.completions_.complete_recv(wr_id, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, len, &h,
                                    from_srq);
-    pop_recv_locked();
   }
 }
 

@@ -59,8 +59,9 @@ class Responder {
                     const iovec* iov = nullptr, size_t iovcnt = 0, uint64_t value = 0);
   // The receive an incoming message consumes: the front of the QP's own receive queue, read in
   // place (a copy would move the whole SGE array), or an SRQ buffer copied into *srq_copy;
-  // nullptr when none is posted. pop_recv_locked() removes the QP's own once its completion is
-  // pushed, before anything may flush the queue (Qp::to_error_locked).
+  // nullptr when none is posted. pop_recv_locked() removes the QP's own once the message is
+  // placed, before its completion is pushed (the program may post into the freed slot as soon
+  // as it sees the completion) and before anything may flush the queue (Qp::to_error_locked).
   const RecvWqe* next_recv_locked(RecvWqe* srq_copy);
   void pop_recv_locked();
   void responder_error_locked(ibv_event_type event);
