@@ -24,8 +24,8 @@ class CompletionWriter {
   // into the freed slot as soon as it sees the completion). `h` is the message that consumed
   // the buffer (source QP, immediate data, solicited flag), nullptr for a flush; from_srq
   // makes the poll credit the SRQ.
-  void complete_recv(uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode,
-                     uint32_t byte_len, const FrameHeader* h, bool from_srq);
+  void complete_recv(uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len,
+                     const FrameHeader* h, bool from_srq);
 
  private:
   Qp& qp_;
