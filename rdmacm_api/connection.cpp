@@ -193,6 +193,17 @@ void Connection::start_passive(const std::shared_ptr<Listener>& listener, int fd
 // ---- Connection: messages ----------------------------------------------------------------
 
 void Connection::on_message(const cm::Message& m) {
+  // Both sides may end a connection at once, and rdma_destroy_id does not wait for the answer to
+  // its DREQ: a DREQ or DREP after the end is answered or dropped quietly.
+  if (phase_ == Phase::kDone && (m.type == cm::Type::kDreq || m.type == cm::Type::kDrep)) {
+    if (m.type == cm::Type::kDreq) {
+      channel_->send(cm::bare(cm::Type::kDrep));
+      channel_->close_after_write();
+    } else {
+      channel_->close();
+    }
+    return;
+  }
   switch (m.type) {
     case cm::Type::kReq:
       if (role_ == Role::kPassive && phase_ == Phase::kRequested && id_ == nullptr) {

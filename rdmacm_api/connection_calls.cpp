@@ -150,6 +150,12 @@ RDMACM_EXPORT int rdma_listen(rdma_cm_id* cm_id, int backlog) {
   if (cm_id == nullptr) return fail(EINVAL);
   Id& id = *to_id(cm_id);
   if (id.state == IdState::kListening) return 0;  // the kernel lets a listener listen again
+  if (id.state == IdState::kIdle) {
+    // The kernel binds an idle id to the IPv4 wildcard and an ephemeral port first.
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    if (rdma_bind_addr(cm_id, reinterpret_cast<sockaddr*>(&any)) != 0) return -1;
+  }
   if (!may_listen(id.state)) return fail(EINVAL);
   if (id.api.qp_type != IBV_QPT_RC) return fail(ENOSYS);  // datagram listeners: SIDR, not yet
   int error = 0;

@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# run_pair.sh EMURDMA BUILD_DIR MODE LIMIT -- SERVER ARGS... -- CLIENT ARGS...
+# run_pair.sh EMURDMA BUILD_DIR MODE LIMIT [--server-says RE] [--client-says RE]
+#             -- SERVER ARGS... -- CLIENT ARGS...
 #
 # Runs an unmodified rdma_cm server and client (rdmacm-utils, perftest -R) as two processes
 # through `emurdma run` on this host, EMURDMA_TRANSPORT=MODE (shm or tcp): the server first,
 # the client once the server's rdma_cm port is held and listened on (its abstract socket
 # "@emurdma-cm/<ps>/<port>" appears in /proc/net/unix: no sleep, no race). @PORT@ in the
-# arguments becomes a free rdma_cm port. Passes when both exit 0 within LIMIT seconds; a hang
-# is a failure (both are killed), and each side's output is printed.
+# arguments becomes a free rdma_cm port. Passes when both exit 0 within LIMIT seconds and each
+# side's output has a line matching its --*-says pattern (extended regex: what proves the
+# data went through, as some programs exit 0 after a failed transfer); a hang is a failure
+# (both are killed), and each side's output is printed.
 set -u
 emurdma=$1 build=$2 mode=$3 limit=$4
 shift 4
+server_says="" client_says=""
+while [[ ${1:-} == --*-says ]]; do
+  case $1 in
+    --server-says) server_says=$2 ;;
+    --client-says) client_says=$2 ;;
+  esac
+  shift 2
+done
 [[ ${1:-} == -- ]] || { echo "usage: run_pair.sh EMURDMA BUILD MODE LIMIT -- SERVER... -- CLIENT..."; exit 2; }
 shift
 server=()
@@ -55,5 +66,13 @@ sed 's/^/client| /' "$tmp/client" | tail -n 40
 status=0
 ((server_status == 0)) || { echo "FAIL: the server exited with status $server_status$( ((server_status == 124)) && echo ' (killed after the time limit: a hang)')"; status=1; }
 ((client_status == 0)) || { echo "FAIL: the client exited with status $client_status$( ((client_status == 124)) && echo ' (killed after the time limit: a hang)')"; status=1; }
+if [[ -n $server_says ]] && ! grep -Eq -- "$server_says" "$tmp/server"; then
+  echo "FAIL: no line of the server's output matches '$server_says'"
+  status=1
+fi
+if [[ -n $client_says ]] && ! grep -Eq -- "$client_says" "$tmp/client"; then
+  echo "FAIL: no line of the client's output matches '$client_says'"
+  status=1
+fi
 ((status == 0)) && echo "PASS (mode $mode)"
 exit $status
