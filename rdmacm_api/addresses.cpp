@@ -29,6 +29,8 @@ int check_family(const sockaddr* addr) {
   return 0;
 }
 
+}  // namespace
+
 // Binds the id to emu0 as the kernel binds an id to the device of its address.
 int attach_device(Id& id) {
   ibv_context* device = emu_device();
@@ -41,6 +43,8 @@ int attach_device(Id& id) {
   ib.pkey = htons(0xffff);
   return 0;
 }
+
+namespace {
 
 // rdma_bind_addr's work; also the implicit bind of rdma_resolve_addr. 0 or an errno.
 int bind_id(Id& id, const sockaddr* addr) {

@@ -5,8 +5,10 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 
@@ -14,6 +16,9 @@
 #include "rdmacm_api/ports.h"
 
 namespace rdmacm_api {
+
+class Connection;
+class Listener;
 
 // What the connect path learns from the peer and the id's own side of it: rdma_init_qp_attr
 // answers RTR and RTS from these (EINVAL before the state says they are known).
@@ -40,7 +45,8 @@ struct IdOptions {
 struct Id {
   rdma_cm_id api{};
   bool sync = false;  // created without a channel: each call waits for its own event
-  IdState state = IdState::kIdle;
+  // Moved by the program's calls and by the CM thread (a connection's events).
+  std::atomic<IdState> state{IdState::kIdle};
   IdOptions options;
   PortReservation port;
   ConnectionParameters connection;
@@ -49,6 +55,13 @@ struct Id {
   ibv_ece remote_ece{};
   // rdma_create_ep on a passive endpoint: the QP attributes for the ids rdma_get_request returns.
   std::optional<ibv_qp_init_attr> passive_qp_attr;
+  // The connection manager's side (connection.h), set and dropped on the CM thread: the
+  // connection this id makes or accepted, the listener of a listening id.
+  std::shared_ptr<Connection> cm_connection;
+  std::shared_ptr<Listener> cm_listener;
+  // Passive: the listening id whose request made this one (rdma_accept/reject settle its
+  // backlog count); null once that id is gone.
+  std::weak_ptr<Listener> request_of;
 
   // Events handed to the program and events it acked: rdma_destroy_id and rdma_migrate_id wait
   // until the two meet. `reported` moves under the channel's lock (see Channel::pop).
@@ -67,5 +80,11 @@ inline Id* to_id(rdma_cm_id* id) {
 int create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context, rdma_port_space ps,
               ibv_qp_type qp_type);
 int destroy_id(Id& id);
+// Binds the id to emu0 (verbs, port, default PD, source GID), as the kernel binds an id to the
+// device of its address: 0 or ENODEV.
+int attach_device(Id& id);
+// rdma_destroy_id's first step (connection_calls.cpp): the id's listener and connection let go
+// of it on the CM thread, so that no event is reported to it afterwards.
+void detach_from_cm(Id& id);
 
 }  // namespace rdmacm_api

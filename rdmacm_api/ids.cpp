@@ -80,6 +80,7 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context, rdma
 }
 
 int destroy_id(Id& id) {
+  detach_from_cm(id);
   to_channel(id.api.channel)->drop_events_of(&id);
   if (id.api.event != nullptr) {
     ack_event(id.api.event);

@@ -96,6 +96,14 @@ int reserve_port(rdma_port_space ps, const sockaddr* addr, bool reuse_addr, bool
   return 0;
 }
 
+std::unique_ptr<cm::PortReservation> take_netns_reservation(rdma_port_space ps, uint16_t port) {
+  PortTable& t = table();
+  std::lock_guard lock(t.mutex);
+  auto hold = t.netns.find({ps, port});
+  if (hold == t.netns.end()) return nullptr;
+  return std::move(hold->second.reservation);
+}
+
 PortReservation& PortReservation::operator=(PortReservation&& other) noexcept {
   if (this != &other) {
     release();

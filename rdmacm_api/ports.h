@@ -9,6 +9,9 @@
 #include <sys/socket.h>
 
 #include <cstdint>
+#include <memory>
+
+#include "cm/cm_port_space.h"
 
 namespace rdmacm_api {
 
@@ -42,5 +45,10 @@ class PortReservation {
 // EADDRNOTAVAIL when no ephemeral port is left.
 int reserve_port(rdma_port_space ps, const sockaddr* addr, bool reuse_addr, bool af_only,
                  PortReservation& out);
+
+// rdma_listen: the netns reservation of (ps, port), for the listener to listen on (it holds
+// the port from then on; ids that share the port keep their in-process rules). Null when
+// another id of the process took it to listen already.
+std::unique_ptr<cm::PortReservation> take_netns_reservation(rdma_port_space ps, uint16_t port);
 
 }  // namespace rdmacm_api

@@ -6,8 +6,11 @@
 
 #include <cstring>
 
+#include "rdmacm_api/cm_thread.h"
+#include "rdmacm_api/connection.h"
 #include "rdmacm_api/export.h"
 #include "rdmacm_api/id.h"
+#include "rdmacm_api/qp_transitions.h"
 
 namespace rdmacm_api {
 namespace {
@@ -124,6 +127,27 @@ int prepare_qp(Id& id, ibv_qp* qp) {
 }
 
 }  // namespace
+
+int move_qp_to_rts(Id& id) {
+  if (id.api.qp == nullptr) return 0;
+  ibv_qp_attr attr{};
+  int mask = 0;
+  for (ibv_qp_state next : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+    attr = {};
+    attr.qp_state = next;
+    if (int error = init_qp_attr(id, attr, mask)) return error;
+    if (int error = ibv_modify_qp(id.api.qp, &attr, mask)) return error;
+  }
+  return 0;
+}
+
+void move_qp_to_error(Id& id) {
+  if (id.api.qp == nullptr) return;
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  (void)ibv_modify_qp(id.api.qp, &attr, IBV_QP_STATE);
+}
+
 }  // namespace rdmacm_api
 
 using namespace rdmacm_api;
@@ -228,8 +252,15 @@ RDMACM_EXPORT void rdma_destroy_srq(rdma_cm_id* id) {
 RDMACM_EXPORT int rdma_establish(rdma_cm_id* id) {
   if (id == nullptr || id->qp != nullptr) return fail(EINVAL);
   // Only an active side that received CONNECT_RESPONSE (no QP of its own) establishes.
-  if (to_id(id)->state != IdState::kConnecting) return fail(EINVAL);
-  return fail(ENOSYS);  // wired to cm/ next (issue 23)
+  Id& self = *to_id(id);
+  if (self.state != IdState::kConnecting || !self.cm_connection ||
+      self.cm_connection->role() != Connection::Role::kActive ||
+      self.cm_connection->phase() != Connection::Phase::kAccepted) {
+    return fail(EINVAL);
+  }
+  std::shared_ptr<Connection> connection = self.cm_connection;
+  run_on_cm_thread([&] { connection->establish(); });
+  return 0;
 }
 
 RDMACM_EXPORT int rdma_notify(rdma_cm_id* id, ibv_event_type event) {
@@ -237,5 +268,8 @@ RDMACM_EXPORT int rdma_notify(rdma_cm_id* id, ibv_event_type event) {
   // The kernel: EINVAL without a connection, and for any event but COMM_EST.
   if (!knows_peer(to_id(id)->state) || event != IBV_EVENT_COMM_EST) return fail(EINVAL);
   if (to_id(id)->state == IdState::kConnected) return 0;
-  return fail(ENOSYS);  // wired to cm/ next (issue 23)
+  std::shared_ptr<Connection> connection = to_id(id)->cm_connection;
+  if (!connection) return fail(EINVAL);
+  run_on_cm_thread([&] { connection->established_by_traffic(); });
+  return 0;
 }

@@ -5,6 +5,7 @@
 #include <rdma/rsocket.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -68,11 +69,23 @@ TEST(RdmaCmLibrary, EventStrGivesLibrdmacmsNames) {
   EXPECT_STREQ(rdma_event_str(static_cast<rdma_cm_event_type>(99)), "UNKNOWN EVENT");
 }
 
-TEST(RdmaCmLibrary, ConnectionCallsAnswerEnosysUntilWired) {
+TEST(RdmaCmLibrary, ConnectionCallsNeedTheirStates) {
+  // The kernel's rules: connect needs a resolved route, accept and reject a connection request,
+  // disconnect a connection (or an attempt); each is EINVAL otherwise.
   AsyncId a;
-  EXPECT_FAILS_WITH(rdma_listen(a.id, 1), ENOSYS);
-  EXPECT_FAILS_WITH(rdma_connect(a.id, nullptr), ENOSYS);
-  EXPECT_FAILS_WITH(rdma_disconnect(a.id), ENOSYS);
+  EXPECT_FAILS_WITH(rdma_connect(a.id, nullptr), EINVAL);
+  EXPECT_FAILS_WITH(rdma_accept(a.id, nullptr), EINVAL);
+  EXPECT_FAILS_WITH(rdma_reject(a.id, nullptr, 0), EINVAL);
+  EXPECT_FAILS_WITH(rdma_disconnect(a.id), EINVAL);
+}
+
+TEST(RdmaCmLibrary, ListenOnAnUnboundIdBindsTheWildcardAndAPort) {
+  // rdma_listen on an idle id binds it to INADDR_ANY and an ephemeral port first (the kernel).
+  AsyncId a;
+  ASSERT_EQ(rdma_listen(a.id, 4), 0) << strerror(errno);
+  EXPECT_EQ(rdma_get_local_addr(a.id)->sa_family, AF_INET);
+  EXPECT_NE(rdma_get_src_port(a.id), 0);
+  EXPECT_FAILS_WITH(rdma_connect(a.id, nullptr), EINVAL);  // a listener does not connect
 }
 
 TEST(RdmaCmLibrary, MulticastIsNotOffered) {

@@ -1,0 +1,453 @@
+// The connections of rdma_cm ids over the shared connection manager (connection.h).
+#include "rdmacm_api/connection.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "cm/cm_log.h"
+#include "rdmacm_api/cm_thread.h"
+#include "rdmacm_api/event_channel.h"
+#include "rdmacm_api/id.h"
+#include "rdmacm_api/ports.h"
+#include "rdmacm_api/qp_transitions.h"
+#include "rdmacm_api/socket_address.h"
+
+namespace rdmacm_api {
+namespace {
+
+// How long a connect may take to reach the listener and get its REP or REJ: the kernel's CM
+// gives up after its REQ retries (about 4 s on RoCE defaults); the program sees UNREACHABLE.
+constexpr auto kDialTimeout = std::chrono::seconds(5);
+
+// The private data rdma_cm reports on RoCE: the IB CM message's whole private data field minus
+// rdma_cm's own header in a REQ (the kernel cannot tell how much was sent, and pads with zeros).
+size_t reported_private_data_length(cm::Type type) {
+  switch (type) {
+    case cm::Type::kReq:
+      return 56;
+    case cm::Type::kRep:
+      return 196;
+    case cm::Type::kRej:
+      return 148;
+    default:
+      return 0;
+  }
+}
+
+std::string address_text(const sockaddr_storage& a) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (a.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(a);
+    inet_ntop(AF_INET, &in.sin_addr, host, sizeof host);
+    port = ntohs(in.sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a);
+    inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof host);
+    port = ntohs(in6.sin6_port);
+  } else if (a.ss_family == AF_UNIX) {
+    return "this host";
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+// An event with the connection parameters and private data of `m` (the peer's view turned
+// into ours: its initiator depth is our responder resources, as the kernel reports them).
+EventRecord* connection_event(Id& owner, rdma_cm_id* subject, rdma_cm_event_type type, int status,
+                              const cm::Message* m) {
+  auto* record = new EventRecord;
+  record->owner = &owner;
+  record->event.id = subject;
+  record->event.event = type;
+  record->event.status = status;
+  if (m != nullptr) {
+    rdma_conn_param& c = record->event.param.conn;
+    const size_t copied = std::min(m->private_data.size(), sizeof record->private_data);
+    std::memcpy(record->private_data, m->private_data.data(), copied);
+    const size_t reported = std::max(copied, reported_private_data_length(m->type));
+    c.private_data = record->private_data;
+    c.private_data_len = static_cast<uint8_t>(std::min<size_t>(reported, 255));
+    c.responder_resources = m->qp.initiator_depth;
+    c.initiator_depth = m->qp.responder_resources;
+    c.flow_control = m->qp.flow_control ? 1 : 0;
+    c.retry_count = m->qp.retry_count;
+    c.rnr_retry_count = m->qp.rnr_retry_count;
+    c.srq = m->qp.srq ? 1 : 0;
+    c.qp_num = m->qp.qpn;
+  }
+  return record;
+}
+
+void learn_peer(Id& id, const cm::QpInfo& peer) {
+  ConnectionParameters& c = id.connection;
+  c.peer_qpn = peer.qpn;
+  c.peer_psn = peer.psn;
+  c.peer_gid = peer.gid;
+}
+
+}  // namespace
+
+// ---- Listener ----------------------------------------------------------------------------
+
+int Listener::start(Id& id, int backlog) {
+  const uint16_t port = ntohs(rdma_get_src_port(&id.api));
+  std::unique_ptr<cm::PortReservation> reservation = take_netns_reservation(id.api.ps, port);
+  if (!reservation) return EADDRINUSE;
+  auto listener = std::make_shared<Listener>();
+  listener->id_ = &id;
+  listener->backlog_ = backlog > 0 ? backlog : 128;
+  std::weak_ptr<Listener> weak = listener;
+  std::error_code ec;
+  cm::ListenerOptions options;
+  // Other hosts reach the port through this host's gateway (cm_gateway.h), on the address the
+  // process may listen on (cm/cm_addresses.h: loopback only without a job secret).
+  listener->port_ = cm::PortListener::listen(
+      cm_io(), std::move(reservation),
+      [weak](int fd, const sockaddr_storage& peer, bool) {
+        if (auto l = weak.lock()) {
+          Connection::start_passive(l, fd, peer);
+        } else {
+          ::close(fd);
+        }
+      },
+      ec, options);
+  if (!listener->port_) return ec.value() != 0 ? ec.value() : EADDRINUSE;
+  id.cm_listener = std::move(listener);
+  return 0;
+}
+
+void Listener::stop() {
+  port_.reset();
+  id_ = nullptr;
+}
+
+// ---- Connection: streams -----------------------------------------------------------------
+
+void Connection::open_channel(cm::Channel::Socket socket, const std::string& peer) {
+  cm::Channel::Options options;
+  options.secret = cm_secret().secret;
+  options.peer = peer;
+  // The handlers hold the connection while the stream is open (a passive one has no other
+  // owner until its REQ makes an id); the channel drops them when it closes.
+  auto self = shared_from_this();
+  cm::Channel::Handlers handlers;
+  handlers.on_message = [self](const cm::Message& m) { self->on_message(m); };
+  handlers.on_closed = [self](const std::string& why) { self->on_closed(why); };
+  channel_ = cm::Channel::create(
+      std::move(socket),
+      role_ == Role::kActive ? cm::Channel::Role::kActive : cm::Channel::Role::kPassive,
+      std::move(options), std::move(handlers));
+}
+
+void Connection::start_active(Id& id, cm::Message request) {
+  id_ = &id;
+  phase_ = Phase::kDialing;
+  const sockaddr* dst = &id.api.route.addr.dst_addr;
+  const uint16_t port = ntohs(rdma_get_dst_port(&id.api));
+  auto self = shared_from_this();
+  cm::async_dial(cm_io(), dst, static_cast<uint16_t>(id.api.ps), port, kDialTimeout,
+                 [self, request = std::move(request)](std::error_code ec, int fd) mutable {
+                   if (self->phase_ != Phase::kDialing) {  // detached or disconnected meanwhile
+                     if (fd >= 0) ::close(fd);
+                     return;
+                   }
+                   if (ec) {
+                     self->phase_ = Phase::kDone;
+                     // Nobody listens: the kernel's CM answers REJ "invalid service ID" (8).
+                     if (ec.value() == ECONNREFUSED) {
+                       self->report(RDMA_CM_EVENT_REJECTED, 8);
+                     } else {
+                       self->report(RDMA_CM_EVENT_UNREACHABLE, -ec.value());
+                     }
+                     return;
+                   }
+                   std::optional<cm::Channel::Socket> socket = cm::adopt_stream_fd(cm_io(), fd);
+                   if (!socket) {
+                     self->phase_ = Phase::kDone;
+                     self->report(RDMA_CM_EVENT_UNREACHABLE, -EPROTO);
+                     return;
+                   }
+                   self->open_channel(std::move(*socket), "the listener");
+                   self->phase_ = Phase::kRequested;
+                   self->channel_->start_active(std::move(request));
+                 });
+}
+
+void Connection::start_passive(const std::shared_ptr<Listener>& listener, int fd,
+                               const sockaddr_storage& peer) {
+  std::optional<cm::Channel::Socket> socket = cm::adopt_stream_fd(cm_io(), fd);
+  if (!socket) return;  // adopt_stream_fd closed it
+  auto connection = std::make_shared<Connection>(Role::kPassive);
+  connection->listener_ = listener;
+  connection->phase_ = Phase::kRequested;
+  connection->open_channel(std::move(*socket), address_text(peer));
+  connection->channel_->start_passive();
+}
+
+// ---- Connection: messages ----------------------------------------------------------------
+
+void Connection::on_message(const cm::Message& m) {
+  // Both sides may end a connection at once, and rdma_destroy_id does not wait for the answer to
+  // its DREQ: a DREQ or DREP after the end is answered or dropped quietly.
+  if (phase_ == Phase::kDone && (m.type == cm::Type::kDreq || m.type == cm::Type::kDrep)) {
+    if (m.type == cm::Type::kDreq) {
+      channel_->send(cm::bare(cm::Type::kDrep));
+      channel_->close_after_write();
+    } else {
+      channel_->close();
+    }
+    return;
+  }
+  switch (m.type) {
+    case cm::Type::kReq:
+      if (role_ == Role::kPassive && phase_ == Phase::kRequested && id_ == nullptr) {
+        on_request(m);
+        return;
+      }
+      break;
+    case cm::Type::kRep:
+      if (role_ == Role::kActive && phase_ == Phase::kRequested) {
+        on_reply(m);
+        return;
+      }
+      break;
+    case cm::Type::kRej:
+      if (role_ == Role::kActive && phase_ == Phase::kRequested) {
+        on_reject(m);
+        return;
+      }
+      break;
+    case cm::Type::kRtu:
+      if (role_ == Role::kPassive && phase_ == Phase::kAccepted) {
+        phase_ = Phase::kEstablished;
+        if (id_ != nullptr) id_->state = IdState::kConnected;
+        report(RDMA_CM_EVENT_ESTABLISHED, 0);
+        return;
+      }
+      break;
+    case cm::Type::kDreq:
+      if (phase_ == Phase::kEstablished || phase_ == Phase::kClosing) {
+        on_disconnect_request();
+        return;
+      }
+      break;
+    case cm::Type::kDrep:
+      if (phase_ == Phase::kClosing) {
+        finish_disconnect();
+        return;
+      }
+      break;
+    default:
+      break;
+  }
+  cm::log_refusal("rdma_cm: a message out of turn from " + channel_->peer() + ": stream closed");
+  channel_->close();
+  on_closed("a message out of turn");
+}
+
+void Connection::on_request(const cm::Message& m) {
+  std::shared_ptr<Listener> listener = listener_.lock();
+  listener_.reset();
+  auto refuse = [&](cm::RejectReason reason) {
+    cm::Message rej = cm::bare(cm::Type::kRej);
+    rej.reason = reason;
+    channel_->send(rej);
+    channel_->close_after_write();
+    phase_ = Phase::kDone;
+  };
+  Id* listen = listener ? listener->id() : nullptr;
+  if (listen == nullptr || m.qp_type != cm::QpType::kRc ||
+      static_cast<int>(m.port_space) != static_cast<int>(listen->api.ps) ||
+      m.service != ntohs(rdma_get_src_port(&listen->api))) {
+    refuse(cm::RejectReason::kInvalidServiceId);
+    return;
+  }
+  if (listener->pending >= listener->backlog()) {
+    refuse(cm::RejectReason::kNoResources);
+    return;
+  }
+  rdma_cm_id* created = nullptr;
+  if (create_id(listen->sync ? nullptr : listen->api.channel, &created, listen->api.context,
+                listen->api.ps, listen->api.qp_type) != 0) {
+    refuse(cm::RejectReason::kNoResources);
+    return;
+  }
+  Id& id = *to_id(created);
+  if (attach_device(id) != 0) {
+    destroy_id(id);
+    refuse(cm::RejectReason::kNoResources);
+    return;
+  }
+  copy_address(reinterpret_cast<const sockaddr*>(&m.destination), &id.api.route.addr.src_storage);
+  copy_address(reinterpret_cast<const sockaddr*>(&m.source), &id.api.route.addr.dst_storage);
+  id.api.route.addr.addr.ibaddr.dgid = m.qp.gid;
+  learn_peer(id, m.qp);
+  ConnectionParameters& c = id.connection;
+  c.responder_resources = m.qp.initiator_depth;
+  c.initiator_depth = m.qp.responder_resources;
+  c.retry_count = m.qp.retry_count;
+  c.rnr_retry_count = m.qp.rnr_retry_count;
+  id.state = IdState::kConnecting;
+  id.cm_connection = shared_from_this();
+  id.request_of = listener;
+  id_ = &id;
+  phase_ = Phase::kRequestGiven;
+  ++listener->pending;
+  EventRecord* event = connection_event(*listen, &id.api, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &m);
+  event->event.listen_id = &listen->api;
+  to_channel(listen->api.channel)->push(event);
+}
+
+void Connection::on_reply(const cm::Message& m) {
+  Id* id = id_;
+  if (id == nullptr) return;
+  learn_peer(*id, m.qp);
+  ConnectionParameters& c = id->connection;
+  c.responder_resources = std::min(c.responder_resources, m.qp.initiator_depth);
+  c.initiator_depth = std::min(c.initiator_depth, m.qp.responder_resources);
+  c.rnr_retry_count = m.qp.rnr_retry_count;  // the IB CM: the REP's count for the requester
+  if (id->api.qp == nullptr) {
+    // The program drives its own QP: it calls rdma_establish after this event.
+    phase_ = Phase::kAccepted;
+    report(RDMA_CM_EVENT_CONNECT_RESPONSE, 0, &m);
+    return;
+  }
+  if (int error = move_qp_to_rts(*id)) {
+    move_qp_to_error(*id);
+    cm::Message rej = cm::bare(cm::Type::kRej);
+    rej.reason = cm::RejectReason::kNoResources;
+    channel_->send(rej);
+    channel_->close_after_write();
+    phase_ = Phase::kDone;
+    report(RDMA_CM_EVENT_CONNECT_ERROR, -error);
+    return;
+  }
+  channel_->send(cm::bare(cm::Type::kRtu));
+  phase_ = Phase::kEstablished;
+  id->state = IdState::kConnected;
+  report(RDMA_CM_EVENT_ESTABLISHED, 0, &m);
+}
+
+void Connection::on_reject(const cm::Message& m) {
+  phase_ = Phase::kDone;
+  if (id_ != nullptr) move_qp_to_error(*id_);
+  channel_->close();
+  report(RDMA_CM_EVENT_REJECTED, static_cast<int>(m.reason), &m);
+}
+
+void Connection::on_disconnect_request() {
+  channel_->send(cm::bare(cm::Type::kDrep));
+  channel_->close_after_write();
+  if (!disconnected_reported_) {
+    disconnected_reported_ = true;
+    if (id_ != nullptr) id_->state = IdState::kDisconnected;
+    report(RDMA_CM_EVENT_DISCONNECTED, 0);
+  }
+  phase_ = Phase::kDone;
+}
+
+void Connection::finish_disconnect() {
+  phase_ = Phase::kDone;
+  if (channel_) channel_->close();
+  if (!disconnected_reported_) {
+    disconnected_reported_ = true;
+    if (id_ != nullptr) id_->state = IdState::kDisconnected;
+    report(RDMA_CM_EVENT_DISCONNECTED, 0);
+  }
+}
+
+void Connection::on_closed(const std::string& why) {
+  const Phase was = phase_;
+  phase_ = Phase::kDone;
+  switch (was) {
+    case Phase::kRequested:
+      if (role_ == Role::kActive) report(RDMA_CM_EVENT_UNREACHABLE, -ECONNRESET);
+      break;  // passive: no id yet, nothing to tell
+    case Phase::kRequestGiven:
+    case Phase::kAccepted:
+      cm::logger().debug("rdma_cm: {} left before the connection was established: {}",
+                         channel_ ? channel_->peer() : std::string("the peer"), why);
+      report(RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
+      break;
+    case Phase::kEstablished:
+    case Phase::kClosing:
+      // The peer's process ended or its stream broke: the connection is gone.
+      if (!disconnected_reported_) {
+        disconnected_reported_ = true;
+        if (id_ != nullptr) id_->state = IdState::kDisconnected;
+        report(RDMA_CM_EVENT_DISCONNECTED, 0);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+// ---- Connection: the program's calls (posted to the CM thread) ---------------------------
+
+void Connection::accept(cm::Message reply) {
+  if (phase_ != Phase::kRequestGiven || !channel_) return;
+  channel_->send(reply);
+  phase_ = Phase::kAccepted;
+}
+
+void Connection::reject(std::vector<uint8_t> private_data) {
+  if (phase_ != Phase::kRequestGiven || !channel_) return;
+  cm::Message rej = cm::bare(cm::Type::kRej);
+  rej.reason = cm::RejectReason::kConsumerDefined;
+  rej.private_data = std::move(private_data);
+  channel_->send(rej);
+  channel_->close_after_write();
+  phase_ = Phase::kDone;
+}
+
+void Connection::establish() {
+  if (phase_ != Phase::kAccepted || role_ != Role::kActive || !channel_) return;
+  channel_->send(cm::bare(cm::Type::kRtu));
+  phase_ = Phase::kEstablished;
+  if (id_ != nullptr) id_->state = IdState::kConnected;
+}
+
+void Connection::disconnect() {
+  if (phase_ == Phase::kEstablished && channel_) {
+    channel_->send(cm::bare(cm::Type::kDreq));
+    phase_ = Phase::kClosing;
+    return;
+  }
+  // Not connected yet: the attempt ends here.
+  if (channel_) channel_->close();
+  phase_ = Phase::kDone;
+}
+
+void Connection::detach() {
+  id_ = nullptr;
+  if (channel_ && channel_->is_open()) {
+    if (phase_ == Phase::kEstablished) {
+      channel_->send(cm::bare(cm::Type::kDreq));
+      channel_->close_after_write();
+    } else if (phase_ != Phase::kClosing) {
+      channel_->close();
+    }
+  }
+  phase_ = Phase::kDone;
+}
+
+void Connection::established_by_traffic() {
+  if (role_ != Role::kPassive || phase_ != Phase::kAccepted) return;
+  phase_ = Phase::kEstablished;
+  if (id_ != nullptr) id_->state = IdState::kConnected;
+  report(RDMA_CM_EVENT_ESTABLISHED, 0);
+}
+
+void Connection::report(rdma_cm_event_type type, int status, const cm::Message* m) {
+  if (id_ == nullptr) return;
+  to_channel(id_->api.channel)->push(connection_event(*id_, &id_->api, type, status, m));
+}
+
+}  // namespace rdmacm_api

@@ -1,0 +1,268 @@
+// The connection calls of rdma_cm: rdma_connect, rdma_listen, rdma_get_request, rdma_accept,
+// rdma_reject, rdma_disconnect. Each checks the id on the program's thread, drives the QP as
+// librdmacm does, and hands the exchange to the id's Connection on the CM thread
+// (connection.h); a synchronous id then waits for its event, as librdmacm's does.
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <rdma/rdma_cma.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "base/job_secret.h"
+#include "cm/cm_wire.h"
+#include "rdmacm_api/cm_thread.h"
+#include "rdmacm_api/connection.h"
+#include "rdmacm_api/event_channel.h"
+#include "rdmacm_api/export.h"
+#include "rdmacm_api/id.h"
+#include "rdmacm_api/qp_transitions.h"
+#include "rdmacm_api/socket_address.h"
+
+namespace rdmacm_api {
+namespace {
+
+// The most private data each message carries on RoCE (the kernel's limits for RDMA_PS_TCP: the
+// IB CM fields less rdma_cm's header in a REQ); more is EINVAL.
+constexpr size_t kMaxRequestPrivateData = 56;
+constexpr size_t kMaxReplyPrivateData = 196;
+constexpr size_t kMaxRejectPrivateData = 148;
+
+uint32_t fresh_psn() {
+  uint32_t psn = 0;
+  base::random_bytes(reinterpret_cast<uint8_t*>(&psn), sizeof psn);
+  return psn & 0xffffff;
+}
+
+// Our side of a REQ or REP from the program's parameters (librdmacm's rules: RDMA_MAX_* take
+// the device's limit, a larger value is EINVAL). Fills id.connection's own fields. 0 or an errno.
+int own_side(Id& id, const rdma_conn_param* p, size_t max_private_data, cm::Message* m) {
+  if (id.api.verbs == nullptr) return EINVAL;
+  ibv_device_attr device{};
+  if (ibv_query_device(id.api.verbs, &device) != 0) return ENODEV;
+  ibv_port_attr port{};
+  if (ibv_query_port(id.api.verbs, id.api.port_num, &port) != 0) return ENODEV;
+  if (p != nullptr && p->private_data_len > max_private_data) return EINVAL;
+  if (p != nullptr && p->private_data_len != 0 && p->private_data == nullptr) return EINVAL;
+  cm::QpInfo& qp = m->qp;
+  qp.qpn = id.api.qp != nullptr ? id.api.qp->qp_num : (p != nullptr ? p->qp_num : 0);
+  qp.srq = id.api.qp != nullptr ? id.api.qp->srq != nullptr : (p != nullptr && p->srq != 0);
+  if (ibv_query_gid(id.api.verbs, id.api.port_num, 0, &qp.gid) != 0) return ENODEV;
+  ConnectionParameters& c = id.connection;
+  c.path_mtu = port.active_mtu;
+  c.own_psn = fresh_psn();
+  qp.psn = c.own_psn;
+  qp.flow_control = p == nullptr || p->flow_control != 0;
+  if (p != nullptr && p->private_data_len != 0) {
+    const auto* data = static_cast<const uint8_t*>(p->private_data);
+    m->private_data.assign(data, data + p->private_data_len);
+  }
+  return 0;
+}
+
+// The depths the program asked for (RDMA_MAX_*: up to the device's and, on the passive side,
+// the peer's offer), or EINVAL beyond the device.
+int choose_depths(Id& id, const rdma_conn_param* p, bool passive) {
+  ibv_device_attr device{};
+  if (ibv_query_device(id.api.verbs, &device) != 0) return ENODEV;
+  ConnectionParameters& c = id.connection;
+  const auto max_resp = static_cast<uint8_t>(std::min(device.max_qp_rd_atom, 255));
+  const auto max_init = static_cast<uint8_t>(std::min(device.max_qp_init_rd_atom, 255));
+  if (p == nullptr || p->responder_resources == RDMA_MAX_RESP_RES) {
+    c.responder_resources = passive ? std::min(c.responder_resources, max_resp) : max_resp;
+  } else if (p->responder_resources > max_resp) {
+    return EINVAL;
+  } else {
+    c.responder_resources = p->responder_resources;
+  }
+  if (p == nullptr || p->initiator_depth == RDMA_MAX_INIT_DEPTH) {
+    c.initiator_depth = passive ? std::min(c.initiator_depth, max_init) : max_init;
+  } else if (p->initiator_depth > max_init) {
+    return EINVAL;
+  } else {
+    c.initiator_depth = p->initiator_depth;
+  }
+  return 0;
+}
+
+// A passive id's request is no longer pending in its listener's backlog (once).
+void settle_request(Id& id) {
+  if (auto listener = id.request_of.lock()) --listener->pending;
+  id.request_of.reset();
+}
+
+bool is_passive_request(const Id& id) {
+  return id.cm_connection && id.cm_connection->role() == Connection::Role::kPassive &&
+         id.state == IdState::kConnecting;
+}
+
+}  // namespace
+
+// Called by rdma_destroy_id before the id's events are dropped: nothing reaches it afterwards.
+void detach_from_cm(Id& id) {
+  if (!id.cm_connection && !id.cm_listener) return;  // a passive id always has its connection
+  run_on_cm_thread([&id] {
+    if (id.cm_listener) id.cm_listener->stop();
+    if (id.cm_connection) id.cm_connection->detach();
+    settle_request(id);
+  });
+  id.cm_listener.reset();
+  id.cm_connection.reset();
+}
+
+}  // namespace rdmacm_api
+
+using namespace rdmacm_api;
+
+RDMACM_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
+  if (cm_id == nullptr) return fail(EINVAL);
+  Id& id = *to_id(cm_id);
+  if (!may_connect(id.state)) return fail(EINVAL);
+  // Datagram ids resolve the peer's QP (SIDR) instead of connecting: not offered yet.
+  if (id.api.qp_type != IBV_QPT_RC) return fail(ENOSYS);
+  cm::Message request = cm::bare(cm::Type::kReq);
+  if (int error = own_side(id, param, kMaxRequestPrivateData, &request)) return fail(error);
+  if (int error = choose_depths(id, param, false)) return fail(error);
+  ConnectionParameters& c = id.connection;
+  c.retry_count = param != nullptr ? std::min<uint8_t>(param->retry_count, 7) : 7;
+  c.rnr_retry_count = param != nullptr ? std::min<uint8_t>(param->rnr_retry_count, 7) : 7;
+  request.qp.responder_resources = c.responder_resources;
+  request.qp.initiator_depth = c.initiator_depth;
+  request.qp.retry_count = c.retry_count;
+  request.qp.rnr_retry_count = c.rnr_retry_count;
+  request.qp_type = cm::QpType::kRc;
+  request.port_space = static_cast<cm::PortSpace>(id.api.ps);
+  request.service = ntohs(rdma_get_dst_port(cm_id));
+  copy_address(&id.api.route.addr.src_addr, &request.source);
+  copy_address(&id.api.route.addr.dst_addr, &request.destination);
+  auto connection = std::make_shared<Connection>(Connection::Role::kActive);
+  id.cm_connection = connection;
+  id.state = IdState::kConnecting;
+  post_to_cm_thread([connection, &id, request = std::move(request)]() mutable {
+    connection->start_active(id, std::move(request));
+  });
+  return complete_sync(id);
+}
+
+RDMACM_EXPORT int rdma_listen(rdma_cm_id* cm_id, int backlog) {
+  if (cm_id == nullptr) return fail(EINVAL);
+  Id& id = *to_id(cm_id);
+  if (id.state == IdState::kListening) return 0;  // the kernel lets a listener listen again
+  if (id.state == IdState::kIdle) {
+    // The kernel binds an idle id to the IPv4 wildcard and an ephemeral port first.
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    if (rdma_bind_addr(cm_id, reinterpret_cast<sockaddr*>(&any)) != 0) return -1;
+  }
+  if (!may_listen(id.state)) return fail(EINVAL);
+  if (id.api.qp_type != IBV_QPT_RC) return fail(ENOSYS);  // datagram listeners: SIDR, not yet
+  int error = 0;
+  run_on_cm_thread([&] { error = Listener::start(id, backlog); });
+  if (error != 0) return fail(error);
+  id.state = IdState::kListening;
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** out) {
+  if (listen == nullptr || out == nullptr) return fail(EINVAL);
+  Id& id = *to_id(listen);
+  if (!id.sync) return fail(EINVAL);
+  if (id.api.event != nullptr) {
+    ack_event(id.api.event);
+    id.api.event = nullptr;
+  }
+  EventRecord* record = nullptr;
+  if (int error = to_channel(id.api.channel)->pop(&record)) return fail(error);
+  rdma_cm_event* event = &record->event;
+  int error = 0;
+  if (event->event == RDMA_CM_EVENT_REJECTED) {
+    error = ECONNREFUSED;
+  } else if (event->status != 0) {
+    error = event->status < 0 ? -event->status : event->status;
+  } else if (event->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+    error = EINVAL;
+  } else if (id.passive_qp_attr) {
+    ibv_qp_init_attr attr = *id.passive_qp_attr;
+    if (rdma_create_qp(event->id, listen->pd, &attr) != 0) error = errno;
+  }
+  if (error != 0) {
+    ack_event(event);
+    return fail(error);
+  }
+  *out = event->id;
+  (*out)->event = event;
+  return 0;
+}
+
+RDMACM_EXPORT int rdma_accept(rdma_cm_id* cm_id, rdma_conn_param* param) {
+  if (cm_id == nullptr) return fail(EINVAL);
+  Id& id = *to_id(cm_id);
+  if (!is_passive_request(id)) return fail(EINVAL);
+  cm::Message reply = cm::bare(cm::Type::kRep);
+  if (int error = own_side(id, param, kMaxReplyPrivateData, &reply)) return fail(error);
+  if (int error = choose_depths(id, param, true)) return fail(error);
+  ConnectionParameters& c = id.connection;
+  reply.qp.responder_resources = c.responder_resources;
+  reply.qp.initiator_depth = c.initiator_depth;
+  reply.qp.retry_count = c.retry_count;
+  // The REP's RNR retry count is the one the requester's QP uses (the IB CM's rule).
+  reply.qp.rnr_retry_count = param != nullptr ? std::min<uint8_t>(param->rnr_retry_count, 7) : 7;
+  if (int error = move_qp_to_rts(id)) {
+    move_qp_to_error(id);
+    return fail(error);
+  }
+  std::shared_ptr<Connection> connection = id.cm_connection;
+  post_to_cm_thread([connection, &id, reply = std::move(reply)]() mutable {
+    settle_request(id);
+    connection->accept(std::move(reply));
+  });
+  return complete_sync(id);
+}
+
+namespace {
+
+int reject_request(rdma_cm_id* cm_id, const void* private_data, uint8_t private_data_len) {
+  if (cm_id == nullptr) return fail(EINVAL);
+  Id& id = *to_id(cm_id);
+  if (!is_passive_request(id)) return fail(EINVAL);
+  if (private_data_len > kMaxRejectPrivateData) return fail(EINVAL);
+  if (private_data_len != 0 && private_data == nullptr) return fail(EINVAL);
+  const auto* data = static_cast<const uint8_t*>(private_data);
+  std::vector<uint8_t> copy(data, data + private_data_len);
+  std::shared_ptr<Connection> connection = id.cm_connection;
+  id.state = IdState::kDisconnected;
+  post_to_cm_thread([connection, &id, copy = std::move(copy)]() mutable {
+    settle_request(id);
+    connection->reject(std::move(copy));
+  });
+  return 0;
+}
+
+}  // namespace
+
+RDMACM_EXPORT int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
+  return reject_request(id, private_data, private_data_len);
+}
+
+// emu0 has no ECE: a rejection for an unsupported vendor option is a rejection all the same.
+RDMACM_EXPORT int rdma_reject_ece(rdma_cm_id* id, const void* private_data,
+                                  uint8_t private_data_len) {
+  return reject_request(id, private_data, private_data_len);
+}
+
+RDMACM_EXPORT int rdma_disconnect(rdma_cm_id* cm_id) {
+  if (cm_id == nullptr) return fail(EINVAL);
+  Id& id = *to_id(cm_id);
+  if (!id.cm_connection || id.api.verbs == nullptr) return fail(EINVAL);
+  // librdmacm first moves the QP to ERR (IB and RoCE), then asks the CM to disconnect.
+  move_qp_to_error(id);
+  const IdState state = id.state;
+  if (state == IdState::kDisconnected) return complete_sync(id);  // the peer went first
+  if (state != IdState::kConnected && state != IdState::kConnecting) return fail(EINVAL);
+  std::shared_ptr<Connection> connection = id.cm_connection;
+  post_to_cm_thread([connection] { connection->disconnect(); });
+  // An attempt not yet connected just ends (no event); a connection ends with DISCONNECTED.
+  return state == IdState::kConnected ? complete_sync(id) : 0;
+}

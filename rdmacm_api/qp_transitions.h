@@ -1,0 +1,16 @@
+// The QP transitions the connection manager drives, as librdmacm and the kernel's CM do
+// (queue_pairs.cpp, from rdma_init_qp_attr's attributes): a connected QP goes INIT (again, now
+// with the remote access the connection grants), RTR and RTS when the peer is known, and to
+// ERR on reject and disconnect.
+#pragma once
+
+#include "rdmacm_api/id.h"
+
+namespace rdmacm_api {
+
+// INIT, RTR, RTS of id.api.qp from id.connection; 0 or the errno of the modify that failed.
+int move_qp_to_rts(Id& id);
+// ERR, when the id has a QP (an error is ignored: the QP may be in ERR already).
+void move_qp_to_error(Id& id);
+
+}  // namespace rdmacm_api
