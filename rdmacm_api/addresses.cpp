@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "cm/cm_addresses.h"
+#include "rdmacm_api/delegated_call.h"
 #include "rdmacm_api/devices.h"
 #include "rdmacm_api/event_channel.h"
 #include "rdmacm_api/export.h"
@@ -46,10 +47,26 @@ int attach_device(Id& id) {
 
 namespace {
 
+// An address of a real device's interface: the system librdmacm binds the id. 0 or an errno.
+int bind_on_real_device(Id& id, const sockaddr* addr) {
+  if (int error = delegation::delegate(id)) return error;
+  std::optional<int> bound = delegation::forward(id, [addr](const auto& l, rdma_cm_id* s) {
+    return l.bind_addr(s, const_cast<sockaddr*>(addr));
+  });
+  if (*bound != 0) {
+    const int error = errno;
+    delegation::release(id);
+    return error;
+  }
+  id.state = IdState::kAddrBound;
+  return 0;
+}
+
 // rdma_bind_addr's work; also the implicit bind of rdma_resolve_addr. 0 or an errno.
 int bind_id(Id& id, const sockaddr* addr) {
   if (int error = check_family(addr)) return error;
   if (!may_bind(id.state)) return EINVAL;
+  if (delegation::real_device_address(addr)) return bind_on_real_device(id, addr);
   if (!cm::is_local_address(addr)) return EADDRNOTAVAIL;
   PortReservation port;
   if (int error = reserve_port(id.api.ps, addr, id.options.reuse_addr, id.options.af_only, port))
@@ -121,11 +138,29 @@ RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
 }
 
 RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src_addr, sockaddr* dst_addr,
-                                    int /*timeout_ms: resolution is immediate*/) {
+                                    int timeout_ms /* emu0's resolution is immediate */) {
   if (cm_id == nullptr) return fail(EINVAL);
   Id& id = *to_id(cm_id);
   if (int error = check_family(dst_addr)) return fail(error);
   if (!may_resolve_addr(id.state)) return fail(EINVAL);
+  // A source on a real device's interface (given, or the route's to the destination) makes
+  // the id the system librdmacm's, as the kernel would bind it to that device.
+  if (id.state == IdState::kIdle && id.system.id == nullptr) {
+    std::error_code route;
+    sockaddr_storage source{};
+    if (src_addr != nullptr && !is_wildcard(src_addr)) {
+      copy_address(src_addr, &source);
+    } else {
+      source = cm::source_address_for(dst_addr, route);
+    }
+    if (!route && delegation::real_device_address(reinterpret_cast<sockaddr*>(&source))) {
+      if (int error = delegation::delegate(id)) return fail(error);
+    }
+  }
+  if (auto r = delegation::forward(id, [&](const auto& l, rdma_cm_id* s) {
+        return l.resolve_addr(s, src_addr, dst_addr, timeout_ms);
+      }))
+    return *r == 0 ? complete_sync(id) : *r;
   if (id.state == IdState::kIdle) {
     sockaddr_storage any;
     if (src_addr == nullptr) wildcard_like(dst_addr, &any);
@@ -158,9 +193,12 @@ RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src_addr, socka
   return complete_sync(id);
 }
 
-RDMACM_EXPORT int rdma_resolve_route(rdma_cm_id* cm_id, int /*timeout_ms*/) {
+RDMACM_EXPORT int rdma_resolve_route(rdma_cm_id* cm_id, int timeout_ms) {
   if (cm_id == nullptr) return fail(EINVAL);
   Id& id = *to_id(cm_id);
+  if (auto r = delegation::forward(
+          id, [&](const auto& l, rdma_cm_id* s) { return l.resolve_route(s, timeout_ms); }))
+    return *r == 0 ? complete_sync(id) : *r;
   if (!may_resolve_route(id.state)) return fail(EINVAL);
   if (id.api.route.path_rec == nullptr) {
     id.api.route.path_rec = static_cast<ibv_sa_path_rec*>(std::calloc(1, sizeof(ibv_sa_path_rec)));

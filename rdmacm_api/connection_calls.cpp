@@ -15,6 +15,7 @@
 #include "cm/cm_wire.h"
 #include "rdmacm_api/cm_thread.h"
 #include "rdmacm_api/connection.h"
+#include "rdmacm_api/delegated_call.h"
 #include "rdmacm_api/event_channel.h"
 #include "rdmacm_api/export.h"
 #include "rdmacm_api/id.h"
@@ -119,6 +120,9 @@ using namespace rdmacm_api;
 RDMACM_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
   if (cm_id == nullptr) return fail(EINVAL);
   Id& id = *to_id(cm_id);
+  if (auto r = delegation::forward(
+          id, [&](const auto& l, rdma_cm_id* s) { return l.connect(s, param); }))
+    return *r == 0 ? complete_sync(id) : *r;
   if (!may_connect(id.state)) return fail(EINVAL);
   // Datagram ids resolve the peer's QP (SIDR) instead of connecting: not offered yet.
   if (id.api.qp_type != IBV_QPT_RC) return fail(ENOSYS);
@@ -149,6 +153,11 @@ RDMACM_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
 RDMACM_EXPORT int rdma_listen(rdma_cm_id* cm_id, int backlog) {
   if (cm_id == nullptr) return fail(EINVAL);
   Id& id = *to_id(cm_id);
+  if (auto r = delegation::forward(
+          id, [&](const auto& l, rdma_cm_id* s) { return l.listen(s, backlog); })) {
+    if (*r == 0) id.state = IdState::kListening;
+    return *r;
+  }
   if (id.state == IdState::kListening) return 0;  // the kernel lets a listener listen again
   if (id.state == IdState::kIdle) {
     // The kernel binds an idle id to the IPv4 wildcard and an ephemeral port first.
@@ -162,6 +171,8 @@ RDMACM_EXPORT int rdma_listen(rdma_cm_id* cm_id, int backlog) {
   run_on_cm_thread([&] { error = Listener::start(id, backlog); });
   if (error != 0) return fail(error);
   id.state = IdState::kListening;
+  // A wildcard listener is reachable on the real devices' addresses too, as the kernel's is.
+  if (is_wildcard(&id.api.route.addr.src_addr)) delegation::listen_beside(id, backlog);
   return 0;
 }
 
@@ -199,6 +210,9 @@ RDMACM_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** out) {
 RDMACM_EXPORT int rdma_accept(rdma_cm_id* cm_id, rdma_conn_param* param) {
   if (cm_id == nullptr) return fail(EINVAL);
   Id& id = *to_id(cm_id);
+  if (auto r =
+          delegation::forward(id, [&](const auto& l, rdma_cm_id* s) { return l.accept(s, param); }))
+    return *r == 0 ? complete_sync(id) : *r;
   if (!is_passive_request(id)) return fail(EINVAL);
   cm::Message reply = cm::bare(cm::Type::kRep);
   if (int error = own_side(id, param, kMaxReplyPrivateData, &reply)) return fail(error);
@@ -243,18 +257,31 @@ int reject_request(rdma_cm_id* cm_id, const void* private_data, uint8_t private_
 }  // namespace
 
 RDMACM_EXPORT int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
+  if (id == nullptr) return fail(EINVAL);
+  if (auto r = delegation::forward(*to_id(id), [&](const auto& l, rdma_cm_id* s) {
+        return l.reject(s, private_data, private_data_len);
+      }))
+    return *r;
   return reject_request(id, private_data, private_data_len);
 }
 
 // emu0 has no ECE: a rejection for an unsupported vendor option is a rejection all the same.
 RDMACM_EXPORT int rdma_reject_ece(rdma_cm_id* id, const void* private_data,
                                   uint8_t private_data_len) {
+  if (id == nullptr) return fail(EINVAL);
+  if (auto r = delegation::forward(*to_id(id), [&](const auto& l, rdma_cm_id* s) {
+        return l.reject_ece(s, private_data, private_data_len);
+      }))
+    return *r;
   return reject_request(id, private_data, private_data_len);
 }
 
 RDMACM_EXPORT int rdma_disconnect(rdma_cm_id* cm_id) {
   if (cm_id == nullptr) return fail(EINVAL);
   Id& id = *to_id(cm_id);
+  if (auto r =
+          delegation::forward(id, [](const auto& l, rdma_cm_id* s) { return l.disconnect(s); }))
+    return *r == 0 ? complete_sync(id) : *r;
   if (!id.cm_connection || id.api.verbs == nullptr) return fail(EINVAL);
   // librdmacm first moves the QP to ERR (IB and RoCE), then asks the CM to disconnect.
   move_qp_to_error(id);

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "rdmacm_api/export.h"
+#include "rdmacm_api/system_rdmacm.h"
 
 namespace rdmacm_api {
 namespace {
@@ -35,13 +36,25 @@ int init_devices() {
   DeviceTable& t = table();
   std::lock_guard lock(t.mutex);
   if (!t.opened) {
+    // Real devices' contexts are the system librdmacm's when it serves them (delegation.h):
+    // the ids it makes for them hold those, and a PD of another context would not do.
+    const system_cm::Library* system = system_cm::library();
     int count = 0;
     ibv_device** list = ibv_get_device_list(&count);
     if (list == nullptr) return ENODEV;
     for (int i = 0; i < count; ++i) {
+      if (system != nullptr && std::strcmp(ibv_get_device_name(list[i]), kSoftDevice) != 0)
+        continue;
       if (ibv_context* context = ibv_open_device(list[i])) t.devices.push_back({context, nullptr});
     }
     ibv_free_device_list(list);
+    if (system != nullptr) {
+      int system_count = 0;
+      if (ibv_context** contexts = system->get_devices(&system_count)) {
+        for (int i = 0; i < system_count; ++i) t.devices.push_back({contexts[i], nullptr});
+        system->free_devices(contexts);  // the contexts stay open: the list alone is freed
+      }
+    }
     t.opened = true;
   }
   return t.devices.empty() ? ENODEV : 0;

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 
+#include "rdmacm_api/delegation.h"
 #include "rdmacm_api/id_state.h"
 #include "rdmacm_api/ports.h"
 
@@ -62,6 +63,8 @@ struct Id {
   // Passive: the listening id whose request made this one (rdma_accept/reject settle its
   // backlog count); null once that id is gone.
   std::weak_ptr<Listener> request_of;
+  // An id on a real device's address: the system librdmacm's id doing the work (delegation.h).
+  SystemSide system;
 
   // Events handed to the program and events it acked: rdma_destroy_id and rdma_migrate_id wait
   // until the two meet. `reported` moves under the channel's lock (see Channel::pop).

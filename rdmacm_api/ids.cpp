@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 
+#include "rdmacm_api/delegated_call.h"
 #include "rdmacm_api/devices.h"
 #include "rdmacm_api/event_channel.h"
 #include "rdmacm_api/export.h"
@@ -81,6 +82,7 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context, rdma
 
 int destroy_id(Id& id) {
   detach_from_cm(id);
+  delegation::release(id);
   to_channel(id.api.channel)->drop_events_of(&id);
   if (id.api.event != nullptr) {
     ack_event(id.api.event);
@@ -138,6 +140,10 @@ RDMACM_EXPORT int rdma_set_option(rdma_cm_id* id, int level, int optname, void* 
                                   size_t optlen) {
   if (id == nullptr) return fail(EINVAL);
   if (optval == nullptr) return fail(EFAULT);  // the kernel's copy_from_user of the value
+  if (auto r = delegation::forward(*to_id(id), [&](const auto& l, rdma_cm_id* s) {
+        return l.set_option(s, level, optname, optval, optlen);
+      }))
+    return *r;
   if (level == RDMA_OPTION_ID) return set_id_option(*to_id(id), optname, optval, optlen);
   // RDMA_OPTION_IB (IB path records) has no meaning on emu0's Ethernet port; nor has any
   // other level: the kernel's ENOSYS.

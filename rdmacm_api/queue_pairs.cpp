@@ -8,6 +8,7 @@
 
 #include "rdmacm_api/cm_thread.h"
 #include "rdmacm_api/connection.h"
+#include "rdmacm_api/delegated_call.h"
 #include "rdmacm_api/export.h"
 #include "rdmacm_api/id.h"
 #include "rdmacm_api/qp_transitions.h"
@@ -154,12 +155,19 @@ using namespace rdmacm_api;
 
 RDMACM_EXPORT int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
   if (id == nullptr || qp_attr == nullptr || qp_attr_mask == nullptr) return fail(EINVAL);
+  if (auto r = delegation::forward(*to_id(id), [&](const auto& l, rdma_cm_id* s) {
+        return l.init_qp_attr(s, qp_attr, qp_attr_mask);
+      }))
+    return *r;
   if (int error = init_qp_attr(*to_id(id), *qp_attr, *qp_attr_mask)) return fail(error);
   return 0;
 }
 
 RDMACM_EXPORT int rdma_create_qp_ex(rdma_cm_id* cm_id, ibv_qp_init_attr_ex* attr) {
   if (cm_id == nullptr || attr == nullptr) return fail(EINVAL);
+  if (auto r = delegation::forward(
+          *to_id(cm_id), [&](const auto& l, rdma_cm_id* s) { return l.create_qp_ex(s, attr); }))
+    return *r;
   rdma_cm_id& id = *cm_id;
   if (id.qp != nullptr || id.verbs == nullptr) return fail(EINVAL);
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr) {
@@ -197,6 +205,10 @@ RDMACM_EXPORT int rdma_create_qp_ex(rdma_cm_id* cm_id, ibv_qp_init_attr_ex* attr
 
 RDMACM_EXPORT int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
   if (id == nullptr || qp_init_attr == nullptr) return fail(EINVAL);
+  if (auto r = delegation::forward(*to_id(id), [&](const auto& l, rdma_cm_id* s) {
+        return l.create_qp(s, pd, qp_init_attr);
+      }))
+    return *r;
   ibv_qp_init_attr_ex attr_ex{};
   std::memcpy(&attr_ex, qp_init_attr, sizeof(*qp_init_attr));
   attr_ex.comp_mask = IBV_QP_INIT_ATTR_PD;
@@ -207,6 +219,11 @@ RDMACM_EXPORT int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* q
 }
 
 RDMACM_EXPORT void rdma_destroy_qp(rdma_cm_id* id) {
+  if (delegation::forward(*to_id(id), [](const auto& l, rdma_cm_id* s) {
+        l.destroy_qp(s);
+        return 0;
+      }))
+    return;
   ibv_destroy_qp(id->qp);
   id->qp = nullptr;
   destroy_cqs(*id);
@@ -214,6 +231,9 @@ RDMACM_EXPORT void rdma_destroy_qp(rdma_cm_id* id) {
 
 RDMACM_EXPORT int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
   if (id == nullptr || attr == nullptr) return fail(EINVAL);
+  if (auto r = delegation::forward(
+          *to_id(id), [&](const auto& l, rdma_cm_id* s) { return l.create_srq_ex(s, attr); }))
+    return *r;
   if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE)) return fail(EINVAL);
   if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || attr->pd == nullptr) {
     attr->pd = id->pd;
@@ -233,6 +253,9 @@ RDMACM_EXPORT int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr)
 
 RDMACM_EXPORT int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
   if (id == nullptr || attr == nullptr) return fail(EINVAL);
+  if (auto r = delegation::forward(
+          *to_id(id), [&](const auto& l, rdma_cm_id* s) { return l.create_srq(s, pd, attr); }))
+    return *r;
   ibv_srq_init_attr_ex attr_ex{};
   std::memcpy(&attr_ex, attr, sizeof(*attr));
   attr_ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
@@ -244,13 +267,22 @@ RDMACM_EXPORT int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr*
 }
 
 RDMACM_EXPORT void rdma_destroy_srq(rdma_cm_id* id) {
+  if (delegation::forward(*to_id(id), [](const auto& l, rdma_cm_id* s) {
+        l.destroy_srq(s);
+        return 0;
+      }))
+    return;
   ibv_destroy_srq(id->srq);
   id->srq = nullptr;
   destroy_cqs(*id);
 }
 
 RDMACM_EXPORT int rdma_establish(rdma_cm_id* id) {
-  if (id == nullptr || id->qp != nullptr) return fail(EINVAL);
+  if (id == nullptr) return fail(EINVAL);
+  if (auto r = delegation::forward(*to_id(id),
+                                   [](const auto& l, rdma_cm_id* s) { return l.establish(s); }))
+    return *r;
+  if (id->qp != nullptr) return fail(EINVAL);
   // Only an active side that received CONNECT_RESPONSE (no QP of its own) establishes.
   Id& self = *to_id(id);
   if (self.state != IdState::kConnecting || !self.cm_connection ||
@@ -265,6 +297,9 @@ RDMACM_EXPORT int rdma_establish(rdma_cm_id* id) {
 
 RDMACM_EXPORT int rdma_notify(rdma_cm_id* id, ibv_event_type event) {
   if (id == nullptr) return fail(EINVAL);
+  if (auto r = delegation::forward(
+          *to_id(id), [&](const auto& l, rdma_cm_id* s) { return l.notify(s, event); }))
+    return *r;
   // The kernel: EINVAL without a connection, and for any event but COMM_EST.
   if (!knows_peer(to_id(id)->state) || event != IBV_EVENT_COMM_EST) return fail(EINVAL);
   if (to_id(id)->state == IdState::kConnected) return 0;

@@ -51,6 +51,7 @@ build_dir="${BUILD_DIR:-build}"
 [[ $build_dir == /* ]] || build_dir="$repo/$build_dir"
 hw="$build_dir/hw"
 verbs_lib="$build_dir/verbs_api/libibverbs.so.1"
+rdmacm_lib="$build_dir/rdmacm_api/librdmacm.so.1"
 dat_lib="$build_dir/dat_api/libdaplemu.so.2"
 
 # What the guest is made of. Bump recipe_version when the way the cache is built changes:
@@ -58,10 +59,11 @@ dat_lib="$build_dir/dat_api/libdaplemu.so.2"
 readonly recipe_version=1
 readonly guest_suite=bookworm
 guest_packages=(rdma-core ibverbs-providers ibverbs-utils perftest libdapl2 dapl2-utils
-  libspdlog1.10 libfmt9 iproute2 kmod)
+  librdmacm1 rdmacm-utils libspdlog1.10 libfmt9 iproute2 kmod)
 # crc32_generic: rdma_rxe asks the crypto API for "crc32" (the RoCE ICRC) at device creation,
 # a dependency modinfo does not list.
-readonly guest_modules=(rdma_rxe veth ib_uverbs crc32_generic)
+# rdma_ucm: the kernel's rdma_cm for the system librdmacm (/dev/infiniband/rdma_cm).
+readonly guest_modules=(rdma_rxe veth ib_uverbs crc32_generic rdma_ucm)
 
 # ---- host packages -------------------------------------------------------------------------
 host_packages=(qemu-system-x86 debootstrap cpio kmod gzip)
@@ -84,6 +86,7 @@ if [[ ! -e $verbs_lib || ! -e $dat_lib ]]; then
   BUILD_DIR="$build_dir" bash scripts/build.sh || die "scripts/build.sh failed (BUILD_DIR=$build_dir)"
 fi
 [[ -e $verbs_lib ]] || die "$verbs_lib is missing after the build"
+[[ -e $rdmacm_lib ]] || die "$rdmacm_lib is missing (build the emurdma_rdmacm target)"
 [[ -e $dat_lib ]] || die "$dat_lib is missing after the build"
 [[ -e $build_dir/dat_api/dat.conf ]] || die "$build_dir/dat_api/dat.conf is missing (CMake generates it)"
 
@@ -116,7 +119,7 @@ done
 # whatever they link to.
 runtime_packages() {
   local path pkg
-  LD_LIBRARY_PATH="$build_dir/verbs_api" ldd "$verbs_lib" "$dat_lib" "${hw_program_paths[@]}" |
+  LD_LIBRARY_PATH="$build_dir/verbs_api" ldd "$verbs_lib" "$dat_lib" "$rdmacm_lib" "${hw_program_paths[@]}" |
     awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
     while read -r path; do
       [[ $(basename "$path") == libibverbs.so.1 ]] && continue
@@ -277,7 +280,8 @@ mkdir -p "$run/overlay/opt/emurdma/"{bin,lib/emurdma,etc,hw}
 ov="$run/overlay"
 # The installed layout (bin/emurdma beside lib/emurdma/): the wrapper finds both libraries
 # there without any variable.
-cp -P "$build_dir"/verbs_api/libibverbs.so.1* "$build_dir"/dat_api/libdaplemu.so.2* "$ov/opt/emurdma/lib/emurdma/"
+cp -P "$build_dir"/verbs_api/libibverbs.so.1* "$build_dir"/dat_api/libdaplemu.so.2* \
+  "$build_dir"/rdmacm_api/librdmacm.so.1* "$ov/opt/emurdma/lib/emurdma/"
 cp scripts/emurdma "$ov/opt/emurdma/bin/emurdma"
 cp tests/hw/suite.sh "$ov/opt/emurdma/hw/suite.sh"
 if ((${#hw_program_paths[@]} > 0)); then

@@ -13,6 +13,12 @@
  *
  * Programs that may also run on the system libibverbs should look it up with
  * dlsym(RTLD_DEFAULT, "emu_query_srq_counts") rather than link to it.
+ *
+ * emu_system_library: the system's rdma-core library `soname` (e.g. "librdmacm.so.1"), loaded
+ * beside the system libibverbs that real HCAs are delegated to (its own link-map namespace), so
+ * that what it makes for a real HCA is usable through this libibverbs. A dlopen handle for
+ * dlvsym, or NULL: EMURDMA_DEVICES=soft, no system libibverbs, or no such library. Our
+ * librdmacm.so.1 uses it to hand real HCAs' addresses to the system librdmacm.
  */
 #ifndef EMURDMA_VERBS_H
 #define EMURDMA_VERBS_H
@@ -32,6 +38,7 @@ struct emu_srq_counts {
 };
 
 int emu_query_srq_counts(struct ibv_srq* srq, struct emu_srq_counts* out);
+void* emu_system_library(const char* soname);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,9 @@
-// emurdma_verbs.h: the exact SRQ counts of the soft device (symbol version EMURDMA_1.0).
+// emurdma_verbs.h: the exact SRQ counts of the soft device, and the system's companion
+// libraries for real HCAs (symbol version EMURDMA_1.0).
 #include "emu/srq.h"
 #include "verbs_api/emurdma_verbs.h"
 #include "verbs_api/internal.h"
+#include "verbs_api/system_verbs.h"
 
 using verbs_api::is_emu;
 
@@ -14,4 +16,8 @@ EMURDMA_EXPORT int emu_query_srq_counts(ibv_srq* srq, emu_srq_counts* out) {
   out->outstanding = c.outstanding;
   out->limit = c.limit;
   return 0;
+}
+
+EMURDMA_EXPORT void* emu_system_library(const char* soname) {
+  return verbs_api::system_companion(soname);
 }

@@ -25,8 +25,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/log.h"
@@ -197,7 +199,44 @@ void* system_library() {
   return handle;
 }
 
+// `soname` from the system's library directories, loaded beside the system libibverbs.
+void* load_companion(const char* soname) {
+  void* verbs = system_library();
+  if (verbs == nullptr) return nullptr;
+  Lmid_t lmid = LM_ID_BASE;
+  if (::dlinfo(verbs, RTLD_DI_LMID, &lmid) != 0) return nullptr;
+  for (const auto& dir : search_directories()) {
+    const std::string candidate = dir + "/" + soname;
+    if (!file_id(candidate.c_str())) continue;
+    void* handle = ::dlmopen(lmid, candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* why = ::dlerror();
+      spdlog::warn("cannot load the system {} ({}): {}", soname, candidate,
+                   why != nullptr ? why : "unknown error");
+      return nullptr;
+    }
+    spdlog::info("real HCAs: delegating to {} (link-map namespace {})", candidate, lmid);
+    return handle;
+  }
+  spdlog::info("no system {} found: real HCAs are not available through it", soname);
+  return nullptr;
+}
+
 }  // namespace
+
+void* system_companion(const char* soname) {
+  if (soname == nullptr || device_selection() == DeviceSelection::kSoft) return nullptr;
+  // Few names, each loaded once (handles are never closed, as the system libibverbs').
+  static std::mutex mutex;
+  static std::vector<std::pair<std::string, void*>> loaded;
+  std::lock_guard lock(mutex);
+  for (const auto& [name, handle] : loaded) {
+    if (name == soname) return handle;
+  }
+  void* handle = load_companion(soname);
+  loaded.emplace_back(soname, handle);
+  return handle;
+}
 
 DeviceSelection device_selection() {
   if (delegation_disabled()) return DeviceSelection::kSoft;

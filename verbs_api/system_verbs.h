@@ -20,6 +20,12 @@ DeviceSelection device_selection();
 // that is zero system devices, not an error to pass on.
 void* system_symbol(const char* name, const char* version);
 
+// Another system rdma-core library (librdmacm.so.1) loaded into the system libibverbs' link-map
+// namespace, so that the objects it makes are that library's and our forwarding verbs accept
+// them; nullptr when delegation is off, the system libibverbs did not load, or `soname` is not
+// found in the system's library directories (logged). Loaded once per name.
+void* system_companion(const char* soname);
+
 }  // namespace verbs_api
 
 // The system's implementation of a public verb, resolved once: EMURDMA_SYSTEM_FN(ibv_alloc_pd,

@@ -68,6 +68,7 @@ modprobe veth
 modprobe crc32_generic
 modprobe rdma_rxe
 modprobe ib_uverbs
+modprobe rdma_ucm
 
 ip link add veth0 type veth peer name veth1
 ip addr add 198.18.0.1/24 dev veth0

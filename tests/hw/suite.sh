@@ -146,8 +146,11 @@ quit=()
 # Lines that must not appear in any program output of the next pair (the DAT programs exit 0
 # after most failures); the libraries' own log lines ("[emurdma...") are not looked at.
 refuse_re=""
+# A line every process of the next pair must have logged besides the delegation line (the
+# rdma_cm pairs: our librdmacm handing the id to the system's).
+require_re=""
 # A client started before the server listens fails with one of these and is started again.
-readonly retry_re="Couldn't connect to|Could not connect to|Failed to get server parameters|Connection refused"
+readonly retry_re="Couldn't connect to|Could not connect to|Failed to get server parameters|Connection refused|RDMA_CM_EVENT_REJECTED|Unable to perform rdma_client function"
 
 # start <log> <cmd...>: runs cmd through our wrapper in the background, output to log, time
 # limited (timeout's status 124 when it hung); the pid in $started.
@@ -228,6 +231,8 @@ pair() {
   for log in "$slog" "$clog"; do
     grep -qE "$delegation_re" "$log" ||
       reasons+=("$(basename "$log" .log | sed 's/.*\.//'): no delegation line")
+    [[ -z $require_re ]] || grep -qE -- "$require_re" "$log" ||
+      reasons+=("$(basename "$log" .log | sed 's/.*\.//'): no line /$require_re/")
   done
   [[ -z $server_re ]] || grep -qE -- "$server_re" "$slog" || reasons+=("server output lacks /$server_re/")
   [[ -z $client_re ]] || grep -qE -- "$client_re" "$clog" || reasons+=("client output lacks /$client_re/")
@@ -256,6 +261,7 @@ pair() {
   client=()
   quit=()
   refuse_re=""
+  require_re=""
 }
 
 # ---- one-process checks (our programs, tests/hw/*.cpp) -------------------------------------
@@ -343,6 +349,28 @@ pair perftest.send_lat 18515 "" "$perf_row_re"
 server=(ib_read_bw -d "$dev" -x "$gid")
 client=(ib_read_bw -d "$dev" -x "$gid" 127.0.0.1)
 pair perftest.read_bw 18515 "" "$perf_row_re"
+
+# ---- rdma_cm on rxe0 ------------------------------------------------------------------------
+# The programs load our librdmacm.so.1 (the wrapper puts it first); rxe0's address is a real
+# device's, so our library hands the ids to the system librdmacm (loaded beside the system
+# libibverbs) and the kernel's rdma_cm connects them over rxe0.
+readonly rdmacm_delegation_re='real HCAs: delegating to /.*librdmacm\.so\.1'
+server=(rping -s -a "$dev_addr" -p 7471 -C 20 -V -v -d)
+client=(rping -c -a "$dev_addr" -p 7471 -C 20 -V -v)
+require_re=$rdmacm_delegation_re
+pair rdmacm.rping "rdma_listen" "server ping data: rdma-ping-19: " "ping data: rdma-ping-19: "
+
+readonly perf_cm_ready='Waiting for client rdma_cm QP to connect'
+for test in ib_send_lat ib_write_bw ib_read_lat; do
+  server=("$test" -d "$dev" -x "$gid" -R -n 200)
+  client=("$test" -d "$dev" -x "$gid" -R -n 200 "$dev_addr")
+  require_re=$rdmacm_delegation_re
+  pair "rdmacm.perftest.${test#ib_}" "$perf_cm_ready" "" "$perf_row_re"
+done
+server=(ib_send_bw -d "$dev" -x "$gid" -R -n 200 --use-srq)
+client=(ib_send_bw -d "$dev" -x "$gid" -R -n 200 --use-srq "$dev_addr")
+require_re=$rdmacm_delegation_re
+pair rdmacm.perftest.send_bw_srq "$perf_cm_ready" "" "$perf_row_re"
 
 # ---- DAT (uDAPL) on rxe0 -------------------------------------------------------------------
 # The provider drives rxe0 through our libibverbs.so.1 and thus the system rdma-core: IA
