@@ -94,7 +94,7 @@ fi
 # their source. They link to the system's libraries only, so building them leaves the
 # libraries under test untouched. One that cannot be built is left out of the guest, and the
 # suite fails its check.
-hw_programs=(hw_dat_srq hw_side_by_side)
+hw_programs=(hw_dat_srq hw_side_by_side hw_cm_side_by_side)
 hw_program_paths=()
 stale=()
 for prog in "${hw_programs[@]}"; do

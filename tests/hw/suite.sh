@@ -372,6 +372,10 @@ client=(ib_send_bw -d "$dev" -x "$gid" -R -n 200 --use-srq "$dev_addr")
 require_re=$rdmacm_delegation_re
 pair rdmacm.perftest.send_bw_srq "$perf_cm_ready" "" "$perf_row_re"
 
+# One process, rdma_cm on emu0 (127.0.0.1) and on rxe0 (its address) at once, through one
+# wildcard listener (hw_cm_side_by_side.cpp).
+single rdmacm.side_by_side hw_cm_side_by_side "$dev_addr" 7472
+
 # ---- DAT (uDAPL) on rxe0 -------------------------------------------------------------------
 # The provider drives rxe0 through our libibverbs.so.1 and thus the system rdma-core: IA
 # rxe0-1 (ia_params "rxe0 1") in the dat.conf that hwtest.sh adapted from the build's. The
