@@ -152,15 +152,18 @@ void wait_for_acks(pthread_mutex_t* mutex, pthread_cond_t* cond, const uint32_t*
 }  // namespace verbs_api
 
 // Delegates a call on an object of a real HCA: returns what the system library returns, or
-// `error_result` with errno = ENOSYS when there is no system library to hand it to.
-#define EMURDMA_DELEGATE(name, version, error_result, ...) \
-  do {                                                     \
-    auto* system_fn = EMURDMA_SYSTEM_FN(name, version);    \
-    if (system_fn == nullptr) {                            \
-      errno = ENOSYS;                                      \
-      return error_result;                                 \
-    }                                                      \
-    return system_fn(__VA_ARGS__);                         \
+// `error_result` with errno = ENOSYS when there is no system library to hand it to. On
+// `error_result` the errno the system library set (in its namespace's libc) becomes ours.
+#define EMURDMA_DELEGATE(name, version, error_result, ...)                       \
+  do {                                                                           \
+    auto* system_fn = EMURDMA_SYSTEM_FN(name, version);                          \
+    if (system_fn == nullptr) {                                                  \
+      errno = ENOSYS;                                                            \
+      return error_result;                                                       \
+    }                                                                            \
+    auto delegated_result = system_fn(__VA_ARGS__);                              \
+    if (delegated_result == (error_result)) errno = ::verbs_api::system_errno(); \
+    return delegated_result;                                                     \
   } while (0)
 
 // The same for verbs that return an errno value instead of setting errno.

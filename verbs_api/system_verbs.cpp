@@ -224,6 +224,14 @@ void* load_companion(const char* soname) {
 
 }  // namespace
 
+int system_errno() {
+  void* handle = system_library();
+  if (handle == nullptr) return EIO;
+  // The handle's lookup scope includes its dependencies: the namespace's own libc.
+  static auto* const location = reinterpret_cast<int* (*)()>(::dlsym(handle, "__errno_location"));
+  return location != nullptr ? *location() : EIO;
+}
+
 void* system_companion(const char* soname) {
   if (soname == nullptr || device_selection() == DeviceSelection::kSoft) return nullptr;
   // Few names, each loaded once (handles are never closed, as the system libibverbs').

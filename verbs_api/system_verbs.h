@@ -26,6 +26,10 @@ void* system_symbol(const char* name, const char* version);
 // found in the system's library directories (logged). Loaded once per name.
 void* system_companion(const char* soname);
 
+// The calling thread's errno in the system library's namespace, which has a libc (and so an
+// errno) of its own: what a failed system call set. EIO when it cannot be read.
+int system_errno();
+
 }  // namespace verbs_api
 
 // The system's implementation of a public verb, resolved once: EMURDMA_SYSTEM_FN(ibv_alloc_pd,

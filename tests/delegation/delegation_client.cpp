@@ -13,6 +13,9 @@
 //                                  (engines started for one stay running during the next)
 //   delegation_client srq [--standin=absent] NAME...
 //                                  emurdma's exact SRQ counts on each named device
+//   delegation_client errno        a verb refused on emuhw0 (the system library, whose libc
+//                                  and errno are its namespace's) sets the program's errno as
+//                                  the same refusal on emu0 does
 //
 // EMURDMA_TEST_STANDIN names the stand-in, EMURDMA_TEST_OUR_LIBRARY our library.
 #include <dlfcn.h>
@@ -192,6 +195,39 @@ int device_scenario(bool srq, int argc, char** argv) {
   return 0;
 }
 
+// ibv_create_cq with a negative size on `device`: the errno the program sees (0: none).
+int refused_create_cq_errno(ibv_device* device) {
+  ibv_context* context = ibv_open_device(device);
+  DELEGATION_CHECK(context != nullptr, "ibv_open_device: %s", std::strerror(errno));
+  if (context == nullptr) return 0;
+  errno = 0;
+  ibv_cq* cq = ibv_create_cq(context, -1, nullptr, nullptr, 0);
+  const int error = errno;
+  DELEGATION_CHECK(cq == nullptr, "ibv_create_cq(-1) succeeded on %s", ibv_get_device_name(device));
+  if (cq != nullptr) ibv_destroy_cq(cq);
+  ibv_close_device(context);
+  return error;
+}
+
+int errno_scenario() {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  DELEGATION_CHECK(list != nullptr, "ibv_get_device_list: %s", std::strerror(errno));
+  if (list == nullptr) return 1;
+  int soft = -1, system = -1;
+  for (int d = 0; d < n; ++d) {
+    const std::string name = ibv_get_device_name(list[d]);
+    if (name == "emu0") soft = refused_create_cq_errno(list[d]);
+    if (name == "emuhw0") system = refused_create_cq_errno(list[d]);
+  }
+  ibv_free_device_list(list);
+  DELEGATION_CHECK(soft > 0, "emu0 refused without errno (%d)", soft);
+  DELEGATION_CHECK(system == soft, "errno after the refusal on emuhw0 is %d (%s), on emu0 %d (%s)",
+                   system, std::strerror(system), soft, std::strerror(soft));
+  std::printf("refused on both devices with errno %d\n", soft);
+  return 0;
+}
+
 }  // namespace
 }  // namespace delegation
 
@@ -208,6 +244,8 @@ int main(int argc, char** argv) {
     device_scenario(false, argc - 2, argv + 2);
   } else if (std::strcmp(argv[1], "srq") == 0) {
     device_scenario(true, argc - 2, argv + 2);
+  } else if (std::strcmp(argv[1], "errno") == 0) {
+    errno_scenario();
   } else {
     std::fprintf(stderr, "unknown scenario %s\n", argv[1]);
     return 2;

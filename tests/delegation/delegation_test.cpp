@@ -149,6 +149,14 @@ TEST(Delegation, RcExchangeOnASystemDeviceRunsInTheSystemLibrary) {
       << r.output;
 }
 
+TEST(Delegation, ASystemRefusalSetsTheProgramsErrno) {
+  // The system library runs on a libc of its own (its namespace's), whose errno is not the
+  // program's: a refused verb must still leave its errno where the program reads it.
+  const ClientRun r = run_client({"errno"}, {{"EMURDMA_DEVICES", "all"}});
+  EXPECT_CLIENT_OK(r);
+  EXPECT_NE(r.output.find("refused on both devices with errno"), std::string::npos) << r.output;
+}
+
 TEST(Delegation, RcExchangesOnEmu0AndASystemDeviceInOneProcess) {
   const ClientRun r = run_client({"rc", "emu0", "emuhw0"}, {{"EMURDMA_DEVICES", "all"}});
   EXPECT_CLIENT_OK(r);
