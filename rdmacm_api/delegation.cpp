@@ -65,6 +65,8 @@ class SystemChannel : public std::enable_shared_from_this<SystemChannel> {
   void drain() {
     rdma_cm_event* event = nullptr;
     while (library_.get_cm_event(channel_, &event) == 0) {
+      cm::logger().debug("rdma_cm: the system librdmacm reports {} (status {})",
+                         static_cast<int>(event->event), event->status);
       if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
         on_request(event);
       } else {
@@ -253,6 +255,8 @@ void listen_beside(Id& id, int backlog) {
   }
   id.system.listener = listener;
   id.system.listener_channel = std::move(channel);
+  cm::logger().debug("rdma_cm: listening on port {} of the real devices too (family {})",
+                     port_of(&id.api.route.addr.src_addr), address.ss_family);
 }
 
 void release(Id& id) {

@@ -183,9 +183,13 @@ int main(int argc, char** argv) {
                       client->recv, peer->recv));
     }
   }
-  to_emu.close();
-  to_real.close();
-  for (End& end : accepted) end.close();
+  // Every end disconnects at once: on a kernel device the side that disconnects first waits for
+  // its peer's rdma_disconnect (the DREP) before DISCONNECTED, as rdma_disconnect(3) allows.
+  std::vector<std::thread> closing;
+  for (End* end : {&to_emu, &to_real, &accepted[0], &accepted[1]}) {
+    closing.emplace_back([end] { end->close(); });
+  }
+  for (std::thread& t : closing) t.join();
   rdma_destroy_ep(listener);
   return failures == 0 ? 0 : 1;
 }

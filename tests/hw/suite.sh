@@ -360,6 +360,12 @@ client=(rping -c -a "$dev_addr" -p 7471 -C 20 -V -v)
 require_re=$rdmacm_delegation_re
 pair rdmacm.rping "rdma_listen" "server ping data: rdma-ping-19: " "ping data: rdma-ping-19: "
 
+# A wildcard listener: ours on emu0 and the kernel's beside it on rxe0 (delegation.h).
+server=(rping -s -a 0.0.0.0 -p 7473 -C 20 -V -v -d)
+client=(rping -c -a "$dev_addr" -p 7473 -C 20 -V -v)
+require_re=$rdmacm_delegation_re
+pair rdmacm.rping_wildcard "rdma_listen" "server ping data: rdma-ping-19: " "ping data: rdma-ping-19: "
+
 readonly perf_cm_ready='Waiting for client rdma_cm QP to connect'
 for test in ib_send_lat ib_write_bw ib_read_lat; do
   server=("$test" -d "$dev" -x "$gid" -R -n 200)
