@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cm/cm_rendezvous_wire.h"
 #include "cm/cm_wire.h"
 #include "transports/shm/shm_gid.h"
 #include "transports/shm/shm_handshake.h"
@@ -427,6 +428,24 @@ void shm_side_channel_seeds() {
   write(t, "welcome", b);
 }
 
+void rendezvous_seeds() {
+  const std::string t = "cm_rendezvous_fuzzer";
+  cm::Preamble dial{cm::StreamKind::kDial, 0x0106, 18515};  // RDMA_PS_TCP
+  cm::PreambleBytes b = cm::encode_preamble(dial);
+  write(t, "dial", Bytes(b.begin(), b.end()));
+  cm::Preamble hand_over{cm::StreamKind::kHandOver, 0x0111, 7174};  // RDMA_PS_UDP
+  b = cm::encode_preamble(hand_over);
+  write(t, "hand_over", Bytes(b.begin(), b.end()));
+  b[4] = cm::kRendezvousVersion + 1;
+  write(t, "other_version", Bytes(b.begin(), b.end()));
+  for (cm::Verdict v : {cm::Verdict::kAccepted, cm::Verdict::kNoListener, cm::Verdict::kBusy,
+                        cm::Verdict::kVersionUnsupported}) {
+    cm::VerdictBytes verdict = cm::encode_verdict(v);
+    write(t, "verdict_" + std::to_string(static_cast<int>(v)),
+          Bytes(verdict.begin(), verdict.end()));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -441,5 +460,6 @@ int main(int argc, char** argv) {
   shm_hello_seeds();
   shm_side_channel_seeds();
   cm_seeds();
+  rendezvous_seeds();
   return 0;
 }
