@@ -101,7 +101,9 @@ int Listener::start(Id& id, int backlog) {
   if (!reservation) return EADDRINUSE;
   auto listener = std::make_shared<Listener>();
   listener->id_ = &id;
-  listener->backlog_ = backlog > 0 ? backlog : 128;
+  // As the kernel's ucma: a backlog of 0, a negative one or one beyond its ceiling
+  // (net.rdma_ucm.max_backlog, 1024 by default) is the ceiling.
+  listener->backlog_ = backlog > 0 && backlog < kMaxBacklog ? backlog : kMaxBacklog;
   std::weak_ptr<Listener> weak = listener;
   std::error_code ec;
   cm::ListenerOptions options;
@@ -268,7 +270,7 @@ void Connection::on_request(const cm::Message& m) {
     refuse(cm::RejectReason::kInvalidServiceId);
     return;
   }
-  if (listener->pending >= listener->backlog()) {
+  if (listener->queued_requests()->load() >= listener->backlog()) {
     refuse(cm::RejectReason::kNoResources);
     return;
   }
@@ -295,11 +297,10 @@ void Connection::on_request(const cm::Message& m) {
   c.rnr_retry_count = m.qp.rnr_retry_count;
   id.state = IdState::kConnecting;
   id.cm_connection = shared_from_this();
-  id.request_of = listener;
   id_ = &id;
   phase_ = Phase::kRequestGiven;
-  ++listener->pending;
   EventRecord* event = connection_event(*listen, &id.api, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &m);
+  event->backlog_slot = BacklogSlot(listener->queued_requests());
   event->event.listen_id = &listen->api;
   to_channel(listen->api.channel)->push(event);
 }

@@ -59,9 +59,6 @@ struct Id {
   // connection this id makes or accepted, the listener of a listening id.
   std::shared_ptr<Connection> cm_connection;
   std::shared_ptr<Listener> cm_listener;
-  // Passive: the listening id whose request made this one (rdma_accept/reject settle its
-  // backlog count); null once that id is gone.
-  std::weak_ptr<Listener> request_of;
 
   // Events handed to the program and events it acked: rdma_destroy_id and rdma_migrate_id wait
   // until the two meet. `reported` moves under the channel's lock (see Channel::pop).
