@@ -271,6 +271,8 @@ void Connection::on_request(const cm::Message& m) {
     return;
   }
   if (listener->queued_requests()->load() >= listener->backlog()) {
+    cm::log_refusal("rdma_cm: a connection request from " + channel_->peer() + ": the backlog of " +
+                    std::to_string(listener->backlog()) + " is full: rejected (no resources)");
     refuse(cm::RejectReason::kNoResources);
     return;
   }
