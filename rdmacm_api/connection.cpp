@@ -69,7 +69,8 @@ EventRecord* connection_event(Id& owner, rdma_cm_id* subject, rdma_cm_event_type
   if (m != nullptr) {
     rdma_conn_param& c = record->event.param.conn;
     const size_t copied = std::min(m->private_data.size(), sizeof record->private_data);
-    std::memcpy(record->private_data, m->private_data.data(), copied);
+    // An empty vector's data() may be null, which memcpy may not be given even for 0 bytes.
+    if (copied != 0) std::memcpy(record->private_data, m->private_data.data(), copied);
     const size_t reported = std::max(copied, reported_private_data_length(m->type));
     c.private_data = record->private_data;
     c.private_data_len = static_cast<uint8_t>(std::min<size_t>(reported, 255));
