@@ -69,7 +69,8 @@ EventRecord* connection_event(Id& owner, rdma_cm_id* subject, rdma_cm_event_type
   if (m != nullptr) {
     rdma_conn_param& c = record->event.param.conn;
     const size_t copied = std::min(m->private_data.size(), sizeof record->private_data);
-    std::memcpy(record->private_data, m->private_data.data(), copied);
+    // An empty vector's data() may be null, which memcpy may not be given even for 0 bytes.
+    if (copied != 0) std::memcpy(record->private_data, m->private_data.data(), copied);
     const size_t reported = std::max(copied, reported_private_data_length(m->type));
     c.private_data = record->private_data;
     c.private_data_len = static_cast<uint8_t>(std::min<size_t>(reported, 255));
@@ -101,7 +102,9 @@ int Listener::start(Id& id, int backlog) {
   if (!reservation) return EADDRINUSE;
   auto listener = std::make_shared<Listener>();
   listener->id_ = &id;
-  listener->backlog_ = backlog > 0 ? backlog : 128;
+  // As the kernel's ucma: a backlog of 0, a negative one or one beyond its ceiling
+  // (net.rdma_ucm.max_backlog, 1024 by default) is the ceiling.
+  listener->backlog_ = backlog > 0 && backlog < kMaxBacklog ? backlog : kMaxBacklog;
   std::weak_ptr<Listener> weak = listener;
   std::error_code ec;
   cm::ListenerOptions options;
@@ -268,7 +271,9 @@ void Connection::on_request(const cm::Message& m) {
     refuse(cm::RejectReason::kInvalidServiceId);
     return;
   }
-  if (listener->pending >= listener->backlog()) {
+  if (listener->queued_requests()->load() >= listener->backlog()) {
+    cm::log_refusal("rdma_cm: a connection request from " + channel_->peer() + ": the backlog of " +
+                    std::to_string(listener->backlog()) + " is full: rejected (no resources)");
     refuse(cm::RejectReason::kNoResources);
     return;
   }
@@ -295,11 +300,10 @@ void Connection::on_request(const cm::Message& m) {
   c.rnr_retry_count = m.qp.rnr_retry_count;
   id.state = IdState::kConnecting;
   id.cm_connection = shared_from_this();
-  id.request_of = listener;
   id_ = &id;
   phase_ = Phase::kRequestGiven;
-  ++listener->pending;
   EventRecord* event = connection_event(*listen, &id.api, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &m);
+  event->backlog_slot = BacklogSlot(listener->queued_requests());
   event->event.listen_id = &listen->api;
   to_channel(listen->api.channel)->push(event);
 }

@@ -24,6 +24,10 @@ namespace rdmacm_api {
 
 struct Id;
 
+// The kernel's default net.rdma_ucm.max_backlog: the most CONNECT_REQUEST events a listening
+// id may have queued, whatever backlog rdma_listen asked for.
+inline constexpr int kMaxBacklog = 1024;
+
 class Listener {
  public:
   // CM thread: listens on the id's port (its netns reservation, taken from ports.cpp). 0 or an
@@ -34,12 +38,14 @@ class Listener {
 
   Id* id() const { return id_; }
   int backlog() const { return backlog_; }
-  // Requests given to the program and not yet accepted or rejected (the backlog's count).
-  int pending = 0;
+  // CONNECT_REQUEST events queued on the id's channel and not yet retrieved: the kernel's
+  // backlog count (ucma), which a request may not find at backlog() (event_channel.h).
+  const std::shared_ptr<std::atomic<int>>& queued_requests() const { return queued_requests_; }
 
  private:
   Id* id_ = nullptr;
   int backlog_ = 0;
+  std::shared_ptr<std::atomic<int>> queued_requests_ = std::make_shared<std::atomic<int>>(0);
   std::unique_ptr<cm::PortListener> port_;
 };
 

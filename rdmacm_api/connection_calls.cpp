@@ -88,12 +88,6 @@ int choose_depths(Id& id, const rdma_conn_param* p, bool passive) {
   return 0;
 }
 
-// A passive id's request is no longer pending in its listener's backlog (once).
-void settle_request(Id& id) {
-  if (auto listener = id.request_of.lock()) --listener->pending;
-  id.request_of.reset();
-}
-
 bool is_passive_request(const Id& id) {
   return id.cm_connection && id.cm_connection->role() == Connection::Role::kPassive &&
          id.state == IdState::kConnecting;
@@ -107,7 +101,6 @@ void detach_from_cm(Id& id) {
   run_on_cm_thread([&id] {
     if (id.cm_listener) id.cm_listener->stop();
     if (id.cm_connection) id.cm_connection->detach();
-    settle_request(id);
   });
   id.cm_listener.reset();
   id.cm_connection.reset();
@@ -228,10 +221,8 @@ RDMACM_EXPORT int rdma_accept(rdma_cm_id* cm_id, rdma_conn_param* param) {
     return fail(error);
   }
   std::shared_ptr<Connection> connection = id.cm_connection;
-  post_to_cm_thread([connection, &id, reply = std::move(reply)]() mutable {
-    settle_request(id);
-    connection->accept(std::move(reply));
-  });
+  post_to_cm_thread(
+      [connection, reply = std::move(reply)]() mutable { connection->accept(std::move(reply)); });
   return complete_sync(id);
 }
 
@@ -247,10 +238,8 @@ int reject_request(rdma_cm_id* cm_id, const void* private_data, uint8_t private_
   std::vector<uint8_t> copy(data, data + private_data_len);
   std::shared_ptr<Connection> connection = id.cm_connection;
   id.state = IdState::kDisconnected;
-  post_to_cm_thread([connection, &id, copy = std::move(copy)]() mutable {
-    settle_request(id);
-    connection->reject(std::move(copy));
-  });
+  post_to_cm_thread(
+      [connection, copy = std::move(copy)]() mutable { connection->reject(std::move(copy)); });
   return 0;
 }
 

@@ -40,6 +40,7 @@ int Channel::pop(EventRecord** out) {
         EventRecord* record = queued_.front();
         queued_.pop_front();
         if (queued_.empty()) set_readable_locked(false);
+        record->backlog_slot.release();  // retrieved: out of the listener's backlog
         // Counted while the channel is locked: a concurrent rdma_destroy_id, which drops the
         // queued events under this lock, then waits for this one's ack.
         std::lock_guard owner_lock(record->owner->mutex);

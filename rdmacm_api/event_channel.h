@@ -4,9 +4,11 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 
 namespace rdmacm_api {
@@ -16,12 +18,39 @@ struct Id;
 // The most private data a CM message carries (the kernel's RDMA_MAX_PRIVATE_DATA).
 constexpr size_t kMaxPrivateData = 256;
 
+// A place in a listener's backlog (the count the kernel's ucma keeps: CONNECT_REQUEST events
+// queued and not yet retrieved), held by such an event until rdma_get_cm_event hands it out or
+// the event is dropped. The count outlives the listener when an event does.
+class BacklogSlot {
+ public:
+  BacklogSlot() = default;
+  explicit BacklogSlot(std::shared_ptr<std::atomic<int>> count) : count_(std::move(count)) {
+    if (count_) ++*count_;
+  }
+  BacklogSlot(const BacklogSlot&) = delete;
+  BacklogSlot& operator=(const BacklogSlot&) = delete;
+  BacklogSlot& operator=(BacklogSlot&& other) noexcept {
+    release();
+    count_ = std::move(other.count_);
+    return *this;
+  }
+  ~BacklogSlot() { release(); }
+  void release() {
+    if (count_) --*count_;
+    count_.reset();
+  }
+
+ private:
+  std::shared_ptr<std::atomic<int>> count_;
+};
+
 // An event as the program holds it, with the storage its private data points into: valid until
 // rdma_ack_cm_event. `owner` is the id whose count of handed-out events it is part of.
 struct EventRecord {
   rdma_cm_event event{};
   uint8_t private_data[kMaxPrivateData]{};
   Id* owner = nullptr;
+  BacklogSlot backlog_slot;  // a CONNECT_REQUEST's, released when handed out
 };
 
 class Channel {

@@ -60,9 +60,6 @@ struct Id {
   // connection this id makes or accepted, the listener of a listening id.
   std::shared_ptr<Connection> cm_connection;
   std::shared_ptr<Listener> cm_listener;
-  // Passive: the listening id whose request made this one (rdma_accept/reject settle its
-  // backlog count); null once that id is gone.
-  std::weak_ptr<Listener> request_of;
   // An id on a real device's address: the system librdmacm's id doing the work (delegation.h).
   SystemSide system;
 

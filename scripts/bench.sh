@@ -4,7 +4,7 @@
 #   bench <metric> <unit> <higher|lower> <label>=<value> ...
 # where "higher"/"lower" says which direction is better.
 #
-# Usage: scripts/bench.sh rings|engine|transports|verbs
+# Usage: scripts/bench.sh rings|engine|transports|verbs|cm
 #   rings   two-thread SPSC throughput of emu::SpscRing against boost::lockfree::spsc_queue
 #           (uint64_t elements, same capacity, medians of repetitions). The summary uses the
 #           capacity in RING_BENCH_CAPACITY (default 1024; the benchmark has 1024 and 4096).
@@ -27,6 +27,13 @@
 #           from registered memory mapped shared, which the peer maps). Each peer's label
 #           names its test; a tool that fails prints <label>=failed, ours prints ours=n/a when
 #           its transport is not available, and the run goes on. Prints several bench lines.
+#   cm      the connection rate of rdma_cm over emu0: cmtime (rdmacm-utils) as a server and a
+#           client process through scripts/emurdma (tests/rdmacm_programs/run_pair.sh), over
+#           shm and over tcp (127.0.0.1), EMURDMA_BENCH_CM_CONNECTIONS connections (default
+#           500) each round, EMURDMA_BENCH_ROUNDS rounds (default 3), the median round:
+#           connections established per second = the count / cmtime's "connect" step (the
+#           client's first rdma_connect to its last ESTABLISHED). Ours only (cmtime needs an
+#           RDMA device). A failed run prints <label>=failed.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,6 +46,7 @@ usage() {
   echo "  transports  shm and TCP between two processes: ours vs fi_pingpong, ucx_perftest," >&2
   echo "          qperf; latency in us (one way = round trip / 2), bandwidth in GB/s (10^9 B/s)" >&2
   echo "  verbs   transports, plus perftest over emu0 (ib_send_lat, ib_write_bw) as perftest=" >&2
+  echo "  cm      rdma_cm connections established per second (cmtime) over shm and tcp" >&2
 }
 
 # Configures and builds into build/. Its output goes to stderr so that stdout carries only
@@ -497,11 +505,46 @@ bench_transports() {
     "ours=$(result_of "$ours_lines" srq_rate_1000qp_vs_1qp)"
 }
 
+# --- cm --------------------------------------------------------------------------------------
+
+# cm_rate <transport> <connections>: one cmtime run's connections per second, or "failed" (the
+# run's output on stderr then).
+cm_rate() {
+  local transport=$1 count=$2 out
+  if ! out="$(tests/rdmacm_programs/run_pair.sh scripts/emurdma build "$transport" \
+    "$kToolTimeout" --client-says '^connect +: +[0-9.]+' --refuse 'error|[Ff]ail|Unhandled' \
+    --server-stays -- cmtime -c "$count" -p @PORT@ -- cmtime -s @ADDR@ -c "$count" -p @PORT@ 2>&1)"; then
+    echo "bench: cmtime -c $count over $transport failed:" >&2
+    tail -n 20 <<<"$out" >&2
+    echo failed
+    return
+  fi
+  # "client| connect      :   <total ms> <max ms> <min us> <us / conn>"
+  awk -v n="$count" '$1 == "client|" && $2 == "connect" && $3 == ":" && $4 > 0 {
+    printf "%.0f\n", n / ($4 / 1000); found = 1 } END { if (!found) print "failed" }' <<<"$out"
+}
+
+bench_cm() {
+  build
+  command -v cmtime >/dev/null || { echo "bench: cmtime (rdmacm-utils) is not installed" >&2; exit 1; }
+  local count="${EMURDMA_BENCH_CM_CONNECTIONS:-500}"
+  [[ $count =~ ^[1-9][0-9]*$ ]] || { echo "bench: EMURDMA_BENCH_CM_CONNECTIONS must be a count" >&2; exit 2; }
+  local transport round figures line=""
+  for transport in shm tcp; do
+    figures=()
+    for ((round = 0; round < bench_rounds; ++round)); do figures+=("$(cm_rate "$transport" "$count")"); done
+    echo "bench: cmtime -c $count over $transport, rounds: ${figures[*]} connections/s" >&2
+    line+=" $transport=$(median_of "${figures[@]}" | awk '$1 ~ /^[0-9.]+$/ { printf "%.0f\n", $1; next } { print }')"
+  done
+  echo "bench cm_connect_rate conn/s higher$line"
+}
+
 case "${1:-}" in
   rings) bench_rings ;;
   engine) bench_engine ;;
   transports) bench_transports 0 ;;
   verbs) bench_transports 1 ;;
+  cm) bench_cm ;;
   *)
     usage
     exit 2

@@ -25,34 +25,19 @@ fail() {
 command -v ip >/dev/null || fail "the ip command (iproute2) is not installed"
 [[ -x "$driver" ]] || fail "driver $driver is not an executable"
 
-# Names unique to this run, short enough for interface names (15 characters).
-tag="$$"
-ns_a="emump_a_$tag"
-ns_b="emump_b_$tag"
-veth_a="emva$tag"
-veth_b="emvb$tag"
-addr_a=198.18.0.1
-addr_b=198.18.0.2
+# shellcheck source=../netns/two_namespaces.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../netns/two_namespaces.sh"
 
 secret_dir="$(mktemp -d)"
 cleanup() {
-  ip netns del "$ns_a" 2>/dev/null || true
-  ip netns del "$ns_b" 2>/dev/null || true
+  two_namespaces_down
   rm -rf "$secret_dir"
 }
 trap cleanup EXIT
 secret_file="$secret_dir/secret"
 (umask 077 && head -c 32 /dev/urandom | base64 >"$secret_file")
 
-ip netns add "$ns_a" || fail "ip netns add failed (is the kernel's network namespace support available?)"
-ip netns add "$ns_b" || fail "ip netns add $ns_b failed"
-ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b" ||
-  fail "creating the veth pair failed"
-ip -n "$ns_a" addr add "$addr_a/15" dev "$veth_a"
-ip -n "$ns_b" addr add "$addr_b/15" dev "$veth_b"
-for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
-ip -n "$ns_a" link set "$veth_a" up
-ip -n "$ns_b" link set "$veth_b" up
+two_namespaces_up emump emv || fail "$two_namespaces_error"
 
 case "$scenario" in
   Tcp) filter='TwoHost.*:-TwoHost.LinkDown' ;;

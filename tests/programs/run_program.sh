@@ -33,6 +33,8 @@ pair=0
 limit=55
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 wrapper="$here/../../scripts/emurdma"
+# shellcheck source=../netns/two_namespaces.sh
+source "$here/../netns/two_namespaces.sh"
 build_dir=""
 
 fail() {
@@ -73,8 +75,6 @@ transport="$mode"
 start_s=$SECONDS
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/emurdma_programs.XXXXXX")"
 pgids=()
-ns_a=""
-ns_b=""
 
 # Kills every process group we started (TERM, then KILL), removes the namespaces and files.
 cleanup() {
@@ -88,8 +88,7 @@ cleanup() {
     kill -KILL -- "-$g" 2>/dev/null
   done
   wait 2>/dev/null
-  [[ -n $ns_a ]] && ip netns del "$ns_a" 2>/dev/null
-  [[ -n $ns_b ]] && ip netns del "$ns_b" 2>/dev/null
+  two_namespaces_down
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -154,32 +153,15 @@ pick_port() {
 }
 
 # --- namespaces -----------------------------------------------------------------------------
-addr_a=""
-addr_b=""
 server_host=127.0.0.1
 if [[ $mode == netns ]]; then
-  [[ $(id -u) == 0 ]] || skip "two network namespaces need root (CI runs as root)"
-  command -v ip >/dev/null || skip "the ip command (iproute2) is not installed"
-  ip netns list >/dev/null 2>&1 || skip "ip netns is not available here"
-  tag="$$"
-  ns_a="emupg_a_$tag"
-  ns_b="emupg_b_$tag"
-  if ! ip netns add "$ns_a" 2>"$tmp/netns.err"; then
-    ns_a=""
-    skip "ip netns add failed (no network namespace support here): $(cat "$tmp/netns.err")"
-  fi
-  ip netns add "$ns_b" || { ns_b=""; fail "ip netns add $ns_b failed"; }
-  veth_a="empa$tag"
-  veth_b="empb$tag"
-  ip link add "$veth_a" netns "$ns_a" type veth peer name "$veth_b" netns "$ns_b" ||
-    fail "creating the veth pair failed"
-  addr_a=198.18.0.1
-  addr_b=198.18.0.2
-  ip -n "$ns_a" addr add "$addr_a/15" dev "$veth_a" || fail "ip addr add failed"
-  ip -n "$ns_b" addr add "$addr_b/15" dev "$veth_b" || fail "ip addr add failed"
-  for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up || fail "lo up failed"; done
-  ip -n "$ns_a" link set "$veth_a" up || fail "veth up failed"
-  ip -n "$ns_b" link set "$veth_b" up || fail "veth up failed"
+  why_not=$(two_namespaces_why_not) && skip "$why_not"
+  two_namespaces_up emupg emp
+  case $? in
+    0) ;;
+    2) skip "$two_namespaces_error" ;;
+    *) fail "$two_namespaces_error" ;;
+  esac
   server_host=$addr_a
 fi
 
