@@ -367,24 +367,6 @@ require_re=$rdmacm_delegation_re
 pair rdmacm.rping_wildcard "rdma_listen" "server ping data: rdma-ping-19: " "ping data: rdma-ping-19: "
 
 readonly perf_cm_ready='Waiting for client rdma_cm QP to connect'
-if selected exp; then
-  for variant in "8 n200"; do
-    read -r wait how <<<"$variant"
-    pre=()
-    [[ $how == stdbuf ]] && pre=(stdbuf -oL -eL)
-    EMURDMA_LOG=debug timeout -k 3 60 "$emu" run -- "${pre[@]}" ib_send_lat -d "$dev" -x "$gid" -R -n 200 >"$work/exps.log" 2>&1 &
-    sp=$!
-    sleep "$wait"
-    EMURDMA_LOG=debug timeout -k 3 40 "$emu" run -- "${pre[@]}" ib_send_lat -d "$dev" -x "$gid" -R -n 200 "$dev_addr" >"$work/expc.log" 2>&1 || true
-    echo "  EXP variant $variant"
-    kill $sp 2>/dev/null || true; wait $sp 2>/dev/null || true
-    grep -E "reports|Unexpected|#bytes" "$work/exps.log" | sed 's/^/  S| /' || true
-    grep -E "reports|Unexpected|#bytes" "$work/expc.log" | sed 's/^/  C| /' || true
-  done
-  server=(ib_send_lat -d "$dev" -x "$gid" -R -n 100)
-  client=(ib_send_lat -d "$dev" -x "$gid" -R -n 100 "$dev_addr")
-  pair exp.pair_n100 "$perf_cm_ready" "" "$perf_row_re"
-fi
 for test in ib_send_lat ib_write_bw ib_read_lat; do
   server=("$test" -d "$dev" -x "$gid" -R -n 200)
   client=("$test" -d "$dev" -x "$gid" -R -n 200 "$dev_addr")
