@@ -159,8 +159,11 @@ void Connection::start_active(Id& id, cm::Message request) {
                    }
                    if (ec) {
                      self->phase_ = Phase::kDone;
-                     // Nobody listens: the kernel's CM answers REJ "invalid service ID" (8).
-                     if (ec.value() == ECONNREFUSED) {
+                     // Nobody listens: the kernel's CM answers REJ "invalid service ID" (8),
+                     // or a SIDR REP "unsupported" (UNREACHABLE, status 1).
+                     if (ec.value() == ECONNREFUSED && self->datagram_) {
+                       self->report(RDMA_CM_EVENT_UNREACHABLE, kSidrUnsupported);
+                     } else if (ec.value() == ECONNREFUSED) {
                        self->report(RDMA_CM_EVENT_REJECTED, 8);
                      } else {
                        self->report(RDMA_CM_EVENT_UNREACHABLE, -ec.value());
@@ -183,7 +186,9 @@ void Connection::start_passive(const std::shared_ptr<Listener>& listener, int fd
                                const sockaddr_storage& peer) {
   std::optional<cm::Channel::Socket> socket = cm::adopt_stream_fd(cm_io(), fd);
   if (!socket) return;  // adopt_stream_fd closed it
-  auto connection = std::make_shared<Connection>(Role::kPassive);
+  Id* listening = listener->id();
+  auto connection = std::make_shared<Connection>(
+      Role::kPassive, listening != nullptr && listening->api.qp_type == IBV_QPT_UD);
   connection->listener_ = listener;
   connection->phase_ = Phase::kRequested;
   connection->open_channel(std::move(*socket), address_text(peer));
@@ -206,20 +211,31 @@ void Connection::on_message(const cm::Message& m) {
   }
   switch (m.type) {
     case cm::Type::kReq:
+    case cm::Type::kUdReq:
       if (role_ == Role::kPassive && phase_ == Phase::kRequested && id_ == nullptr) {
         on_request(m);
         return;
       }
       break;
+    case cm::Type::kUdRep:
+      if (role_ == Role::kActive && phase_ == Phase::kRequested && datagram_) {
+        on_sidr_reply(m);
+        return;
+      }
+      break;
     case cm::Type::kRep:
-      if (role_ == Role::kActive && phase_ == Phase::kRequested) {
+      if (role_ == Role::kActive && phase_ == Phase::kRequested && !datagram_) {
         on_reply(m);
         return;
       }
       break;
     case cm::Type::kRej:
       if (role_ == Role::kActive && phase_ == Phase::kRequested) {
-        on_reject(m);
+        if (datagram_) {
+          on_sidr_reject(m);
+        } else {
+          on_reject(m);
+        }
         return;
       }
       break;
@@ -246,7 +262,10 @@ void Connection::on_message(const cm::Message& m) {
     default:
       break;
   }
-  cm::log_refusal("rdma_cm: a message out of turn from " + channel_->peer() + ": stream closed");
+  cm::log_refusal("rdma_cm: a message of type " + std::to_string(static_cast<int>(m.type)) +
+                  " out of turn from " + channel_->peer() + " (" +
+                  (role_ == Role::kActive ? "requester" : "listener") + ", phase " +
+                  std::to_string(static_cast<int>(phase_.load())) + "): stream closed");
   channel_->close();
   on_closed("a message out of turn");
 }
@@ -262,10 +281,22 @@ void Connection::on_request(const cm::Message& m) {
     phase_ = Phase::kDone;
   };
   Id* listen = listener ? listener->id() : nullptr;
-  if (listen == nullptr || m.qp_type != cm::QpType::kRc ||
+  // A connection request (REQ, RC) reaches a connected listener, a SIDR request (UD_REQ, UD)
+  // a datagram one; anything else asks for a service nobody offers here.
+  const bool sidr = m.type == cm::Type::kUdReq;
+  const cm::QpType wanted = sidr ? cm::QpType::kUd : cm::QpType::kRc;
+  if (listen == nullptr || m.qp_type != wanted || sidr != datagram_ ||
       static_cast<int>(m.port_space) != static_cast<int>(listen->api.ps) ||
       m.service != ntohs(rdma_get_src_port(&listen->api))) {
     refuse(cm::RejectReason::kInvalidServiceId);
+    return;
+  }
+  if (sidr && m.private_data.size() > kSidrRequestPrivateData) {
+    cm::log_refusal("rdma_cm: a SIDR request from " + channel_->peer() + " with " +
+                    std::to_string(m.private_data.size()) + " bytes of private data (at most " +
+                    std::to_string(kSidrRequestPrivateData) + "): stream closed");
+    channel_->close();
+    phase_ = Phase::kDone;
     return;
   }
   if (listener->pending >= listener->backlog()) {
@@ -299,7 +330,9 @@ void Connection::on_request(const cm::Message& m) {
   id_ = &id;
   phase_ = Phase::kRequestGiven;
   ++listener->pending;
-  EventRecord* event = connection_event(*listen, &id.api, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &m);
+  EventRecord* event =
+      sidr ? datagram_event(*listen, &id.api, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &m)
+           : connection_event(*listen, &id.api, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &m);
   event->event.listen_id = &listen->api;
   to_channel(listen->api.channel)->push(event);
 }
@@ -371,6 +404,12 @@ void Connection::on_closed(const std::string& why) {
       break;  // passive: no id yet, nothing to tell
     case Phase::kRequestGiven:
     case Phase::kAccepted:
+      if (datagram_) {
+        // A SIDR request is a question, not a connection: nothing breaks when its asker leaves.
+        cm::logger().debug("rdma_cm: the SIDR requester {} left: {}",
+                           channel_ ? channel_->peer() : std::string("the peer"), why);
+        break;
+      }
       cm::logger().debug("rdma_cm: {} left before the connection was established: {}",
                          channel_ ? channel_->peer() : std::string("the peer"), why);
       report(RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
@@ -394,6 +433,11 @@ void Connection::on_closed(const std::string& why) {
 void Connection::accept(cm::Message reply) {
   if (phase_ != Phase::kRequestGiven || !channel_) return;
   channel_->send(reply);
+  if (datagram_) {
+    channel_->close_after_write();
+    phase_ = Phase::kDone;
+    return;
+  }
   phase_ = Phase::kAccepted;
 }
 
