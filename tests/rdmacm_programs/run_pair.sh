@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_pair.sh EMURDMA BUILD_DIR MODE LIMIT [--server-says RE] [--client-says RE]
-#             -- SERVER ARGS... -- CLIENT ARGS...
+#             [--port-space PS] [--port P] -- SERVER ARGS... -- CLIENT ARGS...
 #
 # Runs an unmodified rdma_cm server and client (rdmacm-utils, perftest -R) as two processes
 # through `emurdma run` on this host, EMURDMA_TRANSPORT=MODE (shm or tcp): the server first,
@@ -9,15 +9,19 @@
 # arguments becomes a free rdma_cm port. Passes when both exit 0 within LIMIT seconds and each
 # side's output has a line matching its --*-says pattern (extended regex: what proves the
 # data went through, as some programs exit 0 after a failed transfer); a hang is a failure
-# (both are killed), and each side's output is printed.
+# (both are killed), and each side's output is printed. --port-space: the server's rdma_cm
+# port space in decimal (default 262, RDMA_PS_TCP; udaddy's is 273, RDMA_PS_UDP); --port: a
+# port the programs fix themselves (udaddy's 7174) instead of a free one for @PORT@.
 set -u
 emurdma=$1 build=$2 mode=$3 limit=$4
 shift 4
-server_says="" client_says=""
-while [[ ${1:-} == --*-says ]]; do
+server_says="" client_says="" ps=262 port=""
+while [[ ${1:-} == --*-says || ${1:-} == --port-space || ${1:-} == --port ]]; do
   case $1 in
     --server-says) server_says=$2 ;;
     --client-says) client_says=$2 ;;
+    --port-space) ps=$2 ;;
+    --port) port=$2 ;;
   esac
   shift 2
 done
@@ -28,14 +32,20 @@ while (($#)) && [[ $1 != -- ]]; do server+=("$1"); shift; done
 shift
 client=("$@")
 
-# A port no process of this netns holds in the TCP port space (262), in the range the
-# programs accept.
-port=""
-for ((i = 0; i < 50; ++i)); do
-  candidate=$((20000 + (RANDOM * 7 + $$) % 12000))
-  if ! grep -q "@emurdma-cm/262/$candidate\$" /proc/net/unix; then port=$candidate; break; fi
-done
-[[ -n $port ]] || { echo "FAIL: no free rdma_cm port"; exit 1; }
+# A port no process of this netns holds in the server's port space, in the range the
+# programs accept; a fixed port must be free.
+if [[ -n $port ]]; then
+  if grep -q "@emurdma-cm/$ps/$port\$" /proc/net/unix; then
+    echo "FAIL: rdma_cm port $port (port space $ps) is held by another process"
+    exit 1
+  fi
+else
+  for ((i = 0; i < 50; ++i)); do
+    candidate=$((20000 + (RANDOM * 7 + $$) % 12000))
+    if ! grep -q "@emurdma-cm/$ps/$candidate\$" /proc/net/unix; then port=$candidate; break; fi
+  done
+  [[ -n $port ]] || { echo "FAIL: no free rdma_cm port"; exit 1; }
+fi
 server=("${server[@]//@PORT@/$port}")
 client=("${client[@]//@PORT@/$port}")
 
@@ -49,7 +59,7 @@ pids+=($!)
 server_pid=$!
 # Wait until the server listens (bounded), or it ended.
 for ((i = 0; i < 200; ++i)); do
-  grep -q "@emurdma-cm/262/$port\$" /proc/net/unix && break
+  grep -q "@emurdma-cm/$ps/$port\$" /proc/net/unix && break
   kill -0 "$server_pid" 2>/dev/null || break
   sleep 0.05
 done
