@@ -61,18 +61,12 @@ std::string address_text(const sockaddr_storage& a) {
 // into ours: its initiator depth is our responder resources, as the kernel reports them).
 EventRecord* connection_event(Id& owner, rdma_cm_id* subject, rdma_cm_event_type type, int status,
                               const cm::Message* m) {
-  auto* record = new EventRecord;
-  record->owner = &owner;
-  record->event.id = subject;
-  record->event.event = type;
-  record->event.status = status;
+  EventRecord* record = new_event(owner, subject, type, status);
   if (m != nullptr) {
     rdma_conn_param& c = record->event.param.conn;
-    const size_t copied = std::min(m->private_data.size(), sizeof record->private_data);
-    std::memcpy(record->private_data, m->private_data.data(), copied);
-    const size_t reported = std::max(copied, reported_private_data_length(m->type));
     c.private_data = record->private_data;
-    c.private_data_len = static_cast<uint8_t>(std::min<size_t>(reported, 255));
+    c.private_data_len =
+        keep_private_data(*record, m->private_data, reported_private_data_length(m->type));
     c.responder_resources = m->qp.initiator_depth;
     c.initiator_depth = m->qp.responder_resources;
     c.flow_control = m->qp.flow_control ? 1 : 0;

@@ -117,9 +117,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // and QKEY, or UNREACHABLE with the SIDR status.
   void on_sidr_reply(const cm::Message& m);
   void on_sidr_reject(const cm::Message& m);
-  // A peer's SIDR message beyond what an honest peer sends: a log line, the stream closed, and
-  // the requester told UNREACHABLE.
-  void refuse_sidr_answer(const std::string& why);
+  // Ends the exchange at the answer (`what`: "reply", "rejection"); one with more private data
+  // than a SIDR REP holds, which no honest peer sends, is refused: a log line and UNREACHABLE
+  // -EPROTO. True when the answer is to be reported (checked, and the id still attached).
+  bool end_sidr_exchange(const cm::Message& m, const char* what);
   // Reports `type` on the attached id (nothing when detached), with the message's connection
   // parameters and private data when `m` is given.
   void report(rdma_cm_event_type type, int status, const cm::Message* m = nullptr);

@@ -27,18 +27,12 @@ size_t reported_private_data_length(cm::Type type) {
 
 EventRecord* datagram_event(Id& owner, rdma_cm_id* subject, rdma_cm_event_type type, int status,
                             const cm::Message* m) {
-  auto* record = new EventRecord;
-  record->owner = &owner;
-  record->event.id = subject;
-  record->event.event = type;
-  record->event.status = status;
+  EventRecord* record = new_event(owner, subject, type, status);
   if (m == nullptr) return record;
   rdma_ud_param& ud = record->event.param.ud;
-  const size_t copied = std::min(m->private_data.size(), sizeof record->private_data);
-  std::memcpy(record->private_data, m->private_data.data(), copied);
   ud.private_data = record->private_data;
-  ud.private_data_len = static_cast<uint8_t>(
-      std::min<size_t>(std::max(copied, reported_private_data_length(m->type)), 255));
+  ud.private_data_len =
+      keep_private_data(*record, m->private_data, reported_private_data_length(m->type));
   if (m->type == cm::Type::kRej) return record;  // a rejection names no QP
   // The peer's QP: an address handle towards the GID it sent (emu0's GID names the peer's
   // process, which the address's own GID would not), its QPN and, in a reply, its QKEY.
@@ -55,15 +49,24 @@ EventRecord* datagram_event(Id& owner, rdma_cm_id* subject, rdma_cm_event_type t
   return record;
 }
 
-void Connection::on_sidr_reply(const cm::Message& m) {
+bool Connection::end_sidr_exchange(const cm::Message& m, const char* what) {
   if (m.private_data.size() > kSidrReplyPrivateData) {
-    refuse_sidr_answer("a SIDR reply with " + std::to_string(m.private_data.size()) +
-                       " bytes of private data");
-    return;
+    cm::log_refusal("rdma_cm: a SIDR " + std::string(what) + " from " + channel_->peer() +
+                    " with " + std::to_string(m.private_data.size()) +
+                    " bytes of private data (at most " + std::to_string(kSidrReplyPrivateData) +
+                    "): stream closed");
+    phase_ = Phase::kDone;
+    channel_->close();
+    report(RDMA_CM_EVENT_UNREACHABLE, -EPROTO);
+    return false;
   }
   phase_ = Phase::kDone;
   channel_->close();
-  if (id_ == nullptr) return;
+  return id_ != nullptr;
+}
+
+void Connection::on_sidr_reply(const cm::Message& m) {
+  if (!end_sidr_exchange(m, "reply")) return;
   id_->connection.peer_qpn = m.qp.qpn;
   id_->connection.peer_gid = m.qp.gid;
   id_->state = IdState::kConnected;
@@ -72,28 +75,13 @@ void Connection::on_sidr_reply(const cm::Message& m) {
 }
 
 void Connection::on_sidr_reject(const cm::Message& m) {
-  if (m.private_data.size() > kSidrReplyPrivateData) {
-    refuse_sidr_answer("a SIDR rejection with " + std::to_string(m.private_data.size()) +
-                       " bytes of private data");
-    return;
-  }
-  phase_ = Phase::kDone;
-  channel_->close();
-  if (id_ == nullptr) return;
+  if (!end_sidr_exchange(m, "rejection")) return;
   // The SIDR REP's status: the listener's program said no, or nobody serves the request (a
   // listener of another kind or port space, a full backlog).
   const int status =
       m.reason == cm::RejectReason::kConsumerDefined ? kSidrReject : kSidrUnsupported;
   to_channel(id_->api.channel)
       ->push(datagram_event(*id_, &id_->api, RDMA_CM_EVENT_UNREACHABLE, status, &m));
-}
-
-void Connection::refuse_sidr_answer(const std::string& why) {
-  cm::log_refusal("rdma_cm: " + why + " from " + channel_->peer() + " (at most " +
-                  std::to_string(kSidrReplyPrivateData) + "): stream closed");
-  phase_ = Phase::kDone;
-  channel_->close();
-  report(RDMA_CM_EVENT_UNREACHABLE, -EPROTO);
 }
 
 }  // namespace rdmacm_api

@@ -171,11 +171,7 @@ void expect_answer_refused(uint16_t port, const cm::Message& answer, const std::
   ASSERT_TRUE(listener) << ec.message();
 
   rdmacm_test::AsyncId client(RDMA_PS_UDP);
-  sockaddr_in addr = rdmacm_test::ipv4("127.0.0.1", port);
-  ASSERT_EQ(rdma_resolve_addr(client.id, nullptr, rdmacm_test::as_sockaddr(addr), 2000), 0);
-  client.expect_event(RDMA_CM_EVENT_ADDR_RESOLVED);
-  ASSERT_EQ(rdma_resolve_route(client.id, 2000), 0);
-  client.expect_event(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  rdmacm_test::resolve_towards(client, port);
   StderrCapture log;
   ASSERT_EQ(rdma_connect(client.id, nullptr), 0) << strerror(errno);
   ASSERT_TRUE(cm_test::run_until(io, [&] { return stream >= 0; }));
@@ -196,12 +192,14 @@ TEST(HostileRdmaCmSidr, AReplyWithTooMuchPrivateDataIsUnreachable) {
   reply.qp.qpn = 0x99;
   reply.qkey = cm::kRdmaUdpQkey;
   reply.private_data.assign(137, 1);  // a SIDR REP carries 136
-  expect_answer_refused(21212, reply, "a SIDR reply with 137 bytes of private data");
+  expect_answer_refused(21212, reply,
+                        "a SIDR reply from the listener with 137 bytes of private data");
 }
 
 TEST(HostileRdmaCmSidr, ARejectionWithTooMuchPrivateDataIsUnreachable) {
   cm::Message rej = cm::bare(cm::Type::kRej);
   rej.reason = cm::RejectReason::kConsumerDefined;
   rej.private_data.assign(200, 1);
-  expect_answer_refused(21213, rej, "a SIDR rejection with 200 bytes of private data");
+  expect_answer_refused(21213, rej,
+                        "a SIDR rejection from the listener with 200 bytes of private data");
 }

@@ -20,47 +20,13 @@ namespace {
 
 constexpr size_t kGrh = sizeof(ibv_grh);  // a UD receive buffer starts with the GRH
 
-rdma_cm_event* next_event(rdma_event_channel* channel, rdma_cm_event_type type, int status = 0) {
-  rdma_cm_event* event = nullptr;
-  EXPECT_EQ(rdma_get_cm_event(channel, &event), 0) << strerror(errno);
-  if (event == nullptr) return nullptr;
-  EXPECT_EQ(event->event, type) << rdma_event_str(event->event);
-  EXPECT_EQ(event->status, status);
-  return event;
-}
-
 ibv_qp_init_attr small_ud_qp() {
-  ibv_qp_init_attr attr{};
-  attr.qp_type = IBV_QPT_UD;
-  attr.cap.max_send_wr = 4;
-  attr.cap.max_recv_wr = 4;
-  attr.cap.max_send_sge = 1;
-  attr.cap.max_recv_sge = 1;
-  attr.sq_sig_all = 1;
-  return attr;
+  return signaled_qp(IBV_QPT_UD);
 }
 
 // A UDP-port-space listener on 127.0.0.1:port and a requester resolved towards it.
-struct UdPair {
-  AsyncId server{RDMA_PS_UDP}, client{RDMA_PS_UDP};
-  explicit UdPair(uint16_t port) {
-    sockaddr_in addr = ipv4("127.0.0.1", port);
-    EXPECT_EQ(rdma_bind_addr(server.id, as_sockaddr(addr)), 0) << strerror(errno);
-    EXPECT_EQ(rdma_listen(server.id, 4), 0) << strerror(errno);
-    EXPECT_EQ(rdma_resolve_addr(client.id, nullptr, as_sockaddr(addr), 2000), 0);
-    client.expect_event(RDMA_CM_EVENT_ADDR_RESOLVED);
-    EXPECT_EQ(rdma_resolve_route(client.id, 2000), 0);
-    client.expect_event(RDMA_CM_EVENT_ROUTE_RESOLVED);
-  }
-  // Sends a request (with `param`) and returns the listener's new id, its event acked.
-  rdma_cm_id* request(rdma_conn_param* param) {
-    EXPECT_EQ(rdma_connect(client.id, param), 0) << strerror(errno);
-    rdma_cm_event* event = next_event(server.channel, RDMA_CM_EVENT_CONNECT_REQUEST);
-    if (event == nullptr) return nullptr;
-    rdma_cm_id* child = event->id;
-    rdma_ack_cm_event(event);
-    return child;
-  }
+struct UdPair : Pair {
+  explicit UdPair(uint16_t port) : Pair(port, RDMA_PS_UDP) {}
 };
 
 }  // namespace
@@ -157,11 +123,7 @@ TEST(RdmaCmSidr, RejectIsUnreachableWithTheSidrRejectStatusAndPrivateData) {
 
 TEST(RdmaCmSidr, NobodyListeningIsUnreachableWithTheSidrUnsupportedStatus) {
   AsyncId client(RDMA_PS_UDP);
-  sockaddr_in addr = ipv4("127.0.0.1", 21203);
-  ASSERT_EQ(rdma_resolve_addr(client.id, nullptr, as_sockaddr(addr), 2000), 0);
-  client.expect_event(RDMA_CM_EVENT_ADDR_RESOLVED);
-  ASSERT_EQ(rdma_resolve_route(client.id, 2000), 0);
-  client.expect_event(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  resolve_towards(client, 21203);
   ASSERT_EQ(rdma_connect(client.id, nullptr), 0) << strerror(errno);
   // The IB CM answers a SIDR REQ for a service nobody serves with IB_SIDR_UNSUPPORTED (1).
   client.expect_event(RDMA_CM_EVENT_UNREACHABLE, 1);
