@@ -181,3 +181,35 @@ TEST(RdmaCmSidr, ASynchronousRequesterWaitsForItsAnswer) {
   rdma_destroy_qp(client);
   rdma_destroy_id(client);
 }
+
+TEST(RdmaCmSidr, ASynchronousListenerAcceptsAtOnceWithItsRequestAcked) {
+  rdma_cm_id* listen = nullptr;
+  ASSERT_EQ(rdma_create_id(nullptr, &listen, nullptr, RDMA_PS_UDP), 0) << strerror(errno);
+  sockaddr_in addr = ipv4("127.0.0.1", 21206);
+  ASSERT_EQ(rdma_bind_addr(listen, as_sockaddr(addr)), 0) << strerror(errno);
+  ASSERT_EQ(rdma_listen(listen, 4), 0) << strerror(errno);
+  AsyncId client(RDMA_PS_UDP);
+  resolve_towards(client, 21206);
+  ibv_qp_init_attr attr = small_ud_qp();
+  ASSERT_EQ(rdma_create_qp(client.id, nullptr, &attr), 0) << strerror(errno);
+  ASSERT_EQ(rdma_connect(client.id, nullptr), 0) << strerror(errno);
+
+  rdma_cm_id* child = nullptr;
+  ASSERT_EQ(rdma_get_request(listen, &child), 0) << strerror(errno);
+  ASSERT_NE(child->event, nullptr);
+  EXPECT_EQ(child->event->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+  EXPECT_EQ(child->event->param.ud.qp_num, client.id->qp->qp_num);
+  rdma_conn_param reply{};
+  reply.qp_num = 0x4321;  // a QP the program drives itself
+  // librdmacm: a datagram id's accept waits for nothing; it acks the request's event.
+  ASSERT_EQ(rdma_accept(child, &reply), 0) << strerror(errno);
+  EXPECT_EQ(child->event, nullptr);
+  rdma_cm_event* established = next_event(client.channel, RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_NE(established, nullptr);
+  EXPECT_EQ(established->param.ud.qp_num, 0x4321u);
+  EXPECT_EQ(established->param.ud.qkey, static_cast<uint32_t>(RDMA_UDP_QKEY));
+  rdma_ack_cm_event(established);
+  rdma_destroy_id(child);
+  rdma_destroy_id(listen);
+  rdma_destroy_qp(client.id);
+}
