@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "base/drop_counter.h"
 #include "cm/cm_log.h"
 #include "rdmacm_api/cm_thread.h"
 #include "rdmacm_api/event_channel.h"
@@ -286,9 +287,11 @@ void Connection::on_request(const cm::Message& m) {
     return;
   }
   if (sidr && m.private_data.size() > kSidrRequestPrivateData) {
-    cm::log_refusal("rdma_cm: a SIDR request from " + channel_->peer() + " with " +
-                    std::to_string(m.private_data.size()) + " bytes of private data (at most " +
-                    std::to_string(kSidrRequestPrivateData) + "): stream closed");
+    static base::DropCounter oversized_requests;  // a line a second for this kind
+    cm::log_refusal(oversized_requests,
+                    "rdma_cm: a SIDR request from {} with {} bytes of private data (at most {}): "
+                    "stream closed",
+                    channel_->peer(), m.private_data.size(), kSidrRequestPrivateData);
     channel_->close();
     phase_ = Phase::kDone;
     return;

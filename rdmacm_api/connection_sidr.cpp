@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/drop_counter.h"
 #include "cm/cm_log.h"
 #include "rdmacm_api/connection.h"
 #include "rdmacm_api/event_channel.h"
@@ -51,10 +52,12 @@ EventRecord* datagram_event(Id& owner, rdma_cm_id* subject, rdma_cm_event_type t
 
 bool Connection::end_sidr_exchange(const cm::Message& m, const char* what) {
   if (m.private_data.size() > kSidrReplyPrivateData) {
-    cm::log_refusal("rdma_cm: a SIDR " + std::string(what) + " from " + channel_->peer() +
-                    " with " + std::to_string(m.private_data.size()) +
-                    " bytes of private data (at most " + std::to_string(kSidrReplyPrivateData) +
-                    "): stream closed");
+    // A line a second for each kind of answer.
+    static base::DropCounter oversized_replies, oversized_rejections;
+    cm::log_refusal(m.type == cm::Type::kRej ? oversized_rejections : oversized_replies,
+                    "rdma_cm: a SIDR {} from {} with {} bytes of private data (at most {}): "
+                    "stream closed",
+                    what, channel_->peer(), m.private_data.size(), kSidrReplyPrivateData);
     phase_ = Phase::kDone;
     channel_->close();
     report(RDMA_CM_EVENT_UNREACHABLE, -EPROTO);
