@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "base/drop_counter.h"
 #include "cm/cm_log.h"
 #include "rdmacm_api/cm_thread.h"
 #include "rdmacm_api/event_channel.h"
@@ -61,19 +62,12 @@ std::string address_text(const sockaddr_storage& a) {
 // into ours: its initiator depth is our responder resources, as the kernel reports them).
 EventRecord* connection_event(Id& owner, rdma_cm_id* subject, rdma_cm_event_type type, int status,
                               const cm::Message* m) {
-  auto* record = new EventRecord;
-  record->owner = &owner;
-  record->event.id = subject;
-  record->event.event = type;
-  record->event.status = status;
+  EventRecord* record = new_event(owner, subject, type, status);
   if (m != nullptr) {
     rdma_conn_param& c = record->event.param.conn;
-    const size_t copied = std::min(m->private_data.size(), sizeof record->private_data);
-    // An empty vector's data() may be null, which memcpy may not be given even for 0 bytes.
-    if (copied != 0) std::memcpy(record->private_data, m->private_data.data(), copied);
-    const size_t reported = std::max(copied, reported_private_data_length(m->type));
     c.private_data = record->private_data;
-    c.private_data_len = static_cast<uint8_t>(std::min<size_t>(reported, 255));
+    c.private_data_len =
+        keep_private_data(*record, m->private_data, reported_private_data_length(m->type));
     c.responder_resources = m->qp.initiator_depth;
     c.initiator_depth = m->qp.responder_resources;
     c.flow_control = m->qp.flow_control ? 1 : 0;
@@ -162,8 +156,11 @@ void Connection::start_active(Id& id, cm::Message request) {
                    }
                    if (ec) {
                      self->phase_ = Phase::kDone;
-                     // Nobody listens: the kernel's CM answers REJ "invalid service ID" (8).
-                     if (ec.value() == ECONNREFUSED) {
+                     // Nobody listens: the kernel's CM answers REJ "invalid service ID" (8),
+                     // or a SIDR REP "unsupported" (UNREACHABLE, status 1).
+                     if (ec.value() == ECONNREFUSED && self->datagram_) {
+                       self->report(RDMA_CM_EVENT_UNREACHABLE, kSidrUnsupported);
+                     } else if (ec.value() == ECONNREFUSED) {
                        self->report(RDMA_CM_EVENT_REJECTED, 8);
                      } else {
                        self->report(RDMA_CM_EVENT_UNREACHABLE, -ec.value());
@@ -186,7 +183,9 @@ void Connection::start_passive(const std::shared_ptr<Listener>& listener, int fd
                                const sockaddr_storage& peer) {
   std::optional<cm::Channel::Socket> socket = cm::adopt_stream_fd(cm_io(), fd);
   if (!socket) return;  // adopt_stream_fd closed it
-  auto connection = std::make_shared<Connection>(Role::kPassive);
+  Id* listening = listener->id();
+  auto connection = std::make_shared<Connection>(
+      Role::kPassive, listening != nullptr && listening->api.qp_type == IBV_QPT_UD);
   connection->listener_ = listener;
   connection->phase_ = Phase::kRequested;
   connection->open_channel(std::move(*socket), address_text(peer));
@@ -209,20 +208,31 @@ void Connection::on_message(const cm::Message& m) {
   }
   switch (m.type) {
     case cm::Type::kReq:
+    case cm::Type::kUdReq:
       if (role_ == Role::kPassive && phase_ == Phase::kRequested && id_ == nullptr) {
         on_request(m);
         return;
       }
       break;
+    case cm::Type::kUdRep:
+      if (role_ == Role::kActive && phase_ == Phase::kRequested && datagram_) {
+        on_sidr_reply(m);
+        return;
+      }
+      break;
     case cm::Type::kRep:
-      if (role_ == Role::kActive && phase_ == Phase::kRequested) {
+      if (role_ == Role::kActive && phase_ == Phase::kRequested && !datagram_) {
         on_reply(m);
         return;
       }
       break;
     case cm::Type::kRej:
       if (role_ == Role::kActive && phase_ == Phase::kRequested) {
-        on_reject(m);
+        if (datagram_) {
+          on_sidr_reject(m);
+        } else {
+          on_reject(m);
+        }
         return;
       }
       break;
@@ -249,7 +259,10 @@ void Connection::on_message(const cm::Message& m) {
     default:
       break;
   }
-  cm::log_refusal("rdma_cm: a message out of turn from " + channel_->peer() + ": stream closed");
+  cm::log_refusal("rdma_cm: a message of type " + std::to_string(static_cast<int>(m.type)) +
+                  " out of turn from " + channel_->peer() + " (" +
+                  (role_ == Role::kActive ? "requester" : "listener") + ", phase " +
+                  std::to_string(static_cast<int>(phase_.load())) + "): stream closed");
   channel_->close();
   on_closed("a message out of turn");
 }
@@ -265,10 +278,24 @@ void Connection::on_request(const cm::Message& m) {
     phase_ = Phase::kDone;
   };
   Id* listen = listener ? listener->id() : nullptr;
-  if (listen == nullptr || m.qp_type != cm::QpType::kRc ||
+  // A connection request (REQ, RC) reaches a connected listener, a SIDR request (UD_REQ, UD)
+  // a datagram one; anything else asks for a service nobody offers here.
+  const bool sidr = m.type == cm::Type::kUdReq;
+  const cm::QpType wanted = sidr ? cm::QpType::kUd : cm::QpType::kRc;
+  if (listen == nullptr || m.qp_type != wanted || sidr != datagram_ ||
       static_cast<int>(m.port_space) != static_cast<int>(listen->api.ps) ||
       m.service != ntohs(rdma_get_src_port(&listen->api))) {
     refuse(cm::RejectReason::kInvalidServiceId);
+    return;
+  }
+  if (sidr && m.private_data.size() > kSidrRequestPrivateData) {
+    static base::DropCounter oversized_requests;  // a line a second for this kind
+    cm::log_refusal(oversized_requests,
+                    "rdma_cm: a SIDR request from {} with {} bytes of private data (at most {}): "
+                    "stream closed",
+                    channel_->peer(), m.private_data.size(), kSidrRequestPrivateData);
+    channel_->close();
+    phase_ = Phase::kDone;
     return;
   }
   if (listener->queued_requests()->load() >= listener->backlog()) {
@@ -302,7 +329,9 @@ void Connection::on_request(const cm::Message& m) {
   id.cm_connection = shared_from_this();
   id_ = &id;
   phase_ = Phase::kRequestGiven;
-  EventRecord* event = connection_event(*listen, &id.api, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &m);
+  EventRecord* event =
+      sidr ? datagram_event(*listen, &id.api, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &m)
+           : connection_event(*listen, &id.api, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &m);
   event->backlog_slot = BacklogSlot(listener->queued_requests());
   event->event.listen_id = &listen->api;
   to_channel(listen->api.channel)->push(event);
@@ -375,6 +404,12 @@ void Connection::on_closed(const std::string& why) {
       break;  // passive: no id yet, nothing to tell
     case Phase::kRequestGiven:
     case Phase::kAccepted:
+      if (datagram_) {
+        // A SIDR request is a question, not a connection: nothing breaks when its asker leaves.
+        cm::logger().debug("rdma_cm: the SIDR requester {} left: {}",
+                           channel_ ? channel_->peer() : std::string("the peer"), why);
+        break;
+      }
       cm::logger().debug("rdma_cm: {} left before the connection was established: {}",
                          channel_ ? channel_->peer() : std::string("the peer"), why);
       report(RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
@@ -398,6 +433,11 @@ void Connection::on_closed(const std::string& why) {
 void Connection::accept(cm::Message reply) {
   if (phase_ != Phase::kRequestGiven || !channel_) return;
   channel_->send(reply);
+  if (datagram_) {
+    channel_->close_after_write();
+    phase_ = Phase::kDone;
+    return;
+  }
   phase_ = Phase::kAccepted;
 }
 

@@ -8,12 +8,17 @@
 // A listening id owns a Listener: the cm::PortListener of its port (cm/cm_rendezvous.h); each
 // stream it hands over becomes a passive Connection, whose REQ makes a new id and the
 // CONNECT_REQUEST event.
+//
+// A datagram id (IBV_QPT_UD: RDMA_PS_UDP, RDMA_PS_IPOIB) makes no connection: its Connection
+// carries one SIDR exchange, UD_REQ -> UD_REP (or REJ), and ends (connection_sidr.cpp).
 #pragma once
 
 #include <rdma/rdma_cma.h>
 
 #include <atomic>
+#include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cm/cm_channel.h"
@@ -23,6 +28,21 @@
 namespace rdmacm_api {
 
 struct Id;
+struct EventRecord;
+
+// The private data of SIDR on RoCE: the IB CM's SIDR REQ field (216 bytes) less rdma_cm's
+// 36-byte header, and the SIDR REP field (a reply, or a rejection). More is EINVAL from the
+// program and a protocol error from a peer; an event reports the whole field, zero-padded.
+constexpr size_t kSidrRequestPrivateData = 180;
+constexpr size_t kSidrReplyPrivateData = 136;
+// The SIDR REP statuses an UNREACHABLE event reports (the kernel's enum ib_cm_sidr_status).
+constexpr int kSidrUnsupported = 1;  // nobody serves the service asked for
+constexpr int kSidrReject = 2;       // the listener's program rejected the request
+
+// An event on `owner`'s channel about `subject` with the datagram parameters of `m` (a UD_REQ,
+// UD_REP or REJ; param.ud), or none (connection_sidr.cpp).
+EventRecord* datagram_event(Id& owner, rdma_cm_id* subject, rdma_cm_event_type type, int status,
+                            const cm::Message* m);
 
 // The kernel's default net.rdma_ucm.max_backlog: the most CONNECT_REQUEST events a listening
 // id may have queued, whatever backlog rdma_listen asked for.
@@ -62,7 +82,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     kDone
   };
 
-  explicit Connection(Role role) : role_(role) {}
+  explicit Connection(Role role, bool datagram = false) : role_(role), datagram_(datagram) {}
 
   // ---- CM thread ----
   // Active: dials the id's destination and sends `request` (its QP and parameters filled).
@@ -70,7 +90,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Passive: a stream the listener accepted; its REQ makes a new id on `listener`.
   static void start_passive(const std::shared_ptr<Listener>& listener, int fd,
                             const sockaddr_storage& peer);
-  // rdma_accept: the QP is RTS already; REP, then the RTU makes ESTABLISHED.
+  // rdma_accept: the QP is RTS already; REP, then the RTU makes ESTABLISHED. A UD_REP (SIDR)
+  // ends the exchange: the stream closes once it is written, no event follows.
   void accept(cm::Message reply);
   // rdma_reject: REJ (consumer defined) with private data, then the stream closes.
   void reject(std::vector<uint8_t> private_data);
@@ -87,6 +108,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   Role role() const { return role_; }
   Phase phase() const { return phase_; }
+  // A SIDR exchange (UD_REQ), not a connection.
+  bool datagram() const { return datagram_; }
 
  private:
   void open_channel(cm::Channel::Socket socket, const std::string& peer);
@@ -96,6 +119,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_reply(const cm::Message& m);
   void on_reject(const cm::Message& m);
   void on_disconnect_request();
+  // The requester's side of SIDR (connection_sidr.cpp): ESTABLISHED with the responder's QP
+  // and QKEY, or UNREACHABLE with the SIDR status.
+  void on_sidr_reply(const cm::Message& m);
+  void on_sidr_reject(const cm::Message& m);
+  // Ends the exchange at the answer (`what`: "reply", "rejection"); one with more private data
+  // than a SIDR REP holds, which no honest peer sends, is refused: a log line and UNREACHABLE
+  // -EPROTO. True when the answer is to be reported (checked, and the id still attached).
+  bool end_sidr_exchange(const cm::Message& m, const char* what);
   // Reports `type` on the attached id (nothing when detached), with the message's connection
   // parameters and private data when `m` is given.
   void report(rdma_cm_event_type type, int status, const cm::Message* m = nullptr);
@@ -107,6 +138,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::weak_ptr<Listener> listener_;  // passive, until the REQ made the id
   std::shared_ptr<cm::Channel> channel_;
   bool disconnected_reported_ = false;
+  const bool datagram_;  // active: a UD id's rdma_connect; passive: a UD id listens
 };
 
 }  // namespace rdmacm_api

@@ -1,7 +1,8 @@
 // The connection calls of rdma_cm: rdma_connect, rdma_listen, rdma_get_request, rdma_accept,
 // rdma_reject, rdma_disconnect. Each checks the id on the program's thread, drives the QP as
 // librdmacm does, and hands the exchange to the id's Connection on the CM thread
-// (connection.h); a synchronous id then waits for its event, as librdmacm's does.
+// (connection.h); a synchronous id then waits for its event, as librdmacm's does. A datagram
+// id's connect and accept are SIDR's request and reply.
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
 #include <rdma/rdma_cma.h>
@@ -93,6 +94,50 @@ bool is_passive_request(const Id& id) {
          id.state == IdState::kConnecting;
 }
 
+// The request's addressing (port space, service, addresses), then the exchange on the CM
+// thread; a synchronous id waits for its answer.
+int send_request(Id& id, cm::Message request) {
+  request.port_space = static_cast<cm::PortSpace>(id.api.ps);
+  request.service = ntohs(rdma_get_dst_port(&id.api));
+  copy_address(&id.api.route.addr.src_addr, &request.source);
+  copy_address(&id.api.route.addr.dst_addr, &request.destination);
+  auto connection =
+      std::make_shared<Connection>(Connection::Role::kActive, request.type == cm::Type::kUdReq);
+  id.cm_connection = connection;
+  id.state = IdState::kConnecting;
+  post_to_cm_thread([connection, &id, request = std::move(request)]() mutable {
+    connection->start_active(id, std::move(request));
+  });
+  return complete_sync(id);
+}
+
+// rdma_connect on a datagram id: a SIDR request for the listener's QPN and QKEY; the answer is
+// ESTABLISHED (param.ud) or UNREACHABLE. The UD QP is RTS already (rdma_create_qp).
+int connect_datagram(Id& id, const rdma_conn_param* param) {
+  cm::Message request = cm::bare(cm::Type::kUdReq);
+  if (int error = own_side(id, param, kSidrRequestPrivateData, &request)) return fail(error);
+  request.qp_type = cm::QpType::kUd;
+  return send_request(id, std::move(request));
+}
+
+// rdma_accept on a datagram id's request: a UD_REP with the QP's number and the port space's
+// QKEY, and the exchange is over (no ESTABLISHED on this side). A synchronous id acks the
+// request's event, as librdmacm does.
+int accept_datagram(Id& id, const rdma_conn_param* param) {
+  cm::Message reply = cm::bare(cm::Type::kUdRep);
+  if (int error = own_side(id, param, kSidrReplyPrivateData, &reply)) return fail(error);
+  reply.qkey = RDMA_UDP_QKEY;  // what rdma_init_qp_attr gives every UD QP of rdma_cm
+  id.state = IdState::kConnected;
+  std::shared_ptr<Connection> connection = id.cm_connection;
+  post_to_cm_thread(
+      [connection, reply = std::move(reply)]() mutable { connection->accept(std::move(reply)); });
+  if (id.sync && id.api.event != nullptr) {
+    ack_event(id.api.event);
+    id.api.event = nullptr;
+  }
+  return 0;
+}
+
 }  // namespace
 
 // Called by rdma_destroy_id before the id's events are dropped: nothing reaches it afterwards.
@@ -117,7 +162,7 @@ RDMACM_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
           id, [&](const auto& l, rdma_cm_id* s) { return l.connect(s, param); }))
     return *r == 0 ? complete_sync(id) : *r;
   if (!may_connect(id.state)) return fail(EINVAL);
-  // Datagram ids resolve the peer's QP (SIDR) instead of connecting: not offered yet.
+  if (id.api.qp_type == IBV_QPT_UD) return connect_datagram(id, param);
   if (id.api.qp_type != IBV_QPT_RC) return fail(ENOSYS);
   cm::Message request = cm::bare(cm::Type::kReq);
   if (int error = own_side(id, param, kMaxRequestPrivateData, &request)) return fail(error);
@@ -130,17 +175,7 @@ RDMACM_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
   request.qp.retry_count = c.retry_count;
   request.qp.rnr_retry_count = c.rnr_retry_count;
   request.qp_type = cm::QpType::kRc;
-  request.port_space = static_cast<cm::PortSpace>(id.api.ps);
-  request.service = ntohs(rdma_get_dst_port(cm_id));
-  copy_address(&id.api.route.addr.src_addr, &request.source);
-  copy_address(&id.api.route.addr.dst_addr, &request.destination);
-  auto connection = std::make_shared<Connection>(Connection::Role::kActive);
-  id.cm_connection = connection;
-  id.state = IdState::kConnecting;
-  post_to_cm_thread([connection, &id, request = std::move(request)]() mutable {
-    connection->start_active(id, std::move(request));
-  });
-  return complete_sync(id);
+  return send_request(id, std::move(request));
 }
 
 RDMACM_EXPORT int rdma_listen(rdma_cm_id* cm_id, int backlog) {
@@ -159,7 +194,8 @@ RDMACM_EXPORT int rdma_listen(rdma_cm_id* cm_id, int backlog) {
     if (rdma_bind_addr(cm_id, reinterpret_cast<sockaddr*>(&any)) != 0) return -1;
   }
   if (!may_listen(id.state)) return fail(EINVAL);
-  if (id.api.qp_type != IBV_QPT_RC) return fail(ENOSYS);  // datagram listeners: SIDR, not yet
+  // RC ids accept connections, UD ids answer SIDR requests; emu0's rdma_cm offers no UC.
+  if (id.api.qp_type != IBV_QPT_RC && id.api.qp_type != IBV_QPT_UD) return fail(ENOSYS);
   int error = 0;
   run_on_cm_thread([&] { error = Listener::start(id, backlog); });
   if (error != 0) return fail(error);
@@ -207,6 +243,7 @@ RDMACM_EXPORT int rdma_accept(rdma_cm_id* cm_id, rdma_conn_param* param) {
           delegation::forward(id, [&](const auto& l, rdma_cm_id* s) { return l.accept(s, param); }))
     return *r == 0 ? complete_sync(id) : *r;
   if (!is_passive_request(id)) return fail(EINVAL);
+  if (id.api.qp_type == IBV_QPT_UD) return accept_datagram(id, param);
   cm::Message reply = cm::bare(cm::Type::kRep);
   if (int error = own_side(id, param, kMaxReplyPrivateData, &reply)) return fail(error);
   if (int error = choose_depths(id, param, true)) return fail(error);
@@ -232,7 +269,9 @@ int reject_request(rdma_cm_id* cm_id, const void* private_data, uint8_t private_
   if (cm_id == nullptr) return fail(EINVAL);
   Id& id = *to_id(cm_id);
   if (!is_passive_request(id)) return fail(EINVAL);
-  if (private_data_len > kMaxRejectPrivateData) return fail(EINVAL);
+  // A datagram id's rejection is a SIDR REP with a reject status: its private data field.
+  const size_t max = id.api.qp_type == IBV_QPT_UD ? kSidrReplyPrivateData : kMaxRejectPrivateData;
+  if (private_data_len > max) return fail(EINVAL);
   if (private_data_len != 0 && private_data == nullptr) return fail(EINVAL);
   const auto* data = static_cast<const uint8_t*>(private_data);
   std::vector<uint8_t> copy(data, data + private_data_len);
@@ -274,6 +313,8 @@ RDMACM_EXPORT int rdma_disconnect(rdma_cm_id* cm_id) {
   if (!id.cm_connection || id.api.verbs == nullptr) return fail(EINVAL);
   // librdmacm first moves the QP to ERR (IB and RoCE), then asks the CM to disconnect.
   move_qp_to_error(id);
+  // A SIDR exchange left nothing connected: nothing to end, no event.
+  if (id.cm_connection->datagram()) return 0;
   const IdState state = id.state;
   if (state == IdState::kDisconnected) return complete_sync(id);  // the peer went first
   if (state != IdState::kConnected && state != IdState::kConnecting) return fail(EINVAL);

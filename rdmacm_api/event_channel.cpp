@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <new>
 
 #include "rdmacm_api/devices.h"
@@ -109,13 +110,23 @@ Channel* create_channel() {
   return channel;
 }
 
-void report_event(Id& id, rdma_cm_event_type type, int status) {
+EventRecord* new_event(Id& owner, rdma_cm_id* subject, rdma_cm_event_type type, int status) {
   auto* record = new EventRecord;
-  record->owner = &id;
-  record->event.id = &id.api;
+  record->owner = &owner;
+  record->event.id = subject;
   record->event.event = type;
   record->event.status = status;
-  to_channel(id.api.channel)->push(record);
+  return record;
+}
+
+uint8_t keep_private_data(EventRecord& record, const std::vector<uint8_t>& data, size_t field) {
+  const size_t copied = std::min(data.size(), sizeof record.private_data);
+  if (copied != 0) std::memcpy(record.private_data, data.data(), copied);
+  return static_cast<uint8_t>(std::min<size_t>(std::max(copied, field), 255));
+}
+
+void report_event(Id& id, rdma_cm_event_type type, int status) {
+  to_channel(id.api.channel)->push(new_event(id, &id.api, type, status));
 }
 
 void ack_event(rdma_cm_event* event) {

@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 namespace rdmacm_api {
 
@@ -81,6 +82,12 @@ inline Channel* to_channel(rdma_event_channel* c) {
 
 // Creates a channel, or nullptr with errno set.
 Channel* create_channel();
+// A new event about `subject`, counted as `owner`'s once handed out (not yet queued).
+EventRecord* new_event(Id& owner, rdma_cm_id* subject, rdma_cm_event_type type, int status);
+// Keeps `data` in the record's storage (param.conn or param.ud points there) and returns the
+// length to report: the CM message's whole private data field `field` when larger, as the
+// kernel reports it (zero-padded), at most 255.
+uint8_t keep_private_data(EventRecord& record, const std::vector<uint8_t>& data, size_t field);
 // Queues an event of `id` on its channel (the id's state and fields already updated).
 void report_event(Id& id, rdma_cm_event_type type, int status);
 // A synchronous id (created without a channel): waits for the event of the call just made and

@@ -16,17 +16,6 @@ using namespace rdmacm_test;
 
 namespace {
 
-// Takes the next event of `channel` (whatever its id), checks its type and status, and returns
-// it unacked.
-rdma_cm_event* next_event(rdma_event_channel* channel, rdma_cm_event_type type, int status = 0) {
-  rdma_cm_event* event = nullptr;
-  EXPECT_EQ(rdma_get_cm_event(channel, &event), 0) << strerror(errno);
-  if (event == nullptr) return nullptr;
-  EXPECT_EQ(event->event, type) << rdma_event_str(event->event);
-  EXPECT_EQ(event->status, status);
-  return event;
-}
-
 ibv_qp_state qp_state(ibv_qp* qp) {
   ibv_qp_attr attr{};
   ibv_qp_init_attr init{};
@@ -35,29 +24,8 @@ ibv_qp_state qp_state(ibv_qp* qp) {
 }
 
 ibv_qp_init_attr small_rc_qp() {
-  ibv_qp_init_attr attr{};
-  attr.qp_type = IBV_QPT_RC;
-  attr.cap.max_send_wr = 4;
-  attr.cap.max_recv_wr = 4;
-  attr.cap.max_send_sge = 1;
-  attr.cap.max_recv_sge = 1;
-  attr.sq_sig_all = 1;
-  return attr;
+  return signaled_qp(IBV_QPT_RC);
 }
-
-// A listener on 127.0.0.1:port and a client resolved towards it.
-struct Pair {
-  AsyncId server, client;
-  explicit Pair(uint16_t port) {
-    sockaddr_in addr = ipv4("127.0.0.1", port);
-    EXPECT_EQ(rdma_bind_addr(server.id, as_sockaddr(addr)), 0) << strerror(errno);
-    EXPECT_EQ(rdma_listen(server.id, 4), 0) << strerror(errno);
-    EXPECT_EQ(rdma_resolve_addr(client.id, nullptr, as_sockaddr(addr), 2000), 0);
-    client.expect_event(RDMA_CM_EVENT_ADDR_RESOLVED);
-    EXPECT_EQ(rdma_resolve_route(client.id, 2000), 0);
-    client.expect_event(RDMA_CM_EVENT_ROUTE_RESOLVED);
-  }
-};
 
 }  // namespace
 
@@ -142,11 +110,7 @@ TEST(RdmaCmConnect, ConnectAcceptSendDisconnectInOneProcess) {
 
 TEST(RdmaCmConnect, NobodyListeningIsRejectedWithStatus8) {
   AsyncId client;
-  sockaddr_in addr = ipv4("127.0.0.1", 21002);
-  ASSERT_EQ(rdma_resolve_addr(client.id, nullptr, as_sockaddr(addr), 2000), 0);
-  client.expect_event(RDMA_CM_EVENT_ADDR_RESOLVED);
-  ASSERT_EQ(rdma_resolve_route(client.id, 2000), 0);
-  client.expect_event(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  resolve_towards(client, 21002);
   ibv_qp_init_attr attr = small_rc_qp();
   ASSERT_EQ(rdma_create_qp(client.id, nullptr, &attr), 0);
   ASSERT_EQ(rdma_connect(client.id, nullptr), 0) << strerror(errno);
@@ -157,11 +121,8 @@ TEST(RdmaCmConnect, NobodyListeningIsRejectedWithStatus8) {
 
 TEST(RdmaCmConnect, RejectCarriesTheConsumerReasonAndPrivateData) {
   Pair p(21003);
-  ASSERT_EQ(rdma_connect(p.client.id, nullptr), 0) << strerror(errno);
-  rdma_cm_event* request = next_event(p.server.channel, RDMA_CM_EVENT_CONNECT_REQUEST);
-  ASSERT_NE(request, nullptr);
-  rdma_cm_id* child = request->id;
-  rdma_ack_cm_event(request);
+  rdma_cm_id* child = p.request(nullptr);
+  ASSERT_NE(child, nullptr);
   const char no[] = "not today";
   ASSERT_EQ(rdma_reject(child, no, sizeof no), 0) << strerror(errno);
   rdma_cm_event* rejected = next_event(p.client.channel, RDMA_CM_EVENT_REJECTED, 28);

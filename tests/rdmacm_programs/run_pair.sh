@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run_pair.sh EMURDMA BUILD_DIR MODE LIMIT [--server-says RE]... [--client-says RE]...
-#             [--refuse RE] [--server-stays] -- SERVER ARGS... -- CLIENT ARGS...
+#             [--refuse RE] [--server-stays] [--port-space PS] [--port P]
+#             -- SERVER ARGS... -- CLIENT ARGS...
 #
 # Runs an unmodified rdma_cm server and client (rdmacm-utils, perftest -R) as two processes
 # through `emurdma run`, the server first, the client once the server's rdma_cm port is held
@@ -22,7 +23,10 @@
 # printed. --refuse RE: no line of either side's output may match RE (an error the program
 # reports without a failing exit status; the library's own "[emurdma ...]" lines are left
 # out). --server-stays: the server does not end by itself (v44's cmtime loops on events):
-# it must still be alive when the client has ended, and is then stopped (TERM).
+# it must still be alive when the client has ended, and is then stopped (TERM). --port-space:
+# the server's rdma_cm port space in decimal (default 262, RDMA_PS_TCP; udaddy's is 273,
+# RDMA_PS_UDP); --port: a port the programs fix themselves (udaddy's 7174) instead of a free
+# one for @PORT@.
 set -u
 readonly kSkip=77
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -31,13 +35,15 @@ source "$here/../netns/two_namespaces.sh"
 
 emurdma=$1 build=$2 mode=$3 limit=$4
 shift 4
-server_says=() client_says=() refuse="" server_stays=0
+server_says=() client_says=() refuse="" server_stays=0 ps=262 port=""
 while [[ ${1:-} == --?* ]]; do
   case $1 in
     --server-says) server_says+=("$2"); shift 2 ;;
     --client-says) client_says+=("$2"); shift 2 ;;
     --server-stays) server_stays=1; shift ;;
     --refuse) refuse=$2; shift 2 ;;
+    --port-space) ps=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
     *) echo "run_pair.sh: unknown option $1"; exit 2 ;;
   esac
 done
@@ -88,17 +94,23 @@ if [[ $mode == netns ]]; then
   client_env=(EMURDMA_TCP_ADDR="$addr_b" EMURDMA_SECRET_FILE="$tmp/secret")
 fi
 
-# A port no process of the server's netns holds in the TCP port space (262), in the range the
-# programs accept.
-port=""
-for ((i = 0; i < 50; ++i)); do
-  candidate=$((20000 + (RANDOM * 7 + $$) % 12000))
-  if ! "${in_server_ns[@]}" grep -q "@emurdma-cm/262/$candidate\$" /proc/net/unix; then
-    port=$candidate
-    break
+# A port no process of the server's netns holds in the server's port space, in the range the
+# programs accept; a fixed port must be free.
+if [[ -n $port ]]; then
+  if "${in_server_ns[@]}" grep -q "@emurdma-cm/$ps/$port\$" /proc/net/unix; then
+    echo "FAIL: rdma_cm port $port (port space $ps) is held by another process"
+    exit 1
   fi
-done
-[[ -n $port ]] || { echo "FAIL: no free rdma_cm port"; exit 1; }
+else
+  for ((i = 0; i < 50; ++i)); do
+    candidate=$((20000 + (RANDOM * 7 + $$) % 12000))
+    if ! "${in_server_ns[@]}" grep -q "@emurdma-cm/$ps/$candidate\$" /proc/net/unix; then
+      port=$candidate
+      break
+    fi
+  done
+  [[ -n $port ]] || { echo "FAIL: no free rdma_cm port"; exit 1; }
+fi
 server=("${server[@]//@PORT@/$port}")
 client=("${client[@]//@PORT@/$port}")
 server=("${server[@]//@ADDR@/$server_addr}")
@@ -113,7 +125,7 @@ pids+=($!)
 server_pid=$!
 # Wait until the server listens (bounded), or it ended.
 for ((i = 0; i < 200; ++i)); do
-  "${in_server_ns[@]}" grep -q "@emurdma-cm/262/$port\$" /proc/net/unix && break
+  "${in_server_ns[@]}" grep -q "@emurdma-cm/$ps/$port\$" /proc/net/unix && break
   kill -0 "$server_pid" 2>/dev/null || break
   sleep 0.05
 done
