@@ -131,12 +131,6 @@ class MpscRing {
     head_.store(pos + 1, std::memory_order_relaxed);
   }
 
-  // Positions count every element the ring ever held: the consumer's is that of the element
-  // front() shows (consumer only); claimed_end() is one past the last position a producer
-  // claimed, so every element claimed before the call sits below it.
-  size_t consumer_position() const { return head_.load(std::memory_order_relaxed); }
-  size_t claimed_end() const { return tail_.load(std::memory_order_acquire); }
-
   // Number of claimed positions not yet consumed (this counts elements still being
   // constructed). Approximate under concurrency; exact when the ring is quiescent.
   size_t size() const { return ring_size(head_, tail_, capacity()); }

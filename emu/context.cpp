@@ -346,9 +346,6 @@ int Context::create_qp(Pd* pd, const QpInitAttr& init, Qp** out) {
 int Context::destroy_qp(Qp* qp) {
   if (qp == nullptr || &qp->context() != this) return EINVAL;
   node_.unregister_qp(qp->qpn());
-  // Nothing completes on it any more: what it left in its CQs goes (Cq::forget_qp).
-  qp->send_cq()->forget_qp(qp->qpn());
-  if (qp->recv_cq() != qp->send_cq()) qp->recv_cq()->forget_qp(qp->qpn());
   std::lock_guard lock(objects_mutex_);
   qp->pd()->use_count.fetch_sub(1);
   qp->send_cq()->use_count.fetch_sub(1);

@@ -21,37 +21,13 @@ int Cq::poll_locked(int n, ibv_wc* out) {
     // Copied straight from the ring to the program's array.
     const CompletionEntry* entry = ring_.front();
     if (entry == nullptr) break;
-    Srq* const srq = entry->srq;
-    if (!destroyed_qps_.empty() && is_of_destroyed_qp(entry->wc, ring_.consumer_position())) {
-      ring_.pop();
-      if (srq != nullptr) srq->on_dropped();
-      continue;
-    }
     out[got++] = entry->wc;
+    Srq* const srq = entry->srq;
     ring_.pop();
     // The buffer stops being outstanding on its SRQ only now that the program has it.
     if (srq != nullptr) srq->on_reaped();
   }
   return got;
-}
-
-bool Cq::is_of_destroyed_qp(const ibv_wc& wc, size_t position) {
-  bool destroyed = false;
-  for (auto it = destroyed_qps_.begin(); it != destroyed_qps_.end();) {
-    if (position >= it->before) {  // every completion of that QP is behind us
-      it = destroyed_qps_.erase(it);
-      continue;
-    }
-    if (it->qpn == wc.qp_num) destroyed = true;
-    ++it;
-  }
-  return destroyed;
-}
-
-void Cq::forget_qp(uint32_t qpn) {
-  std::lock_guard lock(poll_lock_);
-  const size_t end = ring_.claimed_end();
-  if (ring_.consumer_position() != end) destroyed_qps_.push_back(DestroyedQp{qpn, end});
 }
 
 int Cq::poll(int n, ibv_wc* out) {

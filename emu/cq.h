@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <memory>
-#include <vector>
 
 #include "base/mpsc_ring.h"
 #include "base/spin_lock.h"
@@ -48,31 +47,16 @@ class Cq : public ApiHandle {
   // Reaps and accounts every remaining completion (used when the CQ is destroyed).
   void drain_for_destroy();
 
-  // The QP numbered qpn was destroyed (nothing completes on it any more): its completions still
-  // queued are dropped, never reaped, as rdma-core's mlx4 and mlx5 clean their CQs (libfabric's
-  // verbs provider relies on it). A QP that reuses the number keeps its own.
-  void forget_qp(uint32_t qpn);
-
   std::atomic<int> use_count{0};  // QPs that report to this CQ
 
  private:
   int poll_locked(int n, ibv_wc* out);
-  // Under poll_lock_: whether the front entry, at ring position `position`, belongs to a
-  // destroyed QP; forgets the records every entry has passed.
-  bool is_of_destroyed_qp(const ibv_wc& wc, size_t position);
-
-  // A destroyed QP: its completions are the entries of its number below ring position `before`.
-  struct DestroyedQp {
-    uint32_t qpn;
-    size_t before;
-  };
 
   Context& context_;
   CompChannel* channel_;
   void* cq_context_;
   base::MpscRing<CompletionEntry> ring_;
   base::SpinLock poll_lock_;
-  std::vector<DestroyedQp> destroyed_qps_;  // under poll_lock_; empty but for a while after one
   // 0 = not armed, 1 = next completion, 2 = next solicited or error completion.
   std::atomic<int> armed_{0};
   std::atomic<bool> overflowed_{false};

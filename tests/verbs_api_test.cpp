@@ -166,59 +166,6 @@ TEST_F(VerbsApi, CompletionQueueTakesTheEntriesLibfabricRxmAsksFor) {
   EXPECT_EQ(ibv_destroy_cq(cq), 0);
 }
 
-// rdma-core's mlx4 and mlx5 take a QP's completions out of its CQs when it is destroyed, and
-// libfabric's verbs provider relies on it: closing an endpoint it drains the CQ and ofi_rxm
-// hands what it finds back to the closed endpoint. A QP created afterwards (it may reuse the
-// number) keeps its own.
-TEST_F(VerbsApi, DestroyQpTakesItsQueuedCompletionsOutOfTheCq) {
-  ibv_cq* cq = ibv_create_cq(ctx_, 16, nullptr, nullptr, 0);
-  ASSERT_NE(cq, nullptr);
-  // A QP in the error state whose one receive is flushed at once: a completion in the CQ.
-  auto qp_with_a_completion = [&](uint64_t wr_id) {
-    ibv_qp_init_attr a{};
-    a.send_cq = cq;
-    a.recv_cq = cq;
-    a.qp_type = IBV_QPT_RC;
-    a.cap.max_send_wr = a.cap.max_recv_wr = 4;
-    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-    ibv_qp* qp = ibv_create_qp(pd_, &a);
-    EXPECT_NE(qp, nullptr);
-    if (qp == nullptr) return qp;
-    ibv_qp_attr init{};
-    init.qp_state = IBV_QPS_INIT;
-    init.port_num = 1;
-    EXPECT_EQ(ibv_modify_qp(qp, &init,
-                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-              0);
-    ibv_qp_attr error{};
-    error.qp_state = IBV_QPS_ERR;
-    EXPECT_EQ(ibv_modify_qp(qp, &error, IBV_QP_STATE), 0);
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    ibv_recv_wr* bad = nullptr;
-    EXPECT_EQ(ibv_post_recv(qp, &wr, &bad), 0);
-    return qp;
-  };
-  ibv_qp* destroyed = qp_with_a_completion(1);
-  ibv_qp* kept = qp_with_a_completion(2);
-  ASSERT_TRUE(destroyed != nullptr && kept != nullptr);
-  ASSERT_EQ(ibv_destroy_qp(destroyed), 0);
-  ibv_qp* created_after = qp_with_a_completion(3);
-  ASSERT_NE(created_after, nullptr);
-  std::vector<uint64_t> reaped;
-  ibv_wc wc[8];
-  for (int n; (n = ibv_poll_cq(cq, 8, wc)) > 0;) {
-    for (int i = 0; i < n; ++i) {
-      reaped.push_back(wc[i].wr_id);
-      EXPECT_EQ(wc[i].status, IBV_WC_WR_FLUSH_ERR);
-    }
-  }
-  EXPECT_EQ(reaped, (std::vector<uint64_t>{2, 3}));
-  EXPECT_EQ(ibv_destroy_qp(kept), 0);
-  EXPECT_EQ(ibv_destroy_qp(created_after), 0);
-  EXPECT_EQ(ibv_destroy_cq(cq), 0);
-}
-
 TEST_F(VerbsApi, CreationErrorsReturnDocumentedErrno) {
   errno = 0;
   EXPECT_EQ(ibv_create_cq(ctx_, 0, nullptr, nullptr, 0), nullptr);
