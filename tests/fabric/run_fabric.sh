@@ -39,39 +39,23 @@ export EMURDMA_BUILD_DIR="$build" EMURDMA_TRANSPORT="$mode" EMURDMA_DEVICES=soft
 # Only the verbs provider: no other provider answers for it, whatever the host has.
 export FI_PROVIDER=verbs
 
-start_s=$SECONDS
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/emurdma_fabric.XXXXXX")"
-pgids=()
-cleanup() {
-  local g
-  for g in "${pgids[@]}"; do kill -TERM -- "-$g" 2>/dev/null; done
-  for g in "${pgids[@]}"; do
-    for _ in 1 2 3 4 5 6 7 8 9 10; do
-      kill -0 -- "-$g" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL -- "-$g" 2>/dev/null
-  done
-  wait 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+# Each program runs under `timeout`, which passes a TERM on to it and KILLs it 2 s later if it
+# lingers: ending the timeouts ends everything started, on every path.
+timeouts=()
+trap 'kill -TERM "${timeouts[@]}" 2>/dev/null; wait; rm -rf "$tmp"' EXIT
 trap 'echo "run_fabric: interrupted" >&2; exit 1' INT TERM HUP
+deadline=$((SECONDS + limit))
 
-remaining() {
-  local r=$((limit - (SECONDS - start_s)))
-  ((r > 1)) && echo "$r" || echo 1
-}
-
-# start <log> ARGS...: the program through the wrapper in a process group of its own (killed by
-# timeout after the remaining time); its pid in $last_pid. stdbuf: what it printed before a
-# hang is in its log.
+# start <log> ARGS...: the program through the wrapper until the deadline; its pid in $last_pid.
+# stdbuf: what it printed before a hang is in its log.
 start() {
   local log=$1
   shift
-  setsid timeout -k 3 "$(remaining)" "$emurdma" run -- stdbuf -oL "$@" >"$log" 2>&1 </dev/null &
+  timeout -k 2 $((deadline > SECONDS + 1 ? deadline - SECONDS : 1)) \
+    "$emurdma" run -- stdbuf -oL "$@" >"$log" 2>&1 </dev/null &
   last_pid=$!
-  pgids+=("$last_pid")
+  timeouts+=("$last_pid")
   echo "+ EMURDMA_TRANSPORT=$mode emurdma run -- $*"
 }
 
@@ -84,19 +68,6 @@ finish() {
 show() {
   echo "----- $1 output -----"
   sed "s/^/$1| /" "$2" | tail -n 60
-}
-
-# A TCP port nothing on this host listens on, below the ephemeral range.
-pick_port() {
-  local port i
-  for ((i = 0; i < 50; ++i)); do
-    port=$((20000 + (RANDOM * 7 + $$) % 12000))
-    if [[ -z $(ss -ltnH "sport = :$port" 2>/dev/null) ]]; then
-      echo "$port"
-      return
-    fi
-  done
-  fail "no free TCP port found"
 }
 
 # --- info -----------------------------------------------------------------------------------
@@ -125,7 +96,10 @@ fi
 [[ $what == pingpong ]] || fail "unknown check '$what' (info or pingpong)"
 ep_type=$1
 shift
-port="$(pick_port)"
+# The control port: the first free one from a spot of 20000-31999 spread by PID and RANDOM,
+# below the ephemeral range, so that tests running at once pick different ones.
+port=$((20000 + (RANDOM * 7 + $$) % 12000))
+while [[ -n $(ss -ltnH "sport = :$port" 2>/dev/null) ]]; do port=$((port + 1)); done
 common=(fi_pingpong -p verbs -e "$ep_type" -c "$@")
 start "$tmp/server" "${common[@]}" -B "$port"
 server_pid=$last_pid
