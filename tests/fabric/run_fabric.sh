@@ -39,7 +39,11 @@ export EMURDMA_BUILD_DIR="$build" EMURDMA_TRANSPORT="$mode" EMURDMA_DEVICES=soft
 # Only the verbs provider: no other provider answers for it, whatever the host has.
 export FI_PROVIDER=verbs
 
+emurdma="$(readlink -f "$emurdma")"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/emurdma_fabric.XXXXXX")"
+# The programs run there: libfabric writes a backtrace file into the working directory when one
+# crashes.
+cd "$tmp" || fail "cannot enter $tmp"
 # Each program runs under `timeout`, which passes a TERM on to it and KILLs it 2 s later if it
 # lingers: ending the timeouts ends everything started, on every path.
 timeouts=()
