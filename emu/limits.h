@@ -12,7 +12,10 @@ inline constexpr uint32_t kMaxInline = kMaxSge * 16;  // inline bytes fit where 
 inline constexpr uint32_t kMaxQp = 16384;             // QP table slots per node (QPN low bits)
 inline constexpr uint32_t kMaxQpWr = 16384;
 inline constexpr uint32_t kMaxCq = 16384;
-inline constexpr uint32_t kMaxCqe = 65536;
+// libfabric's ofi_rxm opens one verbs CQ of (128 + 128) x FI_UNIVERSE_SIZE (1024) = 262,144
+// entries by default, which real HCAs take (mlx5: 4,194,303); room for a universe of 4096. A CQ
+// costs 64 bytes per entry, allocated when it is created: only a program that asks pays.
+inline constexpr uint32_t kMaxCqe = uint32_t{1} << 20;
 inline constexpr uint32_t kMaxMr = 65536;
 inline constexpr uint32_t kMaxPd = 16384;
 inline constexpr uint32_t kMaxSrq = 4096;

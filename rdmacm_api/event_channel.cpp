@@ -71,6 +71,7 @@ void Channel::drop_events_of(const Id* id) {
 }
 
 void Channel::move_events_of(const Id* id, Channel& to) {
+  if (&to == this) return;  // one mutex cannot be locked twice
   std::scoped_lock lock(mutex_, to.mutex_);
   bool had = !queued_.empty();
   for (auto it = queued_.begin(); it != queued_.end();) {

@@ -114,6 +114,12 @@ RDMACM_EXPORT int rdma_migrate_id(rdma_cm_id* cm_id, rdma_event_channel* channel
   if (cm_id == nullptr) return fail(EINVAL);
   Id& id = *to_id(cm_id);
   if (id.sync && channel == nullptr) return fail(EINVAL);
+  if (channel != nullptr && channel == id.api.channel) {
+    // The kernel finds the same file and moves nothing (libfabric's verbs provider migrates a
+    // request's id to the channel it already reports on); only the wait for acks remains.
+    wait_for_acks(id);
+    return 0;
+  }
   bool become_sync = channel == nullptr;
   if (become_sync) {
     Channel* own = create_channel();

@@ -14,7 +14,10 @@
 #           in-process; the transports issue compares shm and TCP with libfabric and UCX.
 #   verbs   the transports comparison with perftest over emu0 added to its lines, as
 #           perftest=<v> (ib_send_lat 8 B and ib_write_bw 1 MiB, over shm and over tcp),
-#           through scripts/emurdma: an unmodified verbs program on our libibverbs.so.1.
+#           through scripts/emurdma: an unmodified verbs program on our libibverbs.so.1; and
+#           libfabric's verbs provider on emu0 (our libibverbs.so.1 and librdmacm.so.1) to the
+#           8 B latency lines as fi_verbs_pingpong=<v> (fi_pingpong -p verbs: -e rdm, over
+#           ofi_rxm, over shm beside fi_shm_pingpong; -e msg over tcp beside fi_tcp_pingpong).
 #   transports  two processes on this host, over shared memory and over TCP (127.0.0.1): our
 #           transport_bench (RC SEND/RECV ping-pong, RDMA WRITE streaming, SRQ rate) beside
 #           libfabric fi_pingpong (providers shm and tcp), UCX ucx_perftest (shared memory,
@@ -253,14 +256,22 @@ figure_or_failed() {
   echo failed
 }
 
-# fi_pingpong <provider> <endpoint type> <size> <iterations>: one-way latency in us. Its
-# "usec/xfer" is the run's time over 2 x iterations transfers, i.e. half a round trip.
+# fi_pingpong <provider> <endpoint type> <size> <iterations> [emu0 transport]: one-way latency
+# in us. Its "usec/xfer" is the run's time over 2 x iterations transfers, i.e. half a round
+# trip. With a transport, both sides run through scripts/emurdma over it (libfabric's verbs
+# provider on our libibverbs.so.1 and librdmacm.so.1, domain emu0).
 fi_pingpong_us() {
-  local provider=$1 ep_type=$2 size=$3 iters=$4 port
+  local provider=$1 ep_type=$2 size=$3 iters=$4 transport=${5:-} port
   port="$(next_port)"
   local common=(-p "$provider" -e "$ep_type" -S "$size" -I "$iters")
-  peer_run "$port" fi_pingpong "${common[@]}" -B "$port" -- \
-    fi_pingpong "${common[@]}" -P "$port" 127.0.0.1 | awk -v size="$size" '
+  # No "--" after the wrapper's options: peer_run splits server from client at the first one.
+  local run=(fi_pingpong)
+  if [[ -n $transport ]]; then
+    run=(env EMURDMA_DEVICES=soft scripts/emurdma run --transport "$transport" fi_pingpong)
+    common+=(-d emu0)
+  fi
+  peer_run "$port" "${run[@]}" "${common[@]}" -B "$port" -- \
+    "${run[@]}" "${common[@]}" -P "$port" 127.0.0.1 | awk -v size="$size" '
       { for (i = 1; i <= NF; ++i) if ($i == "usec/xfer") col = i }
       col && $1 == size && NF >= col { v = $col }
       END { if (v != "") print v }' | figure_or_failed "fi_pingpong ${common[*]}"
@@ -403,6 +414,7 @@ shm_lat_8B() {
     fi_shm_pingpong) fi_pingpong_us shm rdm 8 100000 ;;
     ucx_tag_lat) ucx_perftest_figure "$kUcxShm" tag_lat 8 200000 latency ;;
     perftest) perftest_figure shm ib_send_lat 8 100000 ;;
+    fi_verbs_pingpong) fi_pingpong_us verbs rdm 8 100000 shm ;;
   esac
 }
 shm_lat_64B() {
@@ -436,6 +448,7 @@ tcp_lat_8B() {
     ucx_tag_lat) ucx_perftest_figure tcp tag_lat 8 20000 latency ;;
     qperf_tcp_lat) qperf_figure tcp_lat 8 ;;
     perftest) perftest_figure tcp ib_send_lat 8 20000 ;;
+    fi_verbs_pingpong) fi_pingpong_us verbs msg 8 20000 tcp ;;
   esac
 }
 tcp_bw_1MiB() {
@@ -476,14 +489,17 @@ bench_transports() {
   done
   ((${#missing[@]} == 0)) || echo "bench: not installed: ${missing[*]} (their figures: failed)" >&2
 
-  local perftest=()
-  if ((with_perftest)); then perftest=(perftest); fi
-  compare shm_lat_8B_us us lower shm_lat_8B ours fi_shm_pingpong ucx_tag_lat "${perftest[@]}"
+  # Over emu0 (scripts/bench.sh verbs): perftest, and libfabric's verbs provider beside its shm
+  # and tcp providers (rdm over ofi_rxm against shm's rdm, msg against tcp's msg).
+  local perftest=() fi_verbs=()
+  if ((with_perftest)); then perftest=(perftest) fi_verbs=(fi_verbs_pingpong); fi
+  compare shm_lat_8B_us us lower shm_lat_8B ours fi_shm_pingpong ucx_tag_lat "${perftest[@]}" \
+    "${fi_verbs[@]}"
   compare shm_lat_64B_us us lower shm_lat_64B ours fi_shm_pingpong ucx_tag_lat
   compare shm_bw_1MiB_GBps GB/s higher shm_bw_1MiB ours ucx_tag_bw "${perftest[@]}"
   compare shm_bw_1MiB_shared_GBps GB/s higher shm_bw_1MiB_shared ours ucx_put_bw
   compare tcp_lat_8B_us us lower tcp_lat_8B ours fi_tcp_pingpong ucx_tag_lat qperf_tcp_lat \
-    "${perftest[@]}"
+    "${perftest[@]}" "${fi_verbs[@]}"
   compare tcp_bw_1MiB_GBps GB/s higher tcp_bw_1MiB ours ucx_tag_bw ucx_put_bw qperf_tcp_bw \
     "${perftest[@]}"
 

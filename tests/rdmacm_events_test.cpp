@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
+#include <memory>
 #include <thread>
 
 #include "tests/rdmacm_test_util.h"
@@ -140,4 +142,23 @@ TEST(RdmaCmEvents, MigrateIdMovesQueuedEventsToTheNewChannel) {
   EXPECT_FAILS_WITH(rdma_migrate_id(a.id, nullptr), EINVAL);
   ASSERT_EQ(rdma_migrate_id(a.id, a.channel), 0);
   rdma_destroy_event_channel(other);
+}
+
+// libfabric's verbs provider migrates a request's id to the channel it already reports on: the
+// kernel moves nothing and the call returns (it once locked the channel twice and hung).
+TEST(RdmaCmEvents, MigrateIdToItsOwnChannelKeepsItsEventsThere) {
+  AsyncId a;
+  sockaddr_in dst = ipv4("127.0.0.1", 7471);
+  ASSERT_EQ(rdma_resolve_addr(a.id, nullptr, as_sockaddr(dst), 2000), 0);
+  auto done = std::make_shared<std::promise<int>>();
+  std::future<int> result = done->get_future();
+  std::thread([done, id = a.id, channel = a.channel] {
+    done->set_value(rdma_migrate_id(id, channel));
+  }).detach();  // detached: a hang must fail the test, not block it
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "rdma_migrate_id to the id's own channel hung";
+  EXPECT_EQ(result.get(), 0);
+  EXPECT_EQ(a.id->channel, a.channel);
+  EXPECT_TRUE(readable(a.channel->fd));
+  a.expect_event(RDMA_CM_EVENT_ADDR_RESOLVED);
 }

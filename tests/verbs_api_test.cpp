@@ -153,6 +153,19 @@ TEST(VerbsApiHelpers, StringsAndRates) {
   EXPECT_EQ(ibv_is_fork_initialized(), IBV_FORK_UNNEEDED);
 }
 
+// libfabric's ofi_rxm (fi_pingpong -e rdm over verbs) opens its verbs CQ with (128 + 128) x a
+// universe of 1024 entries by default; a device below that cannot run it (rxe cannot either).
+TEST_F(VerbsApi, CompletionQueueTakesTheEntriesLibfabricRxmAsksFor) {
+  constexpr int kRxmDefaultCqe = (128 + 128) * 1024;
+  ibv_device_attr dev{};
+  ASSERT_EQ(ibv_query_device(ctx_, &dev), 0);
+  EXPECT_GE(dev.max_cqe, kRxmDefaultCqe);
+  ibv_cq* cq = ibv_create_cq(ctx_, kRxmDefaultCqe, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr) << strerror(errno);
+  EXPECT_GE(cq->cqe, kRxmDefaultCqe);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+}
+
 TEST_F(VerbsApi, CreationErrorsReturnDocumentedErrno) {
   errno = 0;
   EXPECT_EQ(ibv_create_cq(ctx_, 0, nullptr, nullptr, 0), nullptr);
