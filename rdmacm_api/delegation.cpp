@@ -78,11 +78,7 @@ class SystemChannel : public std::enable_shared_from_this<SystemChannel> {
   // An event as the program's channel holds it: the system event's fields, its private data
   // copied (the system event is acked at once).
   static EventRecord* copy_event(Id& owner, rdma_cm_id* subject, const rdma_cm_event& e) {
-    auto* record = new EventRecord;
-    record->owner = &owner;
-    record->event.id = subject;
-    record->event.event = e.event;
-    record->event.status = e.status;
+    EventRecord* record = new_event(owner, subject, e.event, e.status);
     record->event.param = e.param;
     // conn and ud both start with the private data's pointer and length.
     const rdma_conn_param& conn = e.param.conn;
