@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -12,6 +14,7 @@
 #include <cstring>
 
 #include "cm/cm_addresses.h"
+#include "cm/cm_environment.h"
 #include "cm/cm_rendezvous.h"
 #include "cm/cm_rendezvous_wire.h"
 
@@ -22,6 +25,8 @@ using boost::system::error_code;
 
 namespace {
 
+constexpr std::chrono::milliseconds kLongestBackoff{16};
+
 std::error_code errno_code(int e) {
   return std::error_code(e, std::system_category());
 }
@@ -29,7 +34,7 @@ std::error_code errno_code(int e) {
 class Dial : public std::enable_shared_from_this<Dial> {
  public:
   Dial(asio::io_context& io, DialHandler handler)
-      : io_(io), stream_(io), deadline_(io), handler_(std::move(handler)) {}
+      : io_(io), stream_(io), deadline_(io), retry_(io), handler_(std::move(handler)) {}
 
   void start(const sockaddr* dst, uint16_t ps, uint16_t port, std::chrono::milliseconds timeout,
              const DialOptions& options) {
@@ -42,17 +47,32 @@ class Dial : public std::enable_shared_from_this<Dial> {
       fail_soon(std::make_error_code(std::errc::address_family_not_supported));
       return;
     }
-    if (is_local_address(dst) && !options.via_gateway) {
+    std::memcpy(&dst_, dst, address_length(dst));
+    ps_ = ps;
+    port_ = port;
+    options_ = options;
+    wait_until_ = std::chrono::steady_clock::now() + options.listener_wait;
+    attempt();
+  }
+
+ private:
+  void attempt() {
+    const auto* dst = reinterpret_cast<const sockaddr*>(&dst_);
+    if (is_local_address(dst) && !options_.via_gateway) {
       std::error_code ec;
-      const int fd = connect_to_port(ps, port, ec);
+      const int fd = connect_to_port(ps_, port_, ec);
       if (fd < 0) {
         // A full backlog: the kernel's CM would leave the request unanswered.
         const bool busy = ec == std::errc::resource_unavailable_try_again ||
                           ec == std::errc::operation_would_block;
-        const bool nobody = ec == std::errc::no_such_file_or_directory;
-        fail_soon(busy     ? std::make_error_code(std::errc::timed_out)
-                  : nobody ? std::make_error_code(std::errc::connection_refused)
-                           : ec);
+        // Refused: nobody holds the port, or it is held but not listened on (as the gateway).
+        const bool nobody =
+            ec == std::errc::connection_refused || ec == std::errc::no_such_file_or_directory;
+        if (nobody) {
+          refused();
+          return;
+        }
+        fail_soon(busy ? std::make_error_code(std::errc::timed_out) : ec);
         return;
       }
       stream_.assign(fd);
@@ -60,10 +80,27 @@ class Dial : public std::enable_shared_from_this<Dial> {
       return;
     }
     connect_gateway(
-        dst, options.gateway_port != 0 ? options.gateway_port : gateway_port_from_environment());
+        dst, options_.gateway_port != 0 ? options_.gateway_port : gateway_port_from_environment());
   }
 
- private:
+  // Nobody listens there (yet): try again within the listener wait, then ECONNREFUSED.
+  void refused() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now + backoff_ >= wait_until_) {
+      fail_soon(std::make_error_code(std::errc::connection_refused));
+      return;
+    }
+    error_code ignored;
+    stream_.close(ignored);
+    sent_ = 0;
+    got_ = 0;
+    retry_.expires_after(backoff_);
+    backoff_ = std::min(backoff_ * 2, kLongestBackoff);
+    retry_.async_wait([self = shared_from_this()](const error_code& ec) {
+      if (!ec && !self->done_) self->attempt();
+    });
+  }
+
   void connect_gateway(const sockaddr* dst, uint16_t gateway_port) {
     sockaddr_storage target{};
     const socklen_t len = address_length(dst);
@@ -83,6 +120,10 @@ class Dial : public std::enable_shared_from_this<Dial> {
       send_preamble();
       return;
     }
+    if (errno == ECONNREFUSED) {  // no process of that host holds the gateway (yet)
+      refused();
+      return;
+    }
     if (errno != EINPROGRESS) {
       fail_soon(errno_code(errno));
       return;
@@ -93,6 +134,10 @@ class Dial : public std::enable_shared_from_this<Dial> {
       int err = 0;
       socklen_t err_len = sizeof(err);
       ::getsockopt(self->stream_.native_handle(), SOL_SOCKET, SO_ERROR, &err, &err_len);
+      if (err == ECONNREFUSED) {
+        self->refused();
+        return;
+      }
       if (err != 0) {
         self->complete(errno_code(err));
         return;
@@ -149,7 +194,7 @@ class Dial : public std::enable_shared_from_this<Dial> {
     } else if (*verdict == Verdict::kAccepted) {
       complete({});
     } else if (*verdict == Verdict::kNoListener) {
-      complete(std::make_error_code(std::errc::connection_refused));
+      refused();
     } else if (*verdict == Verdict::kBusy) {
       complete(std::make_error_code(std::errc::timed_out));
     } else {
@@ -166,6 +211,7 @@ class Dial : public std::enable_shared_from_this<Dial> {
     if (done_) return;
     done_ = true;
     deadline_.cancel();
+    retry_.cancel();
     int fd = -1;
     error_code ignored;
     if (!ec && stream_.is_open()) {
@@ -181,7 +227,14 @@ class Dial : public std::enable_shared_from_this<Dial> {
   asio::io_context& io_;
   asio::posix::stream_descriptor stream_;
   asio::steady_timer deadline_;
+  asio::steady_timer retry_;
   DialHandler handler_;
+  sockaddr_storage dst_{};
+  uint16_t ps_ = 0;
+  uint16_t port_ = 0;
+  DialOptions options_;
+  std::chrono::steady_clock::time_point wait_until_;
+  std::chrono::milliseconds backoff_{1};
   PreambleBytes preamble_{};
   VerdictBytes verdict_{};
   size_t sent_ = 0;
@@ -190,6 +243,12 @@ class Dial : public std::enable_shared_from_this<Dial> {
 };
 
 }  // namespace
+
+std::chrono::milliseconds listener_wait_from_environment() {
+  static std::atomic<bool> warned{false};
+  return std::chrono::milliseconds(number_from_environment(
+      "EMURDMA_CM_LISTENER_WAIT_MS", 0, 60000, 500, "a number of milliseconds", warned));
+}
 
 void async_dial(asio::io_context& io, const sockaddr* dst, uint16_t ps, uint16_t port,
                 std::chrono::milliseconds timeout, DialHandler handler,

@@ -17,6 +17,7 @@
 #include "base/drop_counter.h"
 #include "base/job_secret.h"
 #include "cm/cm_addresses.h"
+#include "cm/cm_environment.h"
 #include "cm/cm_log.h"
 #include "cm/cm_port_space.h"
 
@@ -90,20 +91,9 @@ int open_gateway_socket(const GatewayOptions& options, uint16_t port) {
 }  // namespace
 
 uint16_t gateway_port_from_environment() {
-  const char* env = std::getenv("EMURDMA_CM_PORT");
-  if (env == nullptr || *env == '\0') return kDefaultGatewayPort;
-  char* end = nullptr;
-  errno = 0;
-  const long v = std::strtol(env, &end, 10);
-  if (errno != 0 || *end != '\0' || v < 1 || v > 65535) {
-    static std::atomic<bool> warned{false};
-    if (!warned.exchange(true)) {
-      logger().warn("EMURDMA_CM_PORT=\"{}\" is not a TCP port (1-65535); using {}", env,
-                    kDefaultGatewayPort);
-    }
-    return kDefaultGatewayPort;
-  }
-  return static_cast<uint16_t>(v);
+  static std::atomic<bool> warned{false};
+  return static_cast<uint16_t>(number_from_environment("EMURDMA_CM_PORT", 1, 65535,
+                                                       kDefaultGatewayPort, "a TCP port", warned));
 }
 
 std::shared_ptr<Gateway> Gateway::acquire(boost::asio::io_context& io,

@@ -69,12 +69,21 @@ struct DialOptions {
   // that one host's tests cover the cross-host path.
   bool via_gateway = false;
   uint16_t gateway_port = 0;  // 0: gateway_port_from_environment()
+  // How long a dial to a (ps, port) where nobody listens keeps trying before ECONNREFUSED.
+  // Zero: refused at once, as the kernel's CM rejects. rdma_cm uses
+  // listener_wait_from_environment(): programs such as perftest -R open their listener just
+  // after telling the client to connect, a race that hardware's slower address and route
+  // resolution hides and emu0's microsecond resolution loses.
+  std::chrono::milliseconds listener_wait{0};
 };
+
+// EMURDMA_CM_LISTENER_WAIT_MS (0-60000), default 500; a bad value is reported once.
+std::chrono::milliseconds listener_wait_from_environment();
 
 // The dialer's result, once: a connected stream (non-blocking, close-on-exec; the handler's)
 // positioned after the verdict, or an error and -1:
 //   ECONNREFUSED       nobody listens on (ps, port) there (rdma_cm: REJECTED, status 8), or no
-//                      gateway answers on that host
+//                      gateway answers on that host, through options.listener_wait
 //   ETIMEDOUT          no verdict within `timeout`, or the holder was busy (a full backlog, as
 //                      the kernel's CM leaves a request unanswered)
 //   EHOSTUNREACH, ENETUNREACH ...  the TCP connect's own error (rdma_cm: UNREACHABLE)

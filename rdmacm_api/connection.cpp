@@ -148,6 +148,8 @@ void Connection::start_active(Id& id, cm::Message request) {
   const sockaddr* dst = &id.api.route.addr.dst_addr;
   const uint16_t port = ntohs(rdma_get_dst_port(&id.api));
   auto self = shared_from_this();
+  cm::DialOptions options;
+  options.listener_wait = cm::listener_wait_from_environment();
   cm::async_dial(cm_io(), dst, static_cast<uint16_t>(id.api.ps), port, kDialTimeout,
                  [self, request = std::move(request)](std::error_code ec, int fd) mutable {
                    if (self->phase_ != Phase::kDialing) {  // detached or disconnected meanwhile
@@ -176,7 +178,8 @@ void Connection::start_active(Id& id, cm::Message request) {
                    self->open_channel(std::move(*socket), "the listener");
                    self->phase_ = Phase::kRequested;
                    self->channel_->start_active(std::move(request));
-                 });
+                 },
+                 options);
 }
 
 void Connection::start_passive(const std::shared_ptr<Listener>& listener, int fd,

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdlib>
 #include <set>
 
 #include "cm/cm_addresses.h"
@@ -303,6 +305,114 @@ TEST(CmRendezvous, ALocalDialToAPortNobodyListensOnIsRefused) {
   dial(io, ipv4("0.0.0.0"), port, &nobody);
   EXPECT_EQ(nobody.ec, std::errc::connection_refused);
   EXPECT_EQ(nobody.fd, -1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The listener wait (DialOptions::listener_wait): a dial to a port nobody listens on yet
+
+cm::DialOptions waiting(milliseconds wait, const cm::DialOptions& base = {}) {
+  cm::DialOptions options = base;
+  options.listener_wait = wait;
+  return options;
+}
+
+// Without a wait, as the kernel's CM: the refusal is decided at the first attempt, which a
+// local dial makes before async_dial returns, so a listener opened just after is too late.
+TEST(CmListenerWait, WithoutAWaitADialIsRefusedEvenIfAListenerComesJustAfter) {
+  boost::asio::io_context io;
+  std::error_code ec;
+  auto held = cm::PortReservation::reserve(kTestPs, 0, ec);
+  ASSERT_TRUE(held) << ec.message();
+  const uint16_t port = held->port();
+  DialResult result;
+  cm::async_dial(io, sa(ipv4("127.0.0.1")), kTestPs, port, std::chrono::seconds(5),
+                 result.handler(), waiting(milliseconds(0)));
+  Streams streams;
+  auto listener =
+      cm::PortListener::listen(io, std::move(held), streams.sink(), ec, without_gateway());
+  ASSERT_TRUE(listener) << ec.message();
+  ASSERT_TRUE(run_until(io, [&] { return result.done; }));
+  EXPECT_EQ(result.ec, std::errc::connection_refused);
+  EXPECT_TRUE(streams.all.empty());
+}
+
+// A listener that appears (`after` a delay) while the dial waits gets the stream.
+void expect_a_late_listener_is_found(const cm::DialOptions& dial_options,
+                                     const cm::ListenerOptions& listen_options) {
+  boost::asio::io_context io;
+  std::error_code ec;
+  auto held = cm::PortReservation::reserve(kTestPs, 0, ec);
+  ASSERT_TRUE(held) << ec.message();
+  const uint16_t port = held->port();
+  // A gateway dial needs a gateway to answer "nobody" meanwhile: another port's listener.
+  Streams others;
+  std::unique_ptr<cm::PortListener> other;
+  if (dial_options.via_gateway) {
+    other = listen_any(io, others, listen_options);
+    ASSERT_TRUE(other);
+  }
+  DialResult result;
+  cm::async_dial(io, sa(ipv4("127.0.0.1")), kTestPs, port, std::chrono::seconds(10),
+                 result.handler(), dial_options);
+  Streams streams;
+  std::unique_ptr<cm::PortListener> listener;
+  boost::asio::steady_timer later(io, milliseconds(30));
+  later.async_wait([&](const boost::system::error_code&) {
+    listener = cm::PortListener::listen(io, std::move(held), streams.sink(), ec, listen_options);
+  });
+  ASSERT_TRUE(run_until(io, [&] { return result.done; }));
+  ASSERT_TRUE(listener) << ec.message();
+  ASSERT_FALSE(result.ec) << result.ec.message();
+  ASSERT_TRUE(run_until(io, [&] { return streams.all.size() == 1; }));
+  EXPECT_EQ(streams.all[0].handed_over, dial_options.via_gateway);
+  expect_bytes_both_ways(result.fd, streams.all[0].fd);
+  EXPECT_TRUE(others.all.empty());
+}
+
+TEST(CmListenerWait, ALocalDialFindsAListenerThatAppearsWithinTheWait) {
+  expect_a_late_listener_is_found(waiting(std::chrono::seconds(5)), without_gateway());
+}
+
+TEST(CmListenerWait, AGatewayDialFindsAListenerThatAppearsWithinTheWait) {
+  const uint16_t gateway_port = free_tcp_port();
+  expect_a_late_listener_is_found(waiting(std::chrono::seconds(5), via_gateway(gateway_port)),
+                                  listener_options(gateway_port));
+}
+
+TEST(CmListenerWait, WhenNobodyComesTheDialIsRefusedAfterTheWaitNotTimedOut) {
+  boost::asio::io_context io;
+  std::error_code ec;
+  auto released = cm::PortReservation::reserve(kTestPs, 0, ec);
+  ASSERT_TRUE(released) << ec.message();
+  const uint16_t nobodys = released->port();
+  released.reset();
+  DialResult local;
+  dial(io, ipv4("127.0.0.1"), nobodys, &local, waiting(milliseconds(100)));
+  EXPECT_EQ(local.ec, std::errc::connection_refused);
+  DialResult no_gateway;
+  dial(io, ipv4("127.0.0.1"), nobodys, &no_gateway,
+       waiting(milliseconds(100), via_gateway(free_tcp_port())));
+  EXPECT_EQ(no_gateway.ec, std::errc::connection_refused);
+}
+
+TEST(CmListenerWait, TheEnvironmentSetsTheWaitAndABadValueKeepsTheDefault) {
+  const char* saved = std::getenv("EMURDMA_CM_LISTENER_WAIT_MS");
+  const std::string kept = saved != nullptr ? saved : "";
+  ::unsetenv("EMURDMA_CM_LISTENER_WAIT_MS");
+  EXPECT_EQ(cm::listener_wait_from_environment(), milliseconds(500));
+  ::setenv("EMURDMA_CM_LISTENER_WAIT_MS", "0", 1);
+  EXPECT_EQ(cm::listener_wait_from_environment(), milliseconds(0));
+  ::setenv("EMURDMA_CM_LISTENER_WAIT_MS", "2500", 1);
+  EXPECT_EQ(cm::listener_wait_from_environment(), milliseconds(2500));
+  for (const char* bad : {"-1", "60001", "12ms", "x"}) {
+    ::setenv("EMURDMA_CM_LISTENER_WAIT_MS", bad, 1);
+    EXPECT_EQ(cm::listener_wait_from_environment(), milliseconds(500)) << bad;
+  }
+  if (saved != nullptr) {
+    ::setenv("EMURDMA_CM_LISTENER_WAIT_MS", kept.c_str(), 1);
+  } else {
+    ::unsetenv("EMURDMA_CM_LISTENER_WAIT_MS");
+  }
 }
 
 // A child holds a port (holder_child with `options`); this process dials it.
