@@ -25,6 +25,10 @@ namespace {
 // How long a connect may take to reach the listener and get its REP or REJ: the kernel's CM
 // gives up after its REQ retries (about 4 s on RoCE defaults); the program sees UNREACHABLE.
 constexpr auto kDialTimeout = std::chrono::seconds(5);
+// How long our DREQ waits for the peer's DREP (its program's rdma_disconnect or
+// rdma_destroy_id) before DISCONNECTED with -ETIMEDOUT, the kernel's DREQ_ERROR; the kernel's
+// wait is its CM response timeout times its retries, seconds to a minute.
+constexpr auto kDrepTimeout = std::chrono::seconds(5);
 
 // The private data rdma_cm reports on RoCE: the IB CM message's whole private data field minus
 // rdma_cm's own header in a REQ (the kernel cannot tell how much was sent, and pads with zeros).
@@ -150,36 +154,37 @@ void Connection::start_active(Id& id, cm::Message request) {
   auto self = shared_from_this();
   cm::DialOptions options;
   options.listener_wait = cm::listener_wait_from_environment();
-  cm::async_dial(cm_io(), dst, static_cast<uint16_t>(id.api.ps), port, kDialTimeout,
-                 [self, request = std::move(request)](std::error_code ec, int fd) mutable {
-                   if (self->phase_ != Phase::kDialing) {  // detached or disconnected meanwhile
-                     if (fd >= 0) ::close(fd);
-                     return;
-                   }
-                   if (ec) {
-                     self->phase_ = Phase::kDone;
-                     // Nobody listens: the kernel's CM answers REJ "invalid service ID" (8),
-                     // or a SIDR REP "unsupported" (UNREACHABLE, status 1).
-                     if (ec.value() == ECONNREFUSED && self->datagram_) {
-                       self->report(RDMA_CM_EVENT_UNREACHABLE, kSidrUnsupported);
-                     } else if (ec.value() == ECONNREFUSED) {
-                       self->report(RDMA_CM_EVENT_REJECTED, 8);
-                     } else {
-                       self->report(RDMA_CM_EVENT_UNREACHABLE, -ec.value());
-                     }
-                     return;
-                   }
-                   std::optional<cm::Channel::Socket> socket = cm::adopt_stream_fd(cm_io(), fd);
-                   if (!socket) {
-                     self->phase_ = Phase::kDone;
-                     self->report(RDMA_CM_EVENT_UNREACHABLE, -EPROTO);
-                     return;
-                   }
-                   self->open_channel(std::move(*socket), "the listener");
-                   self->phase_ = Phase::kRequested;
-                   self->channel_->start_active(std::move(request));
-                 },
-                 options);
+  cm::async_dial(
+      cm_io(), dst, static_cast<uint16_t>(id.api.ps), port, kDialTimeout,
+      [self, request = std::move(request)](std::error_code ec, int fd) mutable {
+        if (self->phase_ != Phase::kDialing) {  // detached or disconnected meanwhile
+          if (fd >= 0) ::close(fd);
+          return;
+        }
+        if (ec) {
+          self->phase_ = Phase::kDone;
+          // Nobody listens: the kernel's CM answers REJ "invalid service ID" (8),
+          // or a SIDR REP "unsupported" (UNREACHABLE, status 1).
+          if (ec.value() == ECONNREFUSED && self->datagram_) {
+            self->report(RDMA_CM_EVENT_UNREACHABLE, kSidrUnsupported);
+          } else if (ec.value() == ECONNREFUSED) {
+            self->report(RDMA_CM_EVENT_REJECTED, 8);
+          } else {
+            self->report(RDMA_CM_EVENT_UNREACHABLE, -ec.value());
+          }
+          return;
+        }
+        std::optional<cm::Channel::Socket> socket = cm::adopt_stream_fd(cm_io(), fd);
+        if (!socket) {
+          self->phase_ = Phase::kDone;
+          self->report(RDMA_CM_EVENT_UNREACHABLE, -EPROTO);
+          return;
+        }
+        self->open_channel(std::move(*socket), "the listener");
+        self->phase_ = Phase::kRequested;
+        self->channel_->start_active(std::move(request));
+      },
+      options);
 }
 
 void Connection::start_passive(const std::shared_ptr<Listener>& listener, int fd,
@@ -378,24 +383,33 @@ void Connection::on_reject(const cm::Message& m) {
 }
 
 void Connection::on_disconnect_request() {
-  channel_->send(cm::bare(cm::Type::kDrep));
-  channel_->close_after_write();
-  if (!disconnected_reported_) {
-    disconnected_reported_ = true;
-    if (id_ != nullptr) id_->state = IdState::kDisconnected;
-    report(RDMA_CM_EVENT_DISCONNECTED, 0);
+  if (phase_ == Phase::kClosing) {
+    // Both sides disconnect at once: each answers the other's DREQ, and is done.
+    channel_->send(cm::bare(cm::Type::kDrep));
+    channel_->close_after_write();
+    if (drep_timer_) drep_timer_->cancel();
+    phase_ = Phase::kDone;
+    report_disconnected(0);
+    return;
   }
-  phase_ = Phase::kDone;
+  // The kernel's CM reports DISCONNECTED at the DREQ and answers it (DREP) only when the
+  // program calls rdma_disconnect or destroys the id: until then the peer's DISCONNECTED waits.
+  phase_ = Phase::kDreqReceived;
+  report_disconnected(0);
 }
 
-void Connection::finish_disconnect() {
+void Connection::report_disconnected(int status) {
+  if (disconnected_reported_) return;
+  disconnected_reported_ = true;
+  if (id_ != nullptr) id_->state = IdState::kDisconnected;
+  report(RDMA_CM_EVENT_DISCONNECTED, status);
+}
+
+void Connection::finish_disconnect(int status) {
   phase_ = Phase::kDone;
+  if (drep_timer_) drep_timer_->cancel();
   if (channel_) channel_->close();
-  if (!disconnected_reported_) {
-    disconnected_reported_ = true;
-    if (id_ != nullptr) id_->state = IdState::kDisconnected;
-    report(RDMA_CM_EVENT_DISCONNECTED, 0);
-  }
+  report_disconnected(status);
 }
 
 void Connection::on_closed(const std::string& why) {
@@ -419,12 +433,10 @@ void Connection::on_closed(const std::string& why) {
       break;
     case Phase::kEstablished:
     case Phase::kClosing:
+    case Phase::kDreqReceived:
       // The peer's process ended or its stream broke: the connection is gone.
-      if (!disconnected_reported_) {
-        disconnected_reported_ = true;
-        if (id_ != nullptr) id_->state = IdState::kDisconnected;
-        report(RDMA_CM_EVENT_DISCONNECTED, 0);
-      }
+      if (drep_timer_) drep_timer_->cancel();
+      report_disconnected(0);
       break;
     default:
       break;
@@ -465,6 +477,21 @@ void Connection::disconnect() {
   if (phase_ == Phase::kEstablished && channel_) {
     channel_->send(cm::bare(cm::Type::kDreq));
     phase_ = Phase::kClosing;
+    drep_timer_ = std::make_unique<boost::asio::steady_timer>(cm_io(), kDrepTimeout);
+    std::weak_ptr<Connection> weak = weak_from_this();
+    drep_timer_->async_wait([weak](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->phase_ != Phase::kClosing) return;
+      cm::logger().debug("rdma_cm: no DREP within {} s: DISCONNECTED -ETIMEDOUT",
+                         std::chrono::duration_cast<std::chrono::seconds>(kDrepTimeout).count());
+      self->finish_disconnect(-ETIMEDOUT);
+    });
+    return;
+  }
+  if (phase_ == Phase::kDreqReceived && channel_) {
+    channel_->send(cm::bare(cm::Type::kDrep));
+    channel_->close_after_write();
+    phase_ = Phase::kDone;
     return;
   }
   // Not connected yet: the attempt ends here.
@@ -477,6 +504,9 @@ void Connection::detach() {
   if (channel_ && channel_->is_open()) {
     if (phase_ == Phase::kEstablished) {
       channel_->send(cm::bare(cm::Type::kDreq));
+      channel_->close_after_write();
+    } else if (phase_ == Phase::kDreqReceived) {
+      channel_->send(cm::bare(cm::Type::kDrep));
       channel_->close_after_write();
     } else if (phase_ != Phase::kClosing) {
       channel_->close();

@@ -16,6 +16,7 @@
 #include <rdma/rdma_cma.h>
 
 #include <atomic>
+#include <boost/asio/steady_timer.hpp>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -78,7 +79,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     kRequestGiven,
     kAccepted,
     kEstablished,
-    kClosing,
+    kClosing,       // our DREQ sent: DISCONNECTED at the DREP (or its timeout)
+    kDreqReceived,  // the peer's DREQ: DISCONNECTED reported, the DREP waits for ours
     kDone
   };
 
@@ -97,10 +99,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void reject(std::vector<uint8_t> private_data);
   // rdma_establish (active, no QP of the library's): RTU, connected.
   void establish();
-  // rdma_disconnect: DREQ when connected, then DISCONNECTED once (at the DREP or the end of
-  // the stream); the stream just closes when not yet connected.
+  // rdma_disconnect: DREQ when connected, then DISCONNECTED once (at the DREP, the end of the
+  // stream, or -ETIMEDOUT after kDrepTimeout); after the peer's DREQ, the DREP it waits for, as
+  // the kernel's CM answers a DREQ only at its program's rdma_disconnect; the stream just
+  // closes when not yet connected.
   void disconnect();
-  // rdma_destroy_id: no event from now on; a connected stream says DREQ before it closes.
+  // rdma_destroy_id: no event from now on; a connected stream says DREQ (or the DREP the
+  // peer's DREQ waits for) before it closes.
   void detach();
   // rdma_notify(IBV_EVENT_COMM_EST): traffic arrived before the RTU: established now, as the
   // kernel's CM does.
@@ -130,7 +135,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Reports `type` on the attached id (nothing when detached), with the message's connection
   // parameters and private data when `m` is given.
   void report(rdma_cm_event_type type, int status, const cm::Message* m = nullptr);
-  void finish_disconnect();
+  // DISCONNECTED once, with `status` (0, or -ETIMEDOUT when the DREP never came).
+  void report_disconnected(int status);
+  void finish_disconnect(int status = 0);
 
   const Role role_;
   std::atomic<Phase> phase_{Phase::kDialing};  // read by rdma_establish on the program thread
@@ -138,6 +145,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::weak_ptr<Listener> listener_;  // passive, until the REQ made the id
   std::shared_ptr<cm::Channel> channel_;
   bool disconnected_reported_ = false;
+  std::unique_ptr<boost::asio::steady_timer> drep_timer_;  // kClosing
   const bool datagram_;  // active: a UD id's rdma_connect; passive: a UD id listens
 };
 

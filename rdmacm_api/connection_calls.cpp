@@ -316,9 +316,13 @@ RDMACM_EXPORT int rdma_disconnect(rdma_cm_id* cm_id) {
   // A SIDR exchange left nothing connected: nothing to end, no event.
   if (id.cm_connection->datagram()) return 0;
   const IdState state = id.state;
-  if (state == IdState::kDisconnected) return complete_sync(id);  // the peer went first
-  if (state != IdState::kConnected && state != IdState::kConnecting) return fail(EINVAL);
   std::shared_ptr<Connection> connection = id.cm_connection;
+  if (state == IdState::kDisconnected) {
+    // The peer went first: its DREQ waits for our answer (DREP).
+    post_to_cm_thread([connection] { connection->disconnect(); });
+    return complete_sync(id);
+  }
+  if (state != IdState::kConnected && state != IdState::kConnecting) return fail(EINVAL);
   post_to_cm_thread([connection] { connection->disconnect(); });
   // An attempt not yet connected just ends (no event); a connection ends with DISCONNECTED.
   return state == IdState::kConnected ? complete_sync(id) : 0;
