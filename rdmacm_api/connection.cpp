@@ -29,6 +29,10 @@ constexpr auto kDialTimeout = std::chrono::seconds(5);
 // rdma_destroy_id) before DISCONNECTED with -ETIMEDOUT, the kernel's DREQ_ERROR; the kernel's
 // wait is its CM response timeout times its retries, seconds to a minute.
 constexpr auto kDrepTimeout = std::chrono::seconds(5);
+// The timewait after a disconnection, as the kernel's IB CM computes it for RoCE paths (packet
+// life time 16, plus one: 2^(17-8) ms), after which rdma_cm reports TIMEWAIT_EXIT: the QP may
+// be reused.
+constexpr auto kTimewait = std::chrono::milliseconds(512);
 
 // The private data rdma_cm reports on RoCE: the IB CM message's whole private data field minus
 // rdma_cm's own header in a REQ (the kernel cannot tell how much was sent, and pads with zeros).
@@ -390,12 +394,22 @@ void Connection::on_disconnect_request() {
     if (drep_timer_) drep_timer_->cancel();
     phase_ = Phase::kDone;
     report_disconnected(0);
+    enter_timewait();
     return;
   }
   // The kernel's CM reports DISCONNECTED at the DREQ and answers it (DREP) only when the
   // program calls rdma_disconnect or destroys the id: until then the peer's DISCONNECTED waits.
   phase_ = Phase::kDreqReceived;
   report_disconnected(0);
+}
+
+void Connection::enter_timewait() {
+  if (timewait_ || datagram_ || id_ == nullptr) return;
+  timewait_ = std::make_unique<boost::asio::steady_timer>(cm_io(), kTimewait);
+  std::weak_ptr<Connection> weak = weak_from_this();
+  timewait_->async_wait([weak](const boost::system::error_code& ec) {
+    if (auto self = weak.lock(); self && !ec) self->report(RDMA_CM_EVENT_TIMEWAIT_EXIT, 0);
+  });
 }
 
 void Connection::report_disconnected(int status) {
@@ -410,6 +424,7 @@ void Connection::finish_disconnect(int status) {
   if (drep_timer_) drep_timer_->cancel();
   if (channel_) channel_->close();
   report_disconnected(status);
+  enter_timewait();
 }
 
 void Connection::on_closed(const std::string& why) {
@@ -437,6 +452,7 @@ void Connection::on_closed(const std::string& why) {
       // The peer's process ended or its stream broke: the connection is gone.
       if (drep_timer_) drep_timer_->cancel();
       report_disconnected(0);
+      enter_timewait();
       break;
     default:
       break;
@@ -492,6 +508,7 @@ void Connection::disconnect() {
     channel_->send(cm::bare(cm::Type::kDrep));
     channel_->close_after_write();
     phase_ = Phase::kDone;
+    enter_timewait();
     return;
   }
   // Not connected yet: the attempt ends here.
@@ -501,6 +518,9 @@ void Connection::disconnect() {
 
 void Connection::detach() {
   id_ = nullptr;
+  // The timers end here, on the CM thread (the program's thread may free this object later).
+  drep_timer_.reset();
+  timewait_.reset();
   if (channel_ && channel_->is_open()) {
     if (phase_ == Phase::kEstablished) {
       channel_->send(cm::bare(cm::Type::kDreq));

@@ -137,6 +137,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void report(rdma_cm_event_type type, int status, const cm::Message* m = nullptr);
   // DISCONNECTED once, with `status` (0, or -ETIMEDOUT when the DREP never came).
   void report_disconnected(int status);
+  // This side's part of the disconnection is done (DREP sent or received, DREQ timed out, or
+  // the stream gone): TIMEWAIT_EXIT after the kernel's RoCE timewait, once, if the id lives.
+  void enter_timewait();
   void finish_disconnect(int status = 0);
 
   const Role role_;
@@ -146,6 +149,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<cm::Channel> channel_;
   bool disconnected_reported_ = false;
   std::unique_ptr<boost::asio::steady_timer> drep_timer_;  // kClosing
+  std::unique_ptr<boost::asio::steady_timer> timewait_;    // after the disconnection
   const bool datagram_;  // active: a UD id's rdma_connect; passive: a UD id listens
 };
 

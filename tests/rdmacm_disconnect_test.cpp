@@ -4,6 +4,7 @@
 // that DREP, or with -ETIMEDOUT when none comes, the IB CM's DREQ_ERROR). One process,
 // 127.0.0.1.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <unistd.h>
 
@@ -37,6 +38,17 @@ void expect_no_event_for(rdma_event_channel* channel, int milliseconds) {
   EXPECT_FALSE(readable(channel->fd)) << "an event came before the peer answered the DREQ";
 }
 
+// The next event of `channel` within 10 s (a bound for hangs only): `type` on `id`.
+void expect_next_within_bound(rdma_event_channel* channel, rdma_cm_id* id,
+                              rdma_cm_event_type type) {
+  pollfd p{channel->fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1) << "no " << rdma_event_str(type) << " within 10 s";
+  rdma_cm_event* event = next_event(channel, type);
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(event->id, id);
+  rdma_ack_cm_event(event);
+}
+
 }  // namespace
 
 TEST(RdmaCmDisconnect, TheDisconnectingSideWaitsForThePeersRdmaDisconnect) {
@@ -51,6 +63,9 @@ TEST(RdmaCmDisconnect, TheDisconnectingSideWaitsForThePeersRdmaDisconnect) {
   expect_no_event_for(p.client.channel, 200);
   ASSERT_EQ(rdma_disconnect(child), 0) << strerror(errno);  // the DREP
   p.client.expect_event(RDMA_CM_EVENT_DISCONNECTED);
+  // Both sides' part is done: each leaves its timewait.
+  expect_next_within_bound(p.client.channel, p.client.id, RDMA_CM_EVENT_TIMEWAIT_EXIT);
+  expect_next_within_bound(p.server.channel, child, RDMA_CM_EVENT_TIMEWAIT_EXIT);
   rdma_destroy_qp(child);
   rdma_destroy_id(child);
   rdma_destroy_qp(p.client.id);
@@ -70,7 +85,9 @@ TEST(RdmaCmDisconnect, DestroyingThePeersIdAnswersTheDisconnect) {
   rdma_destroy_qp(p.client.id);
 }
 
-TEST(RdmaCmDisconnect, BothSidesDisconnectingAtOnceEachSeeDisconnectedOnce) {
+// Each side's next event after its DISCONNECTED is TIMEWAIT_EXIT (not a second DISCONNECTED):
+// the kernel's CM reports it when the connection leaves its timewait, the QP reusable.
+TEST(RdmaCmDisconnect, BothSidesDisconnectingAtOnceEachSeeDisconnectedOnceThenTimewaitExit) {
   Pair p(21013);
   rdma_cm_id* child = connect_pair(p);
   ASSERT_NE(child, nullptr);
@@ -80,8 +97,8 @@ TEST(RdmaCmDisconnect, BothSidesDisconnectingAtOnceEachSeeDisconnectedOnce) {
   rdma_cm_event* gone = next_event(p.server.channel, RDMA_CM_EVENT_DISCONNECTED);
   ASSERT_NE(gone, nullptr);
   rdma_ack_cm_event(gone);
-  expect_no_event_for(p.client.channel, 100);
-  EXPECT_FALSE(readable(p.server.channel->fd));
+  expect_next_within_bound(p.client.channel, p.client.id, RDMA_CM_EVENT_TIMEWAIT_EXIT);
+  expect_next_within_bound(p.server.channel, child, RDMA_CM_EVENT_TIMEWAIT_EXIT);
   rdma_destroy_qp(child);
   rdma_destroy_id(child);
   rdma_destroy_qp(p.client.id);
