@@ -528,6 +528,12 @@ void Connection::detach() {
     } else if (phase_ == Phase::kDreqReceived) {
       channel_->send(cm::bare(cm::Type::kDrep));
       channel_->close_after_write();
+    } else if (phase_ == Phase::kRequestGiven && !datagram_) {
+      // A request destroyed unanswered: the kernel's CM rejects it (consumer defined).
+      cm::Message rej = cm::bare(cm::Type::kRej);
+      rej.reason = cm::RejectReason::kConsumerDefined;
+      channel_->send(rej);
+      channel_->close_after_write();
     } else if (phase_ != Phase::kClosing) {
       channel_->close();
     }

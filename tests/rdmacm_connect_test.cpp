@@ -141,3 +141,13 @@ TEST(RdmaCmConnect, PrivateDataBeyondRoceLimitsIsEinval) {
   param.private_data_len = 57;  // a REQ carries 56 on RoCE
   EXPECT_FAILS_WITH(rdma_connect(p.client.id, &param), EINVAL);
 }
+
+// rdma_destroy_id on a request not yet accepted or rejected: the kernel's CM rejects it for the
+// program (IB CM reason 28, consumer defined).
+TEST(RdmaCmConnect, DestroyingAnUnansweredRequestRejectsIt) {
+  Pair p(21005);
+  rdma_cm_id* child = p.request(nullptr);
+  ASSERT_NE(child, nullptr);
+  ASSERT_EQ(rdma_destroy_id(child), 0) << strerror(errno);
+  p.client.expect_event(RDMA_CM_EVENT_REJECTED, 28);
+}
