@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
+#include "cm/cm_handshake.h"
 #include "rdmacm_api/rsockets/socket.h"
 
 namespace rdmacm_api::rsockets {
@@ -145,7 +147,7 @@ void return_credits(Socket& s) {
 
 void fail_connection(Socket& s, int error, const char* why) {
   if (s.failure != 0) return;
-  fprintf(stderr, "[emurdma rsockets] connection reset: %s\n", why);
+  cm::log_refusal(std::string("rsockets: connection reset: ") + why);
   s.failure = error;
   s.so_error = error;
   s.state = State::kFailed;
@@ -325,6 +327,7 @@ short poll_events(Socket& s, short requested) {
       return (requested & POLLIN) && s.received_count != 0 ? POLLIN : 0;
     case State::kConnected:
       if ((requested & POLLIN) && readable(s)) revents |= POLLIN;
+      // Writable: a credit, or a shut side whose send fails at once.
       if ((requested & POLLOUT) && (can_send(s) || s.shut_write)) revents |= POLLOUT;
       return revents;
     case State::kDisconnected:

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
+#include "cm/cm_handshake.h"
 #include "rdmacm_api/export.h"
 #include "rdmacm_api/rsockets/socket.h"
 
@@ -16,6 +18,8 @@ namespace rdmacm_api::rsockets {
 namespace {
 
 constexpr int kResolveTimeoutMs = 2000;
+constexpr const char* kNotOurs =
+    "its private data is not rsockets' of our version, or announces out-of-bounds sizes";
 constexpr uint32_t kMinConfiguredMessage = 4096, kMaxConfiguredMessage = 64 * 1024;
 constexpr uint32_t kMaxQueue = 1024;
 
@@ -131,9 +135,8 @@ void handle_event(Socket& s, const rdma_cm_event& e) {
       if (s.state == State::kConnecting) {
         error = adopt_peer(s, e.param.conn.private_data, e.param.conn.private_data_len);
         if (error != 0) {
-          fprintf(stderr, "[emurdma rsockets] refused the peer's accept: %s\n",
-                  error == EPROTO ? "not an rsockets peer of our version, or out-of-bounds sizes"
-                                  : strerror(error));
+          cm::log_refusal(std::string("rsockets: refused the peer's accept: ") +
+                          (error == EPROTO ? kNotOurs : strerror(error)));
           rdma_disconnect(s.id);
           connect_failed(s, ECONNREFUSED);
           return;
@@ -203,15 +206,14 @@ SocketPtr accept_request(Socket& listener, rdma_cm_event* event) {
   }
   rdma_ack_cm_event(event);
   if (!ours) {
-    fprintf(stderr,
-            "[emurdma rsockets] refused a connection request: not an rsockets peer of our "
-            "version, or out-of-bounds sizes\n");
+    cm::log_refusal(std::string("rsockets: refused a connection request: ") + kNotOurs);
     rdma_reject(id, nullptr, 0);
     rdma_destroy_id(id);
     return nullptr;
   }
   auto s = std::make_shared<Socket>();
   s->options = listener.options;
+  s->options.nonblocking = false;  // as accept(2): O_NONBLOCK is not inherited
   s->channel = rdma_create_event_channel();
   if (s->channel == nullptr || !set_nonblocking(s->channel->fd) ||
       rdma_migrate_id(id, s->channel) != 0) {

@@ -33,8 +33,8 @@ enum class State {
 struct Options {
   uint32_t send_buffer = 1u << 17;     // SO_SNDBUF
   uint32_t receive_buffer = 1u << 17;  // SO_RCVBUF
-  uint32_t sq_size = 64;               // RDMA_SQSIZE: sends in flight
-  uint32_t rq_size = 64;               // RDMA_RQSIZE: receive buffers posted
+  uint32_t sq_size = 384;              // RDMA_SQSIZE: sends in flight
+  uint32_t rq_size = 384;              // RDMA_RQSIZE: receive buffers posted
   uint32_t inline_size = 64;           // RDMA_INLINE
   uint32_t iomap_size = 0;             // RDMA_IOMAPSIZE: peer windows we keep
   bool reuse_address = false, keepalive = false, no_delay = false, linger_off = false,

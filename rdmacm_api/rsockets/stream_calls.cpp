@@ -11,10 +11,11 @@
 namespace rdmacm_api::rsockets {
 namespace {
 
-bool not_connected(State state) {
-  return state == State::kIdle || state == State::kBound || state == State::kListening ||
-         state == State::kResolvingAddress || state == State::kResolvingRoute ||
-         state == State::kConnecting;
+// Never connected: a failed connect (no peer announcement adopted) counts as one.
+bool not_connected(const Socket& s) {
+  return s.state == State::kIdle || s.state == State::kBound || s.state == State::kListening ||
+         s.state == State::kResolvingAddress || s.state == State::kResolvingRoute ||
+         s.state == State::kConnecting || (s.state == State::kFailed && s.send_mr == nullptr);
 }
 
 // Copies received bytes into the iovecs from (*vector, *offset) on; consumed buffers go back to
@@ -63,6 +64,20 @@ size_t total_length(const iovec* iov, int count) {
   return total;
 }
 
+// Copies `n` bytes from the iovecs at (vector, offset) on, advancing them.
+void gather(const iovec* iov, int& vector, size_t& offset, uint8_t* to, size_t n) {
+  for (size_t filled = 0; filled < n;) {
+    size_t piece = std::min(n - filled, iov[vector].iov_len - offset);
+    memcpy(to + filled, static_cast<const uint8_t*>(iov[vector].iov_base) + offset, piece);
+    filled += piece;
+    offset += piece;
+    if (offset == iov[vector].iov_len) {
+      ++vector;
+      offset = 0;
+    }
+  }
+}
+
 bool at_end(const Socket& s) {
   return s.peer_fin || s.shut_read || s.state == State::kDisconnected || s.state == State::kFailed;
 }
@@ -71,7 +86,7 @@ bool at_end(const Socket& s) {
 
 ssize_t receive_locked(Socket& s, std::unique_lock<std::mutex>& lock, const iovec* iov, int count,
                        int flags) {
-  if (not_connected(s.state)) return fail(ENOTCONN);
+  if (not_connected(s)) return fail(ENOTCONN);
   bool nonblocking = s.options.nonblocking || (flags & MSG_DONTWAIT);
   bool peek = flags & MSG_PEEK;
   size_t total = total_length(iov, count), copied = 0, offset = 0;
@@ -88,14 +103,14 @@ ssize_t receive_locked(Socket& s, std::unique_lock<std::mutex>& lock, const iove
     progress(s);  // returns the credits of the buffers just emptied
     return static_cast<ssize_t>(copied);
   }
-  if (s.failure != 0 && !s.peer_fin) return fail(s.failure);
+  if (s.failure != 0) return fail(s.failure);
   if (at_end(s)) return 0;
   return fail(EAGAIN);
 }
 
 ssize_t send_locked(Socket& s, std::unique_lock<std::mutex>& lock, const iovec* iov, int count,
                     int flags) {
-  if (not_connected(s.state)) return fail(ENOTCONN);
+  if (not_connected(s)) return fail(ENOTCONN);
   bool nonblocking = s.options.nonblocking || (flags & MSG_DONTWAIT);
   size_t total = total_length(iov, count), sent = 0, offset = 0;
   int vector = 0;
@@ -112,16 +127,7 @@ ssize_t send_locked(Socket& s, std::unique_lock<std::mutex>& lock, const iovec* 
     }
     size_t n = std::min<size_t>(total - sent, s.send_slot_bytes);
     uint8_t* buffer = next_send_buffer(s);
-    for (size_t filled = 0; filled < n;) {  // gather from the iovecs
-      size_t piece = std::min(n - filled, iov[vector].iov_len - offset);
-      memcpy(buffer + filled, static_cast<const uint8_t*>(iov[vector].iov_base) + offset, piece);
-      filled += piece;
-      offset += piece;
-      if (offset == iov[vector].iov_len) {
-        ++vector;
-        offset = 0;
-      }
-    }
+    gather(iov, vector, offset, buffer, n);
     if (int e = post_message(s, MessageType::kData, buffer, n); e != 0) {
       fail_connection(s, ECONNRESET, "a send could not be posted");
       break;

@@ -79,7 +79,10 @@ RDMACM_EXPORT int rclose(int socket) {
     shutdown_locked(*s, SHUT_WR);
     wait_until(
         *s, lock, false,
-        [&] { return s->state != State::kConnected || s->sends_completed == s->sends_posted; },
+        [&] {
+          return s->state != State::kConnected ||
+                 (!s->fin_pending && s->sends_completed == s->sends_posted);
+        },
         std::chrono::milliseconds(2000));
   }
   if (s->state == State::kConnected || s->state == State::kAccepting ||
