@@ -201,6 +201,26 @@ TEST_P(Rsockets, NonblockingConnectToNoListenerReportsTheErrorThroughSoError) {
   rclose(fd);
 }
 
+TEST_P(Rsockets, ClosingAListenerRefusesItsWaitingRequests) {
+  auto* l = new Listener(GetParam());
+  int fd = rsocket(GetParam(), SOCK_STREAM, 0);
+  ASSERT_EQ(rfcntl(fd, F_SETFL, O_NONBLOCK), 0);
+  sockaddr_storage a = loopback(GetParam(), l->port);
+  EXPECT_FAILS_WITH(rconnect(fd, reinterpret_cast<sockaddr*>(&a), length_of(GetParam())),
+                    EINPROGRESS);
+  pollfd lp{l->fd, POLLIN, 0};
+  ASSERT_EQ(rpoll(&lp, 1, 10000), 1);  // the request waits in the listener
+  delete l;                            // rclose: never accepted
+  pollfd p{fd, POLLOUT, 0};
+  ASSERT_EQ(rpoll(&p, 1, 10000), 1);
+  EXPECT_TRUE(p.revents & POLLERR);
+  int error = 0;
+  socklen_t len = sizeof error;
+  EXPECT_EQ(rgetsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len), 0);
+  EXPECT_EQ(error, ECONNREFUSED);
+  rclose(fd);
+}
+
 TEST_P(Rsockets, RpollReportsReadinessOfRsocketsAndOrdinaryDescriptors) {
   Listener l(GetParam());
   pollfd lp{l.fd, POLLIN, 0};

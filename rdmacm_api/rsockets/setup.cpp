@@ -87,10 +87,13 @@ int create_resources(Socket& s, const ConnectData& local) {
   return 0;
 }
 
-// What the peer announced: send buffers sized to its receive buffers.
+// What the peer announced: our messages fit its receive buffers, and our own SO_SNDBUF split
+// over the sends in flight (so the peer's announcement never sizes our memory alone).
 int adopt_peer(Socket& s, const void* data, size_t length) {
   if (!decode(data, length, s.peer)) return EPROTO;
-  s.send_slot_bytes = s.peer.message_bytes;
+  uint32_t own = std::clamp((s.options.send_buffer / s.send_slots) & ~63u, kMinConfiguredMessage,
+                            kMaxConfiguredMessage);
+  s.send_slot_bytes = std::min(s.peer.message_bytes, own);
   s.send_mr = register_pool(s.id->pd, s.send_pool, size_t{s.send_slot_bytes} * s.send_slots, 0);
   if (s.send_mr == nullptr) return errno ? errno : ENOMEM;
   s.credits = s.peer.receive_count;

@@ -73,6 +73,18 @@ RDMACM_EXPORT int rclose(int socket) {
   if (s == nullptr) return fail(EBADF);
   remove_socket(socket);
   std::unique_lock lock(s->mutex);
+  if (s->state == State::kListening) {
+    // Requests never accepted are refused, their ids freed.
+    rdma_cm_event* event = nullptr;
+    while (rdma_get_cm_event(s->channel, &event) == 0) {
+      rdma_cm_id* request = event->event == RDMA_CM_EVENT_CONNECT_REQUEST ? event->id : nullptr;
+      rdma_ack_cm_event(event);
+      if (request != nullptr) {
+        rdma_reject(request, nullptr, 0);
+        rdma_destroy_id(request);
+      }
+    }
+  }
   if (s->state == State::kConnected) {
     // Our data and a FIN reach the peer before the disconnect (bounded wait), so that its
     // reads end with the data rather than a reset.
