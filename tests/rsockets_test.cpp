@@ -15,6 +15,17 @@ using namespace rsockets_test;
 
 namespace {
 
+// A nonblocking connect in progress ends refused: POLLOUT with POLLERR, SO_ERROR ECONNREFUSED.
+void expect_refused_through_so_error(int fd) {
+  pollfd p{fd, POLLOUT, 0};
+  ASSERT_EQ(rpoll(&p, 1, 10000), 1);
+  EXPECT_TRUE(p.revents & POLLERR);
+  int error = 0;
+  socklen_t len = sizeof error;
+  EXPECT_EQ(rgetsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len), 0);
+  EXPECT_EQ(error, ECONNREFUSED);
+}
+
 class Rsockets : public ::testing::TestWithParam<int> {};
 
 INSTANTIATE_TEST_SUITE_P(Family, Rsockets, ::testing::Values(AF_INET, AF_INET6),
@@ -184,13 +195,7 @@ TEST_P(Rsockets, NonblockingConnectToNoListenerReportsTheErrorThroughSoError) {
     // call, as a socket's, and no more through SO_ERROR.
   } else {
     ASSERT_EQ(errno, EINPROGRESS);
-    pollfd p{fd, POLLOUT, 0};
-    ASSERT_EQ(rpoll(&p, 1, 10000), 1);
-    EXPECT_TRUE(p.revents & POLLERR);
-    int error = 0;
-    socklen_t len = sizeof error;
-    EXPECT_EQ(rgetsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len), 0);
-    EXPECT_EQ(error, ECONNREFUSED);
+    expect_refused_through_so_error(fd);
   }
   int error = -1;
   socklen_t len = sizeof error;
@@ -211,13 +216,7 @@ TEST_P(Rsockets, ClosingAListenerRefusesItsWaitingRequests) {
   pollfd lp{l->fd, POLLIN, 0};
   ASSERT_EQ(rpoll(&lp, 1, 10000), 1);  // the request waits in the listener
   delete l;                            // rclose: never accepted
-  pollfd p{fd, POLLOUT, 0};
-  ASSERT_EQ(rpoll(&p, 1, 10000), 1);
-  EXPECT_TRUE(p.revents & POLLERR);
-  int error = 0;
-  socklen_t len = sizeof error;
-  EXPECT_EQ(rgetsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len), 0);
-  EXPECT_EQ(error, ECONNREFUSED);
+  expect_refused_through_so_error(fd);
   rclose(fd);
 }
 

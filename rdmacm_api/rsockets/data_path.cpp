@@ -158,19 +158,31 @@ uint8_t* next_send_buffer(Socket& s) {
   return s.send_pool.get() + (s.sends_posted % s.send_slots) * s.send_slot_bytes;
 }
 
-int post_message(Socket& s, MessageType type, const void* data, size_t length) {
+namespace {
+
+// Posts `wr` (opcode and remote fields set by the caller) from the next send buffer, filled
+// with `data` unless it is that buffer already; 0 or the error.
+int post_from_send_buffer(Socket& s, ibv_send_wr& wr, const void* data, size_t length) {
   uint8_t* buffer = next_send_buffer(s);
   if (length != 0 && data != buffer) memcpy(buffer, data, length);
   ibv_sge sge{reinterpret_cast<uintptr_t>(buffer), static_cast<uint32_t>(length), s.send_mr->lkey};
-  ibv_send_wr wr{}, *bad = nullptr;
+  ibv_send_wr* bad = nullptr;
   wr.wr_id = s.sends_posted;
-  wr.opcode = IBV_WR_SEND_WITH_IMM;
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.sg_list = &sge;
   wr.num_sge = length != 0 ? 1 : 0;
-  wr.imm_data = make_immediate(type, s.unreported);
   if (ibv_post_send(s.id->qp, &wr, &bad) != 0) return errno ? errno : EIO;
   ++s.sends_posted;
+  return 0;
+}
+
+}  // namespace
+
+int post_message(Socket& s, MessageType type, const void* data, size_t length) {
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = make_immediate(type, s.unreported);
+  if (int e = post_from_send_buffer(s, wr, data, length); e != 0) return e;
   --s.credits;
   s.outstanding -= s.unreported;
   s.unreported = 0;
@@ -178,20 +190,11 @@ int post_message(Socket& s, MessageType type, const void* data, size_t length) {
 }
 
 int post_write(Socket& s, const void* data, size_t length, uint64_t address, uint32_t rkey) {
-  uint8_t* buffer = next_send_buffer(s);
-  memcpy(buffer, data, length);
-  ibv_sge sge{reinterpret_cast<uintptr_t>(buffer), static_cast<uint32_t>(length), s.send_mr->lkey};
-  ibv_send_wr wr{}, *bad = nullptr;
-  wr.wr_id = s.sends_posted;
+  ibv_send_wr wr{};
   wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
   wr.wr.rdma.remote_addr = address;
   wr.wr.rdma.rkey = rkey;
-  if (ibv_post_send(s.id->qp, &wr, &bad) != 0) return errno ? errno : EIO;
-  ++s.sends_posted;
-  return 0;
+  return post_from_send_buffer(s, wr, data, length);
 }
 
 bool can_send(const Socket& s) {

@@ -38,6 +38,18 @@ ConnectData local_announcement(const Options& o) {
   return d;
 }
 
+// rdma_connect's and rdma_accept's parameters: our announcement (encoded into `data`) and the
+// most patient retries, as a TCP connection's.
+rdma_conn_param parameters(const ConnectData& local, uint8_t (&data)[kConnectDataBytes]) {
+  encode(local, data);
+  rdma_conn_param param{};
+  param.private_data = data;
+  param.private_data_len = sizeof data;
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;
+  return param;
+}
+
 ibv_mr* register_pool(ibv_pd* pd, std::unique_ptr<uint8_t[]>& pool, size_t bytes, int access) {
   pool.reset(new (std::nothrow) uint8_t[bytes]);
   if (pool == nullptr) return nullptr;
@@ -110,12 +122,7 @@ int send_connect(Socket& s) {
   ConnectData local = local_announcement(s.options);
   if (int e = create_resources(s, local); e != 0) return e;
   uint8_t data[kConnectDataBytes];
-  encode(local, data);
-  rdma_conn_param param{};
-  param.private_data = data;
-  param.private_data_len = sizeof data;
-  param.retry_count = 7;
-  param.rnr_retry_count = 7;
+  rdma_conn_param param = parameters(local, data);
   if (rdma_connect(s.id, &param) != 0) return errno;
   s.state = State::kConnecting;
   return 0;
@@ -228,12 +235,7 @@ SocketPtr accept_request(Socket& listener, rdma_cm_event* event) {
   id->context = s.get();
   ConnectData local = local_announcement(s->options);
   uint8_t data[kConnectDataBytes];
-  encode(local, data);
-  rdma_conn_param param{};
-  param.private_data = data;
-  param.private_data_len = sizeof data;
-  param.retry_count = 7;
-  param.rnr_retry_count = 7;
+  rdma_conn_param param = parameters(local, data);
   if (create_resources(*s, local) != 0 || adopt_peer(*s, peer_data.data(), peer_data.size()) != 0 ||
       rdma_accept(id, &param) != 0) {
     rdma_reject(id, nullptr, 0);
