@@ -326,8 +326,9 @@ short poll_events(Socket& s, short requested) {
     case State::kResolvingAddress:
     case State::kResolvingRoute:
     case State::kConnecting:
-    case State::kAccepting:
-      return (requested & POLLIN) && s.received_count != 0 ? POLLIN : 0;
+      return 0;
+    case State::kAccepting:  // the peer's data (or FIN) may come before our ESTABLISHED
+      return (requested & POLLIN) && readable(s) ? POLLIN : 0;
     case State::kConnected:
       if ((requested & POLLIN) && readable(s)) revents |= POLLIN;
       // Writable: a credit, or a shut side whose send fails at once.
