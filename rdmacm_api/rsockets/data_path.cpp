@@ -245,8 +245,9 @@ void progress(Socket& s) {
   }
 }
 
+// Every time, armed or not: the call is also the engine's cue that the thread will block.
 void arm(Socket& s) {
-  if (s.cq != nullptr && !s.cq_armed && ibv_req_notify_cq(s.cq, 0) == 0) s.cq_armed = true;
+  if (s.cq != nullptr && ibv_req_notify_cq(s.cq, 0) == 0) s.cq_armed = true;
 }
 
 int wait_descriptors(const Socket& s, int out[2]) {

@@ -18,8 +18,10 @@ namespace {
 constexpr int kWaitSliceMs = 100;  // a bound on a wait another thread's progress may shorten
 
 // Fills revents of every entry now; returns how many have some. With `arm`, the rsockets'
-// CQs are armed first and `waits` collects what to poll.
-int check(pollfd* fds, nfds_t count, bool arm_them, std::vector<pollfd>* waits) {
+// CQs are armed first and `waits` collects what to poll; `unarmed` is then set when a CQ's
+// notification came (and was consumed) meanwhile, so the wait must not start yet.
+int check(pollfd* fds, nfds_t count, bool arm_them, std::vector<pollfd>* waits,
+          bool* unarmed = nullptr) {
   int ready = 0;
   std::vector<pollfd> plain;
   std::vector<nfds_t> plain_index;
@@ -35,6 +37,7 @@ int check(pollfd* fds, nfds_t count, bool arm_them, std::vector<pollfd>* waits) 
     std::lock_guard lock(s->mutex);
     if (arm_them) arm(*s);
     fds[i].revents = poll_events(*s, fds[i].events);
+    if (unarmed != nullptr && s->cq != nullptr && !s->cq_armed) *unarmed = true;
     if (waits != nullptr) {
       int under[2];
       int n = wait_descriptors(*s, under);
@@ -62,8 +65,10 @@ RDMACM_EXPORT int rpoll(pollfd* fds, nfds_t nfds, int timeout) {
     int ready = check(fds, nfds, false, nullptr);
     if (ready != 0 || timeout == 0) return ready;
     std::vector<pollfd> waits;
-    ready = check(fds, nfds, true, &waits);
+    bool unarmed = false;
+    ready = check(fds, nfds, true, &waits, &unarmed);
     if (ready != 0) return ready;
+    if (unarmed) continue;
     int slice = kWaitSliceMs;
     if (timeout > 0) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

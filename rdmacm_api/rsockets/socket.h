@@ -151,9 +151,13 @@ int wait_until(Socket& s, std::unique_lock<std::mutex>& lock, bool nonblocking, 
     progress(s);
     if (ready()) return 0;
     if (nonblocking) return EAGAIN;
+    // Armed, then looked at again: a completion between the two would otherwise go unseen
+    // (its notification consumed by the look, which leaves the CQ unarmed). Arming also tells
+    // the engine that this thread will block, so it sends what it held back (ACKs).
     arm(s);
     progress(s);
     if (ready()) return 0;
+    if (s.cq != nullptr && !s.cq_armed) continue;
     int wait_ms = 100;  // bound: another thread may have taken the wakeup
     if (limit.count() >= 0) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
