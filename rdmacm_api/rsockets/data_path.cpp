@@ -89,7 +89,6 @@ void handle_receive(Socket& s, const ibv_wc& wc) {
     return fail_connection(s, ECONNRESET, "a message without immediate data");
   if (wc.byte_len > s.message_bytes)
     return fail_connection(s, ECONNRESET, "a message longer than the receive buffer");
-  ++s.outstanding;
   uint32_t returned = credits_of(wc.imm_data);
   if (uint64_t{s.credits} + returned > s.peer.receive_count)
     return fail_connection(s, ECONNRESET, "credits above the buffers the peer announced");
@@ -184,7 +183,6 @@ int post_message(Socket& s, MessageType type, const void* data, size_t length) {
   wr.imm_data = make_immediate(type, s.unreported);
   if (int e = post_from_send_buffer(s, wr, data, length); e != 0) return e;
   --s.credits;
-  s.outstanding -= s.unreported;
   s.unreported = 0;
   return 0;
 }

@@ -90,7 +90,6 @@ struct Socket {
   ConnectData peer;
   uint32_t credits = 0;            // messages we may still send
   uint32_t unreported = 0;         // buffers re-posted and not yet returned to the peer
-  uint64_t outstanding = 0;        // peer messages received whose buffer is not yet returned
   std::vector<Received> received;  // ring of unread data buffers, receive_count long
   size_t received_head = 0, received_count = 0;
   bool peer_fin = false, shut_read = false, shut_write = false, fin_pending = false;
