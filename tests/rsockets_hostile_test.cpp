@@ -87,7 +87,7 @@ struct RawPeer {
   void send(uint32_t imm, const std::vector<uint8_t>& payload, bool with_imm = true) {
     ASSERT_LE(payload.size(), 32 * 1024u);
     uint8_t* from = buffer.data() + 32 * 1024;
-    memcpy(from, payload.data(), payload.size());
+    if (!payload.empty()) memcpy(from, payload.data(), payload.size());
     ibv_sge sge{reinterpret_cast<uintptr_t>(from), static_cast<uint32_t>(payload.size()), mr->lkey};
     ibv_send_wr wr{}, *bad = nullptr;
     wr.opcode = with_imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
