@@ -15,6 +15,9 @@ namespace rdmacm_api::rsockets {
 namespace {
 
 constexpr int kPollBatch = 16;
+// Marks a send's work request id (receives use their buffer's index): an error completion's
+// opcode is undefined, its id is not.
+constexpr uint64_t kSendTag = uint64_t{1} << 63;
 
 uint8_t* buffer_of(Socket& s, uint32_t index);
 
@@ -112,23 +115,15 @@ void poll_completions(Socket& s) {
     int n = ibv_poll_cq(s.cq, kPollBatch, wc);
     if (n <= 0) return;
     for (int i = 0; i < n; ++i) {
+      bool send = wc[i].wr_id & kSendTag;
+      if (send) ++s.sends_completed;
       if (wc[i].status != IBV_WC_SUCCESS) {
-        if (wc[i].opcode & IBV_WC_RECV) {
-          // Flushed receives follow a disconnect: the CM event tells.
-          if (wc[i].status != IBV_WC_WR_FLUSH_ERR && s.failure == 0)
-            fail_connection(s, ECONNRESET, ibv_wc_status_str(wc[i].status));
-        } else {
-          ++s.sends_completed;
-          if (wc[i].status != IBV_WC_WR_FLUSH_ERR && s.failure == 0)
-            fail_connection(s, ECONNRESET, ibv_wc_status_str(wc[i].status));
-        }
+        // Flushed work requests follow a disconnect, which the CM event reports.
+        if (wc[i].status != IBV_WC_WR_FLUSH_ERR && s.failure == 0)
+          fail_connection(s, ECONNRESET, ibv_wc_status_str(wc[i].status));
         continue;
       }
-      if (wc[i].opcode & IBV_WC_RECV) {
-        if (s.failure == 0) handle_receive(s, wc[i]);
-      } else {
-        ++s.sends_completed;
-      }
+      if (!send && s.failure == 0) handle_receive(s, wc[i]);
     }
     if (n < kPollBatch) return;
   }
@@ -166,7 +161,7 @@ int post_from_send_buffer(Socket& s, ibv_send_wr& wr, const void* data, size_t l
   if (length != 0 && data != buffer) memcpy(buffer, data, length);
   ibv_sge sge{reinterpret_cast<uintptr_t>(buffer), static_cast<uint32_t>(length), s.send_mr->lkey};
   ibv_send_wr* bad = nullptr;
-  wr.wr_id = s.sends_posted;
+  wr.wr_id = s.sends_posted | kSendTag;
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.sg_list = &sge;
   wr.num_sge = length != 0 ? 1 : 0;
