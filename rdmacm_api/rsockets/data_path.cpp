@@ -231,8 +231,11 @@ void progress(Socket& s) {
     poll_completions(s);
   }
   process_cm_events(s);
-  if (s.cq != nullptr && connection_usable(s)) {
-    poll_completions(s);
+  if (s.cq == nullptr) return;
+  // Again, whatever the state now: data completed before a disconnect just reported is read
+  // before the end of the stream.
+  poll_completions(s);
+  if (connection_usable(s)) {
     flush_control(s);
     return_credits(s);
   }
