@@ -105,7 +105,7 @@ TEST_P(Rsockets, ScatterGatherCallsKeepTheStream) {
   EXPECT_EQ(rsendmsg(c.client, &m, 0), 3);
   char in1[4] = {}, in2[10] = {};
   iovec in[2] = {{in1, 4}, {in2, 10}};
-  EXPECT_EQ(rrecv(c.server, in1, 1, MSG_PEEK), 1);  // peeking consumes nothing
+  EXPECT_EQ(rrecv(c.server, in1, 1, MSG_PEEK), 1);  // peeking waits for data, consumes none
   EXPECT_EQ(in1[0], 'h');
   msghdr r{};
   r.msg_iov = in;

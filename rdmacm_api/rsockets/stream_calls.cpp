@@ -95,7 +95,7 @@ ssize_t receive_locked(Socket& s, std::unique_lock<std::mutex>& lock, const iove
   progress(s);
   for (;;) {
     copied += copy_out(s, iov, count, vector, offset, peek);
-    if (copied == total || (copied != 0 && !(flags & MSG_WAITALL)) || peek) break;
+    if (copied == total || (copied != 0 && (!(flags & MSG_WAITALL) || peek))) break;
     if (s.received_count == 0 && at_end(s)) break;
     if (wait_until(s, lock, nonblocking, [&] { return readable(s); }) != 0) break;
   }
