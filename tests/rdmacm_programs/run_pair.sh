@@ -97,6 +97,15 @@ if [[ $mode == netns ]]; then
   client_env=(EMURDMA_TCP_ADDR="$addr_b" EMURDMA_SECRET_FILE="$tmp/secret")
 fi
 
+# Whether a kernel TCP socket of the server's netns listens on port $1 (a LISTEN row, state 0A,
+# IPv4 or IPv6).
+kernel_tcp_listens() {
+  local hex
+  hex=$(printf '%04X' "$1")
+  "${in_server_ns[@]}" cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+    grep -Eq "^ *[0-9]+: [0-9A-F]+:$hex [0-9A-F]+:0000 0A "
+}
+
 # A port no process of the server's netns holds in the server's port space, in the range the
 # programs accept; a fixed port must be free.
 if [[ -n $port ]]; then
@@ -107,6 +116,7 @@ if [[ -n $port ]]; then
 else
   for ((i = 0; i < 50; ++i)); do
     candidate=$((20000 + (RANDOM * 7 + $$) % 12000))
+    if ((kernel_port)) && kernel_tcp_listens "$candidate"; then continue; fi
     if ! "${in_server_ns[@]}" grep -q "@emurdma-cm/$ps/$candidate\$" /proc/net/unix; then
       port=$candidate
       break
@@ -127,12 +137,9 @@ setsid "${in_server_ns[@]}" env "${server_env[@]}" timeout -k 2 "$limit" "$emurd
 pids+=($!)
 server_pid=$!
 # Wait until the server listens (bounded), or it ended.
-port_hex=$(printf '%04X' "$port")
 for ((i = 0; i < 200; ++i)); do
   if ((kernel_port)); then
-    # A LISTEN row (state 0A) of the port, IPv4 or IPv6.
-    "${in_server_ns[@]}" cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
-      grep -Eq "^ *[0-9]+: [0-9A-F]+:$port_hex [0-9A-F]+:0000 0A " && break
+    kernel_tcp_listens "$port" && break
   else
     "${in_server_ns[@]}" grep -q "@emurdma-cm/$ps/$port\$" /proc/net/unix && break
   fi
