@@ -344,6 +344,39 @@ TEST_P(Rsockets, BlockingReceiveAndRpollOnTwoThreads) {
   EXPECT_EQ(receive_all(c.server, 1).size(), 1u);
 }
 
+// Descriptors open in this process now.
+size_t open_descriptors() {
+  size_t n = 0;
+  for (int fd = 0; fd < 4096; ++fd)
+    if (fcntl(fd, F_GETFD) != -1) ++n;
+  return n;
+}
+
+TEST_P(Rsockets, ConnectionsComeAndGoWithoutLeavingDescriptors) {
+  Listener l(GetParam());
+  {  // the first connection opens the device and its channels, which stay
+    int client = -1;
+    std::thread t([&] { client = connect_to(l); });
+    int server = raccept(l.fd, nullptr, nullptr);
+    t.join();
+    rclose(client);
+    rclose(server);
+  }
+  size_t before = open_descriptors();
+  for (int i = 0; i < 20; ++i) {
+    int client = -1;
+    std::thread t([&] { client = connect_to(l); });
+    int server = raccept(l.fd, nullptr, nullptr);
+    t.join();
+    ASSERT_GE(server, 0);
+    ASSERT_EQ(rsend(client, "c", 1, 0), 1);
+    ASSERT_EQ(receive_all(server, 1).size(), 1u);
+    EXPECT_EQ(rclose(i % 2 ? client : server), 0);  // either side first
+    EXPECT_EQ(rclose(i % 2 ? server : client), 0);
+  }
+  EXPECT_EQ(open_descriptors(), before);
+}
+
 TEST(RsocketsOptions, AcceptedAndRefusedAsRsocketC) {
   EXPECT_FAILS_WITH(rsocket(AF_INET, SOCK_DGRAM, 0), ENOTSUP);  // not offered (docs/usage.md)
   EXPECT_FAILS_WITH(rsocket(AF_UNIX, SOCK_STREAM, 0), ENOTSUP);
