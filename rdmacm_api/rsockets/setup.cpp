@@ -172,6 +172,8 @@ void handle_event(Socket& s, const rdma_cm_event& e) {
     case RDMA_CM_EVENT_DEVICE_REMOVAL:
       if (s.state == State::kConnected || s.state == State::kAccepting ||
           s.state == State::kConnecting) {
+        // Our part of the disconnection at once (the DREP), as a socket answers a FIN.
+        if (e.event == RDMA_CM_EVENT_DISCONNECTED) rdma_disconnect(s.id);
         s.state = State::kDisconnected;
         if (e.event == RDMA_CM_EVENT_DEVICE_REMOVAL) s.failure = ENODEV;
       }
