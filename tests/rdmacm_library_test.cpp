@@ -1,4 +1,4 @@
-// The library as programs see it: its exports against the system librdmacm's, rsockets, the
+// The library as programs see it: its exports against the system librdmacm's, the
 // event names, and what is refused or not wired yet.
 #include <gtest/gtest.h>
 #include <rdma/rdma_cma.h>
@@ -52,14 +52,6 @@ TEST(RdmaCmLibrary, ExportsEverySystemSymbolWithItsVersion) {
   ASSERT_GT(system.size(), 70u);
   EXPECT_EQ(ours, system);
   EXPECT_TRUE(system.count("rdma_init_qp_attr@RDMACM_1.2"));
-}
-
-TEST(RdmaCmLibrary, RsocketsAreExportedAndAnswerEnosys) {
-  EXPECT_FAILS_WITH(rsocket(AF_INET, SOCK_STREAM, 0), ENOSYS);
-  EXPECT_FAILS_WITH(rpoll(nullptr, 0, 0), ENOSYS);
-  errno = 0;
-  EXPECT_EQ(riowrite(3, nullptr, 0, 0, 0), static_cast<size_t>(-1));
-  EXPECT_EQ(errno, ENOSYS);
 }
 
 TEST(RdmaCmLibrary, EventStrGivesLibrdmacmsNames) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_pair.sh EMURDMA BUILD_DIR MODE LIMIT [--server-says RE]... [--client-says RE]...
-#             [--refuse RE] [--server-stays] [--port-space PS] [--port P]
+#             [--refuse RE] [--server-stays] [--port-space PS] [--port P] [--kernel-port]
 #             -- SERVER ARGS... -- CLIENT ARGS...
 #
 # Runs an unmodified rdma_cm server and client (rdmacm-utils, perftest -R) as two processes
@@ -26,7 +26,9 @@
 # it must still be alive when the client has ended, and is then stopped (TERM). --port-space:
 # the server's rdma_cm port space in decimal (default 262, RDMA_PS_TCP; udaddy's is 273,
 # RDMA_PS_UDP); --port: a port the programs fix themselves (udaddy's 7174) instead of a free
-# one for @PORT@.
+# one for @PORT@; --kernel-port: the server listens on a kernel TCP port (rstream -T s), so
+# the client starts once that port is in LISTEN (/proc/net/tcp, tcp6) instead of the rdma_cm
+# port's socket.
 set -u
 readonly kSkip=77
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -35,7 +37,7 @@ source "$here/../netns/two_namespaces.sh"
 
 emurdma=$1 build=$2 mode=$3 limit=$4
 shift 4
-server_says=() client_says=() refuse="" server_stays=0 ps=262 port=""
+server_says=() client_says=() refuse="" server_stays=0 ps=262 port="" kernel_port=0
 while [[ ${1:-} == --?* ]]; do
   case $1 in
     --server-says) server_says+=("$2"); shift 2 ;;
@@ -44,6 +46,7 @@ while [[ ${1:-} == --?* ]]; do
     --refuse) refuse=$2; shift 2 ;;
     --port-space) ps=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
+    --kernel-port) kernel_port=1; shift ;;
     *) echo "run_pair.sh: unknown option $1"; exit 2 ;;
   esac
 done
@@ -94,6 +97,15 @@ if [[ $mode == netns ]]; then
   client_env=(EMURDMA_TCP_ADDR="$addr_b" EMURDMA_SECRET_FILE="$tmp/secret")
 fi
 
+# Whether a kernel TCP socket of the server's netns listens on port $1 (a LISTEN row, state 0A,
+# IPv4 or IPv6).
+kernel_tcp_listens() {
+  local hex
+  hex=$(printf '%04X' "$1")
+  "${in_server_ns[@]}" cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+    grep -Eq "^ *[0-9]+: [0-9A-F]+:$hex [0-9A-F]+:0000 0A "
+}
+
 # A port no process of the server's netns holds in the server's port space, in the range the
 # programs accept; a fixed port must be free.
 if [[ -n $port ]]; then
@@ -104,6 +116,7 @@ if [[ -n $port ]]; then
 else
   for ((i = 0; i < 50; ++i)); do
     candidate=$((20000 + (RANDOM * 7 + $$) % 12000))
+    if ((kernel_port)) && kernel_tcp_listens "$candidate"; then continue; fi
     if ! "${in_server_ns[@]}" grep -q "@emurdma-cm/$ps/$candidate\$" /proc/net/unix; then
       port=$candidate
       break
@@ -125,7 +138,11 @@ pids+=($!)
 server_pid=$!
 # Wait until the server listens (bounded), or it ended.
 for ((i = 0; i < 200; ++i)); do
-  "${in_server_ns[@]}" grep -q "@emurdma-cm/$ps/$port\$" /proc/net/unix && break
+  if ((kernel_port)); then
+    kernel_tcp_listens "$port" && break
+  else
+    "${in_server_ns[@]}" grep -q "@emurdma-cm/$ps/$port\$" /proc/net/unix && break
+  fi
   kill -0 "$server_pid" 2>/dev/null || break
   sleep 0.05
 done
