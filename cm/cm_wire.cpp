@@ -228,8 +228,10 @@ std::vector<uint8_t> encode(const Message& m) {
       w.u16(static_cast<uint16_t>(m.reason));
       write_private_data(w, m.private_data);
       break;
-    case Type::kRtu:
     case Type::kDreq:
+      if (m.sent_psn) w.u32(*m.sent_psn & kMaxPsn);
+      break;
+    case Type::kRtu:
     case Type::kDrep:
       break;
     case Type::kAuth:
@@ -298,8 +300,15 @@ std::optional<Message> parse_body(Type type, const uint8_t* body, size_t size) {
       if (!read_private_data(r, &m.private_data)) return std::nullopt;
       break;
     }
-    case Type::kRtu:
     case Type::kDreq:
+      // Empty, or the sender's PSN (24 bits).
+      if (size != 0) {
+        const uint32_t psn = r.u32();
+        if (psn > kMaxPsn) return std::nullopt;
+        m.sent_psn = psn;
+      }
+      break;
+    case Type::kRtu:
     case Type::kDrep:
       break;
     case Type::kAuth:

@@ -107,7 +107,14 @@ struct Message {
   std::vector<uint8_t> private_data;                      // REQ, REP, REJ, UD_REQ, UD_REP
   Nonce nonce{};                                          // AUTH, AUTH_REPLY
   Proof proof{};                                          // AUTH_REPLY, AUTH_PROOF
+  // DREQ (rdma_cm; the DAT face sends none): the PSN after the last request the sender's QP
+  // transmitted. On the wire every request is ahead of the DREQ; here the CM's stream can
+  // overtake the transport, so the receiver reports DISCONNECTED once its QP expects this PSN.
+  std::optional<uint32_t> sent_psn;
 };
+
+// A packet sequence number has 24 bits.
+inline constexpr uint32_t kMaxPsn = 0xffffff;
 
 // A message that carries nothing but its type (RTU, DREQ, DREP).
 inline Message bare(Type type) {

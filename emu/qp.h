@@ -62,6 +62,9 @@ class Qp : public ApiHandle {
 
   int modify(const ibv_qp_attr& attr, int mask);
   int query(ibv_qp_attr* attr, int mask, QpInitAttr* init);
+  // The PSN after the last request this QP transmitted, and the next PSN it expects from its
+  // peer (emu_query_qp_psns: the connection manager orders a disconnect after the data).
+  void sequence_numbers(uint32_t* after_sent, uint32_t* expected);
 
   int post_send(const ibv_send_wr* wr, ibv_send_wr** bad_wr);
   // ibv_bind_mw(3) of a type 1 window: posted as an IBV_WR_BIND_MW with the window's next

@@ -176,6 +176,12 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
   return 0;
 }
 
+void Qp::sequence_numbers(uint32_t* after_sent, uint32_t* expected) {
+  std::lock_guard lock(lock_);
+  *after_sent = requester_.psn_after_sent();
+  *expected = responder_.expected_psn();
+}
+
 int Qp::query(ibv_qp_attr* attr, int /*mask*/, QpInitAttr* init) {
   if (attr == nullptr) return EINVAL;
   std::lock_guard lock(lock_);

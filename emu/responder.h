@@ -36,6 +36,7 @@ class Responder {
 
   // For the state machine (qp.cpp, qp_modify.cpp).
   void set_expected_psn(uint32_t psn) { expected_psn_ = psn; }
+  uint32_t expected_psn() const { return expected_psn_; }
   void forget_answer_path() { same_peer_link_id_ = 0; }  // the QP's link changed
   void reset_locked();
 

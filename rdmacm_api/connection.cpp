@@ -33,6 +33,15 @@ constexpr auto kDrepTimeout = std::chrono::seconds(5);
 // life time 16, plus one: 2^(17-8) ms), after which rdma_cm reports TIMEWAIT_EXIT: the QP may
 // be reused.
 constexpr auto kTimewait = std::chrono::milliseconds(512);
+// How long the peer's DREQ may wait for the requests its QP sent before it (they are in the
+// transport, which the CM's stream overtook), and how often it looks.
+constexpr auto kPeerRequestsWait = std::chrono::seconds(2);
+constexpr auto kPeerRequestsPoll = std::chrono::milliseconds(1);
+
+// a - b for 24-bit PSNs: positive when a is after b.
+int32_t psn_diff(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>((a - b) << 8) >> 8;
+}
 
 // The private data rdma_cm reports on RoCE: the IB CM message's whole private data field minus
 // rdma_cm's own header in a REQ (the kernel cannot tell how much was sent, and pads with zeros).
@@ -258,7 +267,11 @@ void Connection::on_message(const cm::Message& m) {
       break;
     case cm::Type::kDreq:
       if (phase_ == Phase::kEstablished || phase_ == Phase::kClosing) {
-        on_disconnect_request();
+        if (m.sent_psn) {
+          await_peer_requests(*m.sent_psn);
+        } else {
+          on_disconnect_request();
+        }
         return;
       }
       break;
@@ -386,6 +399,36 @@ void Connection::on_reject(const cm::Message& m) {
   report(RDMA_CM_EVENT_REJECTED, static_cast<int>(m.reason), &m);
 }
 
+void Connection::await_peer_requests(uint32_t psn) {
+  awaited_psn_ = psn;
+  awaited_until_ = std::chrono::steady_clock::now() + kPeerRequestsWait;
+  check_peer_requests();
+}
+
+void Connection::check_peer_requests() {
+  if (phase_ != Phase::kEstablished && phase_ != Phase::kClosing) return;  // ended meanwhile
+  std::optional<QpSequence> sequence;
+  if (id_ != nullptr) sequence = qp_sequence(id_->api.qp);
+  const bool arrived = !sequence || psn_diff(sequence->expected, awaited_psn_) >= 0;
+  if (arrived || std::chrono::steady_clock::now() >= awaited_until_) {
+    if (!arrived) {
+      cm::logger().debug(
+          "rdma_cm: the requests sent before the peer's DREQ did not all arrive "
+          "within {} s: DISCONNECTED anyway",
+          std::chrono::duration_cast<std::chrono::seconds>(kPeerRequestsWait).count());
+    }
+    on_disconnect_request();
+    return;
+  }
+  if (!peer_requests_timer_)
+    peer_requests_timer_ = std::make_unique<boost::asio::steady_timer>(cm_io());
+  peer_requests_timer_->expires_after(kPeerRequestsPoll);
+  std::weak_ptr<Connection> weak = weak_from_this();
+  peer_requests_timer_->async_wait([weak](const boost::system::error_code& ec) {
+    if (auto self = weak.lock(); self && !ec) self->check_peer_requests();
+  });
+}
+
 void Connection::on_disconnect_request() {
   if (phase_ == Phase::kClosing) {
     // Both sides disconnect at once: each answers the other's DREQ, and is done.
@@ -489,9 +532,11 @@ void Connection::establish() {
   if (id_ != nullptr) id_->state = IdState::kConnected;
 }
 
-void Connection::disconnect() {
+void Connection::disconnect(std::optional<uint32_t> sent_psn) {
   if (phase_ == Phase::kEstablished && channel_) {
-    channel_->send(cm::bare(cm::Type::kDreq));
+    cm::Message dreq = cm::bare(cm::Type::kDreq);
+    dreq.sent_psn = sent_psn;
+    channel_->send(dreq);
     phase_ = Phase::kClosing;
     drep_timer_ = std::make_unique<boost::asio::steady_timer>(cm_io(), kDrepTimeout);
     std::weak_ptr<Connection> weak = weak_from_this();
@@ -516,14 +561,17 @@ void Connection::disconnect() {
   phase_ = Phase::kDone;
 }
 
-void Connection::detach() {
+void Connection::detach(std::optional<uint32_t> sent_psn) {
   id_ = nullptr;
   // The timers end here, on the CM thread (the program's thread may free this object later).
   drep_timer_.reset();
   timewait_.reset();
+  peer_requests_timer_.reset();
   if (channel_ && channel_->is_open()) {
     if (phase_ == Phase::kEstablished) {
-      channel_->send(cm::bare(cm::Type::kDreq));
+      cm::Message dreq = cm::bare(cm::Type::kDreq);
+      dreq.sent_psn = sent_psn;
+      channel_->send(dreq);
       channel_->close_after_write();
     } else if (phase_ == Phase::kDreqReceived) {
       channel_->send(cm::bare(cm::Type::kDrep));

@@ -19,6 +19,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,14 +100,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void reject(std::vector<uint8_t> private_data);
   // rdma_establish (active, no QP of the library's): RTU, connected.
   void establish();
-  // rdma_disconnect: DREQ when connected, then DISCONNECTED once (at the DREP, the end of the
-  // stream, or -ETIMEDOUT after kDrepTimeout); after the peer's DREQ, the DREP it waits for, as
-  // the kernel's CM answers a DREQ only at its program's rdma_disconnect; the stream just
-  // closes when not yet connected.
-  void disconnect();
+  // rdma_disconnect: DREQ when connected (with `sent_psn`, the PSN after the last request the
+  // id's QP transmitted, read by the program's thread), then DISCONNECTED once (at the DREP,
+  // the end of the stream, or -ETIMEDOUT after kDrepTimeout); after the peer's DREQ, the DREP
+  // it waits for, as the kernel's CM answers a DREQ only at its program's rdma_disconnect; the
+  // stream just closes when not yet connected.
+  void disconnect(std::optional<uint32_t> sent_psn);
   // rdma_destroy_id: no event from now on; a connected stream says DREQ (or the DREP the
   // peer's DREQ waits for) before it closes.
-  void detach();
+  void detach(std::optional<uint32_t> sent_psn);
   // rdma_notify(IBV_EVENT_COMM_EST): traffic arrived before the RTU: established now, as the
   // kernel's CM does.
   void established_by_traffic();
@@ -124,6 +126,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_reply(const cm::Message& m);
   void on_reject(const cm::Message& m);
   void on_disconnect_request();
+  // The peer's DREQ said which PSN its QP would send next: DISCONNECTED waits (at most
+  // kPeerRequestsWait) until our QP expects it, so that the requests sent before the DREQ are
+  // received (and completed) first, as on a wire.
+  void await_peer_requests(uint32_t psn);
+  void check_peer_requests();
   // The requester's side of SIDR (connection_sidr.cpp): ESTABLISHED with the responder's QP
   // and QKEY, or UNREACHABLE with the SIDR status.
   void on_sidr_reply(const cm::Message& m);
@@ -148,8 +155,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::weak_ptr<Listener> listener_;  // passive, until the REQ made the id
   std::shared_ptr<cm::Channel> channel_;
   bool disconnected_reported_ = false;
-  std::unique_ptr<boost::asio::steady_timer> drep_timer_;  // kClosing
-  std::unique_ptr<boost::asio::steady_timer> timewait_;    // after the disconnection
+  std::unique_ptr<boost::asio::steady_timer> drep_timer_;           // kClosing
+  std::unique_ptr<boost::asio::steady_timer> timewait_;             // after the disconnection
+  std::unique_ptr<boost::asio::steady_timer> peer_requests_timer_;  // await_peer_requests
+  uint32_t awaited_psn_ = 0;
+  std::chrono::steady_clock::time_point awaited_until_;
   const bool datagram_;  // active: a UD id's rdma_connect; passive: a UD id listens
 };
 

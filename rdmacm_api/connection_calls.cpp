@@ -138,14 +138,22 @@ int accept_datagram(Id& id, const rdma_conn_param* param) {
   return 0;
 }
 
+// The PSN after the last request the id's QP (emu0's) transmitted, for its DREQ; read on the
+// program's thread, where the QP cannot go meanwhile.
+std::optional<uint32_t> sent_psn_of(const Id& id) {
+  if (std::optional<QpSequence> s = qp_sequence(id.api.qp)) return s->after_sent;
+  return std::nullopt;
+}
+
 }  // namespace
 
 // Called by rdma_destroy_id before the id's events are dropped: nothing reaches it afterwards.
 void detach_from_cm(Id& id) {
   if (!id.cm_connection && !id.cm_listener) return;  // a passive id always has its connection
-  run_on_cm_thread([&id] {
+  const std::optional<uint32_t> sent_psn = sent_psn_of(id);
+  run_on_cm_thread([&id, sent_psn] {
     if (id.cm_listener) id.cm_listener->stop();
-    if (id.cm_connection) id.cm_connection->detach();
+    if (id.cm_connection) id.cm_connection->detach(sent_psn);
   });
   id.cm_listener.reset();
   id.cm_connection.reset();
@@ -319,11 +327,11 @@ RDMACM_EXPORT int rdma_disconnect(rdma_cm_id* cm_id) {
   std::shared_ptr<Connection> connection = id.cm_connection;
   if (state == IdState::kDisconnected) {
     // The peer went first: its DREQ waits for our answer (DREP).
-    post_to_cm_thread([connection] { connection->disconnect(); });
+    post_to_cm_thread([connection] { connection->disconnect(std::nullopt); });
     return complete_sync(id);
   }
   if (state != IdState::kConnected && state != IdState::kConnecting) return fail(EINVAL);
-  post_to_cm_thread([connection] { connection->disconnect(); });
+  post_to_cm_thread([connection, sent_psn = sent_psn_of(id)] { connection->disconnect(sent_psn); });
   // An attempt not yet connected just ends (no event); a connection ends with DISCONNECTED.
   return state == IdState::kConnected ? complete_sync(id) : 0;
 }

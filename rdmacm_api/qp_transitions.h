@@ -4,6 +4,9 @@
 // ERR on reject and disconnect.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+
 #include "rdmacm_api/id.h"
 
 namespace rdmacm_api {
@@ -12,5 +15,13 @@ namespace rdmacm_api {
 int move_qp_to_rts(Id& id);
 // ERR, when the id has a QP (an error is ignored: the QP may be in ERR already).
 void move_qp_to_error(Id& id);
+
+// Of a QP of emu0 (emu_query_qp_psns, our libibverbs' extension): the PSN after the last
+// request it transmitted, and the next one it expects. Nothing for another device's QP.
+struct QpSequence {
+  uint32_t after_sent = 0;
+  uint32_t expected = 0;
+};
+std::optional<QpSequence> qp_sequence(ibv_qp* qp);
 
 }  // namespace rdmacm_api

@@ -1,6 +1,7 @@
 // QPs and SRQs of ids: rdma_create_qp / _ex, rdma_destroy_qp, rdma_create_srq / _ex,
 // rdma_destroy_srq, rdma_init_qp_attr, rdma_establish, rdma_notify. All through the verbs API
 // on id->verbs, so one path drives emu0 or any device.
+#include <dlfcn.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
@@ -149,6 +150,17 @@ void move_qp_to_error(Id& id) {
   (void)ibv_modify_qp(id.api.qp, &attr, IBV_QP_STATE);
 }
 
+std::optional<QpSequence> qp_sequence(ibv_qp* qp) {
+  using Query = int (*)(ibv_qp*, uint32_t*, uint32_t*);
+  // Looked up, not linked: the loader may have bound another libibverbs (then no QP is emu0's).
+  static const auto query = reinterpret_cast<Query>(dlsym(RTLD_DEFAULT, "emu_query_qp_psns"));
+  QpSequence s;
+  if (qp == nullptr || query == nullptr || query(qp, &s.after_sent, &s.expected) != 0) {
+    return std::nullopt;
+  }
+  return s;
+}
+
 }  // namespace rdmacm_api
 
 using namespace rdmacm_api;
@@ -224,8 +236,15 @@ RDMACM_EXPORT void rdma_destroy_qp(rdma_cm_id* id) {
         return 0;
       }))
     return;
-  ibv_destroy_qp(id->qp);
-  id->qp = nullptr;
+  ibv_qp* qp = id->qp;
+  // The CM thread reads a connected id's QP (its transitions, the disconnect's sequence
+  // numbers): it lets go of it before the QP goes.
+  if (to_id(id)->cm_connection) {
+    run_on_cm_thread([id] { id->qp = nullptr; });
+  } else {
+    id->qp = nullptr;
+  }
+  ibv_destroy_qp(qp);
   destroy_cqs(*id);
 }
 

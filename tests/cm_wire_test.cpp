@@ -203,6 +203,19 @@ TEST(CmWire, BareAndAuthFramesRoundTrip) {
   EXPECT_EQ(back.proof, auth.proof);
 }
 
+// rdma_cm's DREQ carries the sender's next PSN (24 bits); the DAT face's carries none.
+TEST(CmWire, DreqCarriesTheSendersPsnOrNothing) {
+  cm::Message dreq = cm::bare(cm::Type::kDreq);
+  EXPECT_FALSE(RoundTrip(dreq).sent_psn.has_value());
+  dreq.sent_psn = 0xabcdef;
+  EXPECT_EQ(Body(dreq).size(), 4u);
+  EXPECT_EQ(RoundTrip(dreq).sent_psn, 0xabcdefu);
+  // A PSN beyond 24 bits, a body cut short or too long: refused.
+  EXPECT_FALSE(Parse(cm::Type::kDreq, Bytes{0x01, 0x00, 0x00, 0x00}).has_value());
+  EXPECT_FALSE(Parse(cm::Type::kDreq, Bytes{0x00, 0x01}).has_value());
+  EXPECT_FALSE(Parse(cm::Type::kDreq, Bytes{0, 0, 0, 1, 0}).has_value());
+}
+
 // --- Header refusals --------------------------------------------------------------------------
 
 TEST(CmWire, HeaderOfAnotherMagicVersionTypeOrLengthIsRefused) {

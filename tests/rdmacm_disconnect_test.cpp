@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -65,7 +66,7 @@ void tear_down(Pair& p, rdma_cm_id* child) {
 }  // namespace
 
 TEST(RdmaCmDisconnect, TheDisconnectingSideWaitsForThePeersRdmaDisconnect) {
-  Pair p(21011);
+  Pair p(21021);
   rdma_cm_id* child = connect_pair(p);
   ASSERT_NE(child, nullptr);
   client_disconnects(p, child);
@@ -79,7 +80,7 @@ TEST(RdmaCmDisconnect, TheDisconnectingSideWaitsForThePeersRdmaDisconnect) {
 }
 
 TEST(RdmaCmDisconnect, DestroyingThePeersIdAnswersTheDisconnect) {
-  Pair p(21012);
+  Pair p(21022);
   rdma_cm_id* child = connect_pair(p);
   ASSERT_NE(child, nullptr);
   client_disconnects(p, child);
@@ -92,7 +93,7 @@ TEST(RdmaCmDisconnect, DestroyingThePeersIdAnswersTheDisconnect) {
 // Each side's next event after its DISCONNECTED is TIMEWAIT_EXIT (not a second DISCONNECTED):
 // the kernel's CM reports it when the connection leaves its timewait, the QP reusable.
 TEST(RdmaCmDisconnect, BothSidesDisconnectingAtOnceEachSeeDisconnectedOnceThenTimewaitExit) {
-  Pair p(21013);
+  Pair p(21023);
   rdma_cm_id* child = connect_pair(p);
   ASSERT_NE(child, nullptr);
   ASSERT_EQ(rdma_disconnect(p.client.id), 0) << strerror(errno);
@@ -107,10 +108,69 @@ TEST(RdmaCmDisconnect, BothSidesDisconnectingAtOnceEachSeeDisconnectedOnceThenTi
 // The peer's program never answers: the kernel's DREQ_ERROR, DISCONNECTED with -ETIMEDOUT
 // (after 5 s here; the kernel's wait is its CM timeouts, seconds to a minute).
 TEST(RdmaCmDisconnect, ADisconnectThePeerNeverAnswersEndsWithEtimedout) {
-  Pair p(21014);
+  Pair p(21024);
   rdma_cm_id* child = connect_pair(p);
   ASSERT_NE(child, nullptr);
   client_disconnects(p, child);
   p.client.expect_event(RDMA_CM_EVENT_DISCONNECTED, -ETIMEDOUT);
+  tear_down(p, child);
+}
+
+// On a wire a DREQ follows the requests sent before it; emu0's CM stream can overtake the
+// transport, so the peer's DISCONNECTED waits until its QP received them: by then every
+// message the disconnecting side saw acknowledged has its receive completion (libfabric
+// 1.17's rxm, reading the CQ once more at DISCONNECTED, reposts into the closed endpoint
+// otherwise and crashes).
+TEST(RdmaCmDisconnect, EveryMessageSentBeforeTheDisconnectIsCompletedBeforeDisconnected) {
+  constexpr int kMessages = 64;
+  Pair p(21025);
+  auto qp_attr = [] {
+    ibv_qp_init_attr attr = signaled_qp(IBV_QPT_RC);
+    attr.cap.max_send_wr = kMessages;
+    attr.cap.max_recv_wr = kMessages;
+    attr.cap.max_inline_data = 64;
+    return attr;
+  };
+  ibv_qp_init_attr attr = qp_attr();
+  ASSERT_EQ(rdma_create_qp(p.client.id, nullptr, &attr), 0) << strerror(errno);
+  rdma_cm_id* child = p.request(nullptr);
+  ASSERT_NE(child, nullptr);
+  ibv_qp_init_attr child_attr = qp_attr();
+  ASSERT_EQ(rdma_create_qp(child, nullptr, &child_attr), 0) << strerror(errno);
+  static char buffers[kMessages][64];
+  ibv_mr* mr = ibv_reg_mr(child->pd, buffers, sizeof buffers, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_EQ(rdma_post_recv(child, nullptr, buffers[i], sizeof buffers[i], mr), 0);
+  }
+  ASSERT_EQ(rdma_accept(child, nullptr), 0) << strerror(errno);
+  p.client.expect_event(RDMA_CM_EVENT_ESTABLISHED);
+  expect_next_within_bound(p.server.channel, child, RDMA_CM_EVENT_ESTABLISHED);
+
+  char message[32] = "sent before the disconnect";
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_EQ(
+        rdma_post_send(p.client.id, nullptr, message, sizeof message, nullptr, IBV_SEND_INLINE), 0);
+  }
+  // Every message acknowledged (the sender's completions), then the disconnect.
+  int sent = 0;
+  ibv_wc sent_wc[kMessages];
+  for (int spins = 0; sent < kMessages && spins < 10'000'000; ++spins) {
+    const int n = ibv_poll_cq(p.client.id->send_cq, kMessages, sent_wc);
+    ASSERT_GE(n, 0);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(sent_wc[i].status, IBV_WC_SUCCESS);
+    sent += n;
+  }
+  ASSERT_EQ(sent, kMessages);
+  client_disconnects(p, child);  // DISCONNECTED on the listener's side
+  int completed = 0;
+  ibv_wc wc[kMessages];
+  for (int n; (n = ibv_poll_cq(child->recv_cq, kMessages, wc)) > 0;) {
+    for (int i = 0; i < n; ++i) EXPECT_EQ(wc[i].status, IBV_WC_SUCCESS);
+    completed += n;
+  }
+  EXPECT_EQ(completed, kMessages) << "DISCONNECTED came before the messages sent ahead of it";
+  ASSERT_EQ(rdma_disconnect(child), 0);
+  ibv_dereg_mr(mr);
   tear_down(p, child);
 }

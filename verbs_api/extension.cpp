@@ -1,5 +1,6 @@
 // emurdma_verbs.h: the exact SRQ counts of the soft device, and the system's companion
 // libraries for real HCAs (symbol version EMURDMA_1.0).
+#include "emu/qp.h"
 #include "emu/srq.h"
 #include "verbs_api/emurdma_verbs.h"
 #include "verbs_api/internal.h"
@@ -15,6 +16,13 @@ EMURDMA_EXPORT int emu_query_srq_counts(ibv_srq* srq, emu_srq_counts* out) {
   out->available = c.available;
   out->outstanding = c.outstanding;
   out->limit = c.limit;
+  return 0;
+}
+
+EMURDMA_EXPORT int emu_query_qp_psns(ibv_qp* qp, uint32_t* after_sent, uint32_t* expected) {
+  if (qp == nullptr || after_sent == nullptr || expected == nullptr) return EINVAL;
+  if (!is_emu(qp->context)) return EOPNOTSUPP;
+  verbs_api::to_emu(qp)->engine->sequence_numbers(after_sent, expected);
   return 0;
 }
 
