@@ -177,3 +177,23 @@ TEST(ShmWelcome, UnknownFlagsOrReservedBytesAreRefused) {
   w.reserved = 1;
   EXPECT_FALSE(shm::decode_welcome(&w, sizeof w, gid, &got, &why));
 }
+
+// A peer that says goodbye and closes its end while messages of ours wait unread in it: Linux
+// then reports ECONNRESET once, before the messages the peer had sent (its goodbye). The
+// goodbye still counts: the link closed in order, its QPs are not failed (CI saw the survivor
+// of a clean exit, TransportEngineTest.PeerGoneWithInfiniteTimeoutWaitsForEver, go to ERR).
+TEST(ShmSideMessage, AGoodbyeBehindAResetStillClosesTheLinkInOrder) {
+  int pair[2] = {-1, -1};
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
+  const shm::SocketMessage ours{shm::kForgetObject, {}, 7};
+  ASSERT_TRUE(shm::send_message(pair[0], &ours, sizeof ours, nullptr, 0));  // never read
+  const shm::SocketMessage goodbye{shm::kGoodbye, {}, 0};
+  ASSERT_TRUE(shm::send_message(pair[1], &goodbye, sizeof goodbye, nullptr, 0));
+  ::close(pair[1]);
+  shm::MappingBudget budget;
+  shm::SideChannel side(pair[0], budget);
+  EXPECT_FALSE(side.read(POLLIN | POLLHUP));  // the socket ended
+  EXPECT_TRUE(side.farewell());
+  EXPECT_EQ(side.refusal(), nullptr);
+  side.close();
+}

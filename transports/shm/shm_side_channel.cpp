@@ -32,6 +32,7 @@ bool SideChannel::send(SocketMessageType type, uint32_t object, int fd) {
 
 bool SideChannel::read(short revents) {
   if (socket_fd_ < 0) return false;
+  bool reset_seen = false;
   for (;;) {
     // Room for the largest message (a proof): a longer one is cut short, and refused.
     alignas(ProofMessage) uint8_t m[sizeof(ProofMessage)];
@@ -42,6 +43,12 @@ bool SideChannel::read(short revents) {
     const ssize_t n = receive_now(socket_fd_, m, sizeof m, &fd, 1, &nfds, &cut);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return (revents & (POLLHUP | POLLERR | POLLNVAL)) == 0;
+    if (n < 0 && errno == ECONNRESET && !reset_seen) {
+      // The peer closed with messages of ours unread: Linux says so once, ahead of the
+      // messages the peer had sent (its goodbye among them), which are still to be read.
+      reset_seen = true;
+      continue;
+    }
     if (n <= 0 || refusal() != nullptr) {
       if (fd >= 0) ::close(fd);
       return false;
