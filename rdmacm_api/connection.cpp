@@ -408,7 +408,7 @@ void Connection::await_peer_requests(uint32_t psn) {
 void Connection::check_peer_requests() {
   if (phase_ != Phase::kEstablished && phase_ != Phase::kClosing) return;  // ended meanwhile
   std::optional<QpSequence> sequence;
-  if (id_ != nullptr) sequence = qp_sequence(id_->api.qp);
+  if (id_ != nullptr) sequence = qp_sequence(*id_);
   const bool arrived = !sequence || psn_diff(sequence->expected, awaited_psn_) >= 0;
   if (arrived || std::chrono::steady_clock::now() >= awaited_until_) {
     if (!arrived) {

@@ -138,10 +138,9 @@ int accept_datagram(Id& id, const rdma_conn_param* param) {
   return 0;
 }
 
-// The PSN after the last request the id's QP (emu0's) transmitted, for its DREQ; read on the
-// program's thread, where the QP cannot go meanwhile.
+// The PSN after the last request the id's QP (emu0's) transmitted, for its DREQ.
 std::optional<uint32_t> sent_psn_of(const Id& id) {
-  if (std::optional<QpSequence> s = qp_sequence(id.api.qp)) return s->after_sent;
+  if (std::optional<QpSequence> s = qp_sequence(id)) return s->after_sent;
   return std::nullopt;
 }
 

@@ -56,6 +56,9 @@ struct Id {
   ibv_ece remote_ece{};
   // rdma_create_ep on a passive endpoint: the QP attributes for the ids rdma_get_request returns.
   std::optional<ibv_qp_init_attr> passive_qp_attr;
+  // The number of the QP rdma_create_qp made (0: none): the CM thread asks about it by number
+  // (qp_sequence), since a program may destroy it with ibv_destroy_qp at any time.
+  uint32_t qp_num = 0;
   // The connection manager's side (connection.h), set and dropped on the CM thread: the
   // connection this id makes or accepted, the listener of a listening id.
   std::shared_ptr<Connection> cm_connection;

@@ -16,12 +16,13 @@ int move_qp_to_rts(Id& id);
 // ERR, when the id has a QP (an error is ignored: the QP may be in ERR already).
 void move_qp_to_error(Id& id);
 
-// Of a QP of emu0 (emu_query_qp_psns, our libibverbs' extension): the PSN after the last
-// request it transmitted, and the next one it expects. Nothing for another device's QP.
+// Of the id's QP (id.qp_num) on emu0 (emu_query_qp_psns, our libibverbs' extension, by number):
+// the PSN after the last request it transmitted, and the next one it expects. Nothing when the
+// QP is gone or another device's.
 struct QpSequence {
   uint32_t after_sent = 0;
   uint32_t expected = 0;
 };
-std::optional<QpSequence> qp_sequence(ibv_qp* qp);
+std::optional<QpSequence> qp_sequence(const Id& id);
 
 }  // namespace rdmacm_api

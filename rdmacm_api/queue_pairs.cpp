@@ -150,12 +150,13 @@ void move_qp_to_error(Id& id) {
   (void)ibv_modify_qp(id.api.qp, &attr, IBV_QP_STATE);
 }
 
-std::optional<QpSequence> qp_sequence(ibv_qp* qp) {
-  using Query = int (*)(ibv_qp*, uint32_t*, uint32_t*);
+std::optional<QpSequence> qp_sequence(const Id& id) {
+  using Query = int (*)(ibv_context*, uint32_t, uint32_t*, uint32_t*);
   // Looked up, not linked: the loader may have bound another libibverbs (then no QP is emu0's).
   static const auto query = reinterpret_cast<Query>(dlsym(RTLD_DEFAULT, "emu_query_qp_psns"));
   QpSequence s;
-  if (qp == nullptr || query == nullptr || query(qp, &s.after_sent, &s.expected) != 0) {
+  if (id.qp_num == 0 || id.api.verbs == nullptr || query == nullptr ||
+      query(id.api.verbs, id.qp_num, &s.after_sent, &s.expected) != 0) {
     return std::nullopt;
   }
   return s;
@@ -212,6 +213,7 @@ RDMACM_EXPORT int rdma_create_qp_ex(rdma_cm_id* cm_id, ibv_qp_init_attr_ex* attr
   }
   id.pd = qp->pd;
   id.qp = qp;
+  to_id(&id)->qp_num = qp->qp_num;
   return 0;
 }
 
@@ -244,6 +246,7 @@ RDMACM_EXPORT void rdma_destroy_qp(rdma_cm_id* id) {
   } else {
     id->qp = nullptr;
   }
+  to_id(id)->qp_num = 0;
   ibv_destroy_qp(qp);
   destroy_cqs(*id);
 }

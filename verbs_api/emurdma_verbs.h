@@ -20,8 +20,10 @@
  * dlvsym, or NULL: EMURDMA_DEVICES=soft, no system libibverbs, or no such library. Our
  * librdmacm.so.1 uses it to hand real HCAs' addresses to the system librdmacm.
  *
- * emu_query_qp_psns: of an RC QP of emu0, the PSN after the last request it transmitted and
- * the next PSN it expects from its peer. 0, EOPNOTSUPP on a real HCA's QP, EINVAL for NULL.
+ * emu_query_qp_psns: of the RC QP `qp_num` of emu0 context `context`, the PSN after the last
+ * request it transmitted and the next PSN it expects from its peer. 0; ENOENT when no such QP
+ * exists (any more: by number, so a QP destroyed meanwhile is safe to ask about), EOPNOTSUPP on
+ * a real HCA's context, EINVAL for NULL.
  * Our librdmacm.so.1 sends the first in its DREQ and reports the peer's DREQ once the second
  * reached it, so that a disconnect never overtakes the data sent before it (as on a wire).
  */
@@ -44,7 +46,8 @@ struct emu_srq_counts {
 
 int emu_query_srq_counts(struct ibv_srq* srq, struct emu_srq_counts* out);
 void* emu_system_library(const char* soname);
-int emu_query_qp_psns(struct ibv_qp* qp, uint32_t* after_sent, uint32_t* expected);
+int emu_query_qp_psns(struct ibv_context* context, uint32_t qp_num, uint32_t* after_sent,
+                      uint32_t* expected);
 
 #ifdef __cplusplus
 }
