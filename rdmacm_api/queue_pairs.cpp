@@ -239,8 +239,8 @@ RDMACM_EXPORT void rdma_destroy_qp(rdma_cm_id* id) {
       }))
     return;
   ibv_qp* qp = id->qp;
-  // The CM thread reads a connected id's QP (its transitions, the disconnect's sequence
-  // numbers): it lets go of it before the QP goes.
+  // The CM thread drives a connected id's QP through its transitions: it lets go of it
+  // before the QP goes.
   if (to_id(id)->cm_connection) {
     run_on_cm_thread([id] { id->qp = nullptr; });
   } else {

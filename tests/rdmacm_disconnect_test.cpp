@@ -56,6 +56,12 @@ void client_disconnects(Pair& p, rdma_cm_id* child) {
   expect_next_within_bound(p.server.channel, child, RDMA_CM_EVENT_DISCONNECTED);
 }
 
+// Each end's next event is TIMEWAIT_EXIT.
+void expect_both_leave_timewait(Pair& p, rdma_cm_id* child) {
+  expect_next_within_bound(p.client.channel, p.client.id, RDMA_CM_EVENT_TIMEWAIT_EXIT);
+  expect_next_within_bound(p.server.channel, child, RDMA_CM_EVENT_TIMEWAIT_EXIT);
+}
+
 // Both ends' ids and QPs go.
 void tear_down(Pair& p, rdma_cm_id* child) {
   rdma_destroy_qp(child);
@@ -74,8 +80,7 @@ TEST(RdmaCmDisconnect, TheDisconnectingSideWaitsForThePeersRdmaDisconnect) {
   ASSERT_EQ(rdma_disconnect(child), 0) << strerror(errno);  // the DREP
   p.client.expect_event(RDMA_CM_EVENT_DISCONNECTED);
   // Both sides' part is done: each leaves its timewait.
-  expect_next_within_bound(p.client.channel, p.client.id, RDMA_CM_EVENT_TIMEWAIT_EXIT);
-  expect_next_within_bound(p.server.channel, child, RDMA_CM_EVENT_TIMEWAIT_EXIT);
+  expect_both_leave_timewait(p, child);
   tear_down(p, child);
 }
 
@@ -100,8 +105,7 @@ TEST(RdmaCmDisconnect, BothSidesDisconnectingAtOnceEachSeeDisconnectedOnceThenTi
   ASSERT_EQ(rdma_disconnect(child), 0) << strerror(errno);
   p.client.expect_event(RDMA_CM_EVENT_DISCONNECTED);
   expect_next_within_bound(p.server.channel, child, RDMA_CM_EVENT_DISCONNECTED);
-  expect_next_within_bound(p.client.channel, p.client.id, RDMA_CM_EVENT_TIMEWAIT_EXIT);
-  expect_next_within_bound(p.server.channel, child, RDMA_CM_EVENT_TIMEWAIT_EXIT);
+  expect_both_leave_timewait(p, child);
   tear_down(p, child);
 }
 
