@@ -31,6 +31,7 @@ void Completer::retire_head_locked(ibv_wc_status status, uint32_t byte_len) {
 void Completer::reset_budgets_locked() {
   rnr_retries_left_ = qp_.attr_.rnr_retry;
   retries_left_ = qp_.attr_.retry_cnt;
+  slow_since_ = {};
 }
 
 void Completer::fail_locked(SendWqe& w, ibv_wc_status status) {
@@ -170,6 +171,10 @@ void Completer::on_ack_timer_locked(uint64_t token) {
     return;
   }
   ack_confirming_ = false;
+  if (peer_slow_locked()) {
+    arm_ack_timer_locked();  // no retry spent, nothing sent again: the request is still unread
+    return;
+  }
   SendWqe& oldest = qp_.requester_.head();
   if (retries_left_ == 0) {
     spdlog::debug("QP {:#x}: local ACK timeout, retry_cnt {} exhausted", qp_.qpn_,
@@ -183,6 +188,27 @@ void Completer::on_ack_timer_locked(uint64_t token) {
   ++ack_epoch_;
   qp_.requester_.go_back_to_head();  // the oldest unanswered request goes again
   qp_.requester_.transmit_locked();  // arms the timer again
+}
+
+// An emulated responder is threads of the peer's process: a request it has not read yet was
+// not lost (our transports lose nothing on a live link), its process has not run since. On two
+// busy cores a scheduler can leave a process out for most of a second (a spinning program
+// beside a tcg VM: its receiver thread woke to a doorbell and waited 0.5-1 s for a core), and
+// seven 67 ms timeouts would end the QP with RETRY_EXC_ERR although nothing was lost. So an
+// expiry that finds the peer behind (Link::peer_behind: our frames still unread) spends no
+// retry, for at most kSlowPeerLimit from the first such expiry without progress; after that,
+// as for a peer that read and said nothing, each expiry spends one (a frozen process never
+// reads again). Hardware's responder needs no host CPU and would have answered.
+bool Completer::peer_slow_locked() {
+  Link* link = qp_.link_.get();
+  if (link == nullptr || !link->up() || !link->peer_behind()) return false;
+  const auto now = std::chrono::steady_clock::now();
+  if (slow_since_ == std::chrono::steady_clock::time_point{}) {
+    slow_since_ = now;
+    spdlog::debug("QP {:#x}: ACK timeout, but the peer has not read our requests yet: waiting",
+                  qp_.qpn_);
+  }
+  return now - slow_since_ < kSlowPeerLimit;
 }
 
 void Completer::handle_nak_locked(const FrameHeader& h) {

@@ -49,6 +49,7 @@ class Completer {
   void schedule_retry_locked(std::chrono::nanoseconds delay);
   void on_ack_timer_locked(uint64_t token);
   void disarm_ack_timer_locked();
+  bool peer_slow_locked();
 
   Qp& qp_;
   uint32_t rnr_retries_left_ = 0;
@@ -65,6 +66,15 @@ class Completer {
   uint64_t ack_timer_token_ = 0;  // invalidates stale ACK timers (disarm bumps it)
   uint64_t ack_epoch_ = 0;
   uint64_t ack_epoch_armed_ = 0;  // ack_epoch_ when the pending ACK timer was scheduled
+  // Since when the ACK timer has found the peer behind (Link::peer_behind) without progress;
+  // zero while it has not. Cleared by progress (reset_budgets_locked), not by our own
+  // retransmissions.
+  std::chrono::steady_clock::time_point slow_since_{};
+
+ public:
+  // How long a peer that has not read our requests yet may stay so before its silence spends
+  // retry_cnt as any other (a frozen process never reads again).
+  static constexpr std::chrono::seconds kSlowPeerLimit{2};
 };
 
 }  // namespace emu

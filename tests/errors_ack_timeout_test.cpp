@@ -2,6 +2,7 @@
 // fixture: errors_fixture.h):
 //   AckTimeout     the local ACK timer against a silent peer or lost answers: retransmission,
 //                  RETRY_EXC_ERR, timeout 0, duplicates at the responder (READ, atomic, SEND).
+#include "emu/completer.h"
 #include "tests/errors_fixture.h"
 
 namespace emu_test {
@@ -120,6 +121,50 @@ TEST_F(AckTimeout, SilentPeerEndsInRetryExceededAfterRetryCntRetransmissions) {
   EXPECT_EQ(transmissions(1), 1u + c.retry_cnt) << "go-back-N resends the later one too";
   EXPECT_FALSE(readable(ctx->async_events().fd(), 0)) << "no asynchronous event";
   EXPECT_EQ(state_of(p.b), IBV_QPS_RTS) << "the responder heard nothing";
+}
+
+// A peer that has not read our request yet (Link::peer_behind) is slow, not silent: its
+// process has not run (emu/completer.cpp, peer_slow_locked). The expiries then spend no retry
+// and send nothing again, for up to Completer::kSlowPeerLimit; once the peer reads and still
+// says nothing, retry_cnt is spent as for any silence.
+TEST_F(AckTimeout, APeerThatHasNotReadTheRequestYetSpendsNoRetry) {
+  ConnectOptions c;
+  c.timeout = 8;  // 1 ms
+  c.retry_cnt = 2;
+  Pair p = make_pair(c, c);
+  wire->set_filter([](const emu::FrameHeader&) { return FilterWire::Action::kDrop; });
+  wire->behind = true;
+  char src[8] = "unread";
+  Mr* ms = reg(src, sizeof(src));
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 8, ms), 0);
+  // Some two hundred 1 ms timeouts, far below the limit: not one retry.
+  EXPECT_TRUE(drain(cq, milliseconds(200)).empty());
+  EXPECT_EQ(transmissions(0), 1u) << "nothing sent again while the peer has not read it";
+  EXPECT_EQ(state_of(p.a), IBV_QPS_RTS);
+  wire->behind = false;  // it read the request, and answers nothing
+  auto s = poll_n(cq, 1, milliseconds(10000));
+  EXPECT_TRUE(CompletionsAre(s, {{1, IBV_WC_RETRY_EXC_ERR}}));
+  EXPECT_EQ(transmissions(0), 1u + c.retry_cnt) << "then retry_cnt retries, as for silence";
+}
+
+// A peer that never reads again (a frozen process) ends the QP all the same: after
+// kSlowPeerLimit each expiry spends a retry, and every retry is still sent.
+TEST_F(AckTimeout, APeerThatStaysBehindEndsInRetryExceededAfterTheSlowPeerLimit) {
+  ConnectOptions c;
+  c.timeout = 8;
+  c.retry_cnt = 2;
+  Pair p = make_pair(c, c);
+  wire->set_filter([](const emu::FrameHeader&) { return FilterWire::Action::kDrop; });
+  wire->behind = true;
+  char src[8] = "frozen";
+  Mr* ms = reg(src, sizeof(src));
+  const auto posted = Clock::now();
+  ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 8, ms), 0);
+  auto s = poll_n(cq, 1, emu::Completer::kSlowPeerLimit + milliseconds(10000));
+  EXPECT_TRUE(CompletionsAre(s, {{1, IBV_WC_RETRY_EXC_ERR}}));
+  // A lower bound only (the limit is counted from the first expiry after the post).
+  EXPECT_GE(Clock::now() - posted, emu::Completer::kSlowPeerLimit);
+  EXPECT_EQ(transmissions(0), 1u + c.retry_cnt);
 }
 
 // retry_cnt 0: the first expiry already ends the request.

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -109,6 +110,9 @@ class TestWire : public emu::Transport, public emu::Link {
   }
   const emu::Gid& peer() const override { return gid_; }
   bool up() const override { return true; }
+  // What the link says of its peer's reading (Link::peer_behind): set by the test.
+  bool peer_behind() override { return behind.load(); }
+  std::atomic<bool> behind{false};
 
   void set_filter(Filter f) {
     std::lock_guard lock(mutex_);

@@ -101,6 +101,7 @@ class ShmLink : public Link {
   // Writes what the backlog holds as far as the ring allows; true if anything was written.
   bool flush_backlog() { return sender_.flush_backlog(); }
   bool has_backlog() const { return sender_.has_backlog(); }
+  bool peer_behind() override { return up() && sender_.peer_behind(); }
   // Copies into the backlog every payload it still reads from the caller's memory
   // (Transport::release_payloads).
   void copy_backlog_payloads() { sender_.copy_backlog_payloads(); }

@@ -97,6 +97,7 @@ size_t ShmReceiver::drain(size_t budget, bool* contended) {
       }
     }
   }
+  if (records != 0) consumer_.publish_consumed();
   next_incoming_.store(consumer_.next_index(), std::memory_order_relaxed);
   // Under the drain lock: release() takes it before it closes the descriptor.
   if (wake_peer) doorbell_.ring();

@@ -59,6 +59,9 @@ constexpr uint64_t record_seq(uint64_t index, uint64_t salt) {
 
 struct RingControl {
   alignas(kCacheUnit) std::atomic<uint64_t> head;  // consumer: bytes released
+  // Consumer: bytes read, stored once per drain pass. Only the producer's ACK timer reads it
+  // (RingProducer::consumer_behind), so its line stays the consumer's on the busy path.
+  std::atomic<uint64_t> consumed;
   alignas(kCacheUnit) std::atomic<uint32_t> producer_waiting;
   alignas(kCacheUnit) std::atomic<uint32_t> consumer_sleeping;
   // Set by the consumer when it can read the producer's memory with process_vm_readv: the
@@ -117,6 +120,11 @@ class RingProducer {
   uint64_t tail() const { return tail_; }
   // How far the consumer has handed space back, read now.
   uint64_t released_now() const { return control_->head.load(std::memory_order_acquire); }
+  // Whether the consumer has not yet read every record committed so far (a slow path: the
+  // ACK timer asks it, Link::peer_behind).
+  bool consumer_behind() const {
+    return control_->consumed.load(std::memory_order_acquire) != tail_;
+  }
 
  private:
   bool fits(uint32_t size);
@@ -150,6 +158,9 @@ class RingConsumer {
   bool pop(uint32_t size);
   // Hands every consumed byte back to the producer now; true as pop().
   bool release();
+  // Tells the producer how far this side has read (RingControl::consumed): once per drain
+  // pass that read something, never per record.
+  void publish_consumed() { control_->consumed.store(head_, std::memory_order_release); }
   bool empty();
   // Where the next record will be, for RingLook::published().
   uint64_t next_index() const { return head_; }

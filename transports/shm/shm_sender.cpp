@@ -68,6 +68,11 @@ bool ShmSender::send_locked(const FrameHeader& header, const iovec* iov, size_t 
   return true;
 }
 
+bool ShmSender::peer_behind() {
+  std::lock_guard lock(lock_);
+  return !backlog_.empty() || producer_.consumer_behind();
+}
+
 void ShmSender::write_held_locked() {
   if (held_.empty()) return;
   for (const FrameHeader& h : held_) send_locked(h, nullptr, 0, 0);

@@ -17,7 +17,8 @@ namespace transports::shm {
 // objects; by-reference records (remote, mapped) carry a ByReference state word.
 // 8: a record the consumer took can be revoked (kByReferenceRevoked): it finishes with a
 // compare-and-swap and drops the frame when that fails.
-inline constexpr uint32_t kProtocolVersion = 8;
+// 9: the ring's control block tells how far the consumer has read (RingControl::consumed).
+inline constexpr uint32_t kProtocolVersion = 9;
 
 // After the handshake a link's Unix socket carries SocketMessages, each sent whole by one
 // sendmsg. End of file without a goodbye means the peer died.
