@@ -190,22 +190,23 @@ void Completer::on_ack_timer_locked(uint64_t token) {
   qp_.requester_.transmit_locked();  // arms the timer again
 }
 
-// An emulated responder is threads of the peer's process: a request it has not read yet was
-// not lost (our transports lose nothing on a live link), its process has not run since. On two
-// busy cores a scheduler can leave a process out for most of a second (a spinning program
-// beside a tcg VM: its receiver thread woke to a doorbell and waited 0.5-1 s for a core), and
-// seven 67 ms timeouts would end the QP with RETRY_EXC_ERR although nothing was lost. So an
-// expiry that finds the peer behind (Link::peer_behind: our frames still unread) spends no
-// retry, for at most kSlowPeerLimit from the first such expiry without progress; after that,
-// as for a peer that read and said nothing, each expiry spends one (a frozen process never
-// reads again). Hardware's responder needs no host CPU and would have answered.
+// An emulated responder is threads of the peer's process, and our side of the wire is threads
+// of ours: a request the peer has not read yet was not lost (our transports lose nothing on a
+// live link), nor an answer still unread in our own ring; a process has not run since. On two
+// busy cores a scheduler can leave one out for most of a second (a spinning program beside a
+// tcg VM: a receiver thread woke to a doorbell, or was preempted holding its ring, and waited
+// 0.5-1 s for a core), and seven 67 ms timeouts would end the QP with RETRY_EXC_ERR although
+// nothing was lost. So an expiry that finds frames unread either way (Link::frames_unread)
+// spends no retry, for at most kSlowPeerLimit from the first such expiry without progress;
+// after that, as for a peer that read and said nothing, each expiry spends one (a frozen
+// process never reads again). Hardware's responder needs no host CPU and would have answered.
 bool Completer::peer_slow_locked() {
   Link* link = qp_.link_.get();
-  if (link == nullptr || !link->up() || !link->peer_behind()) return false;
+  if (link == nullptr || !link->up() || !link->frames_unread()) return false;
   const auto now = std::chrono::steady_clock::now();
   if (slow_since_ == std::chrono::steady_clock::time_point{}) {
     slow_since_ = now;
-    spdlog::debug("QP {:#x}: ACK timeout, but the peer has not read our requests yet: waiting",
+    spdlog::debug("QP {:#x}: ACK timeout with frames unread between us and the peer: waiting",
                   qp_.qpn_);
   }
   return now - slow_since_ < kSlowPeerLimit;

@@ -66,7 +66,7 @@ class Completer {
   uint64_t ack_timer_token_ = 0;  // invalidates stale ACK timers (disarm bumps it)
   uint64_t ack_epoch_ = 0;
   uint64_t ack_epoch_armed_ = 0;  // ack_epoch_ when the pending ACK timer was scheduled
-  // Since when the ACK timer has found the peer behind (Link::peer_behind) without progress;
+  // Since when the ACK timer has found the peer behind (Link::frames_unread) without progress;
   // zero while it has not. Cleared by progress (reset_budgets_locked), not by our own
   // retransmissions.
   std::chrono::steady_clock::time_point slow_since_{};

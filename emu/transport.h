@@ -264,11 +264,12 @@ class Link {
   // Whether the peer has stopped taking what the link already queued: the engine then drops
   // answers it may drop (a NAK to a request for a QP that does not exist) and counts them.
   virtual bool backlogged() const { return false; }
-  // Whether the peer has yet to read some of what this end sent it, though its end of the link
-  // is up: its process lives but has not run since (a scheduler that left it out under load).
-  // The ACK timer takes that for a slow peer, not a silent one, for a bounded time
-  // (Completer::peer_slow_locked). A slow path: asked when an ACK timer expires.
-  virtual bool peer_behind() { return false; }
+  // Whether frames between this process and the link's peer wait unread, either way: ours in
+  // the peer's ring (its process lives but has not run since) or its in ours (our drainer was
+  // left out holding the ring, its answers with them). A scheduler leaves processes out for
+  // most of a second under load; the ACK timer takes that for slowness, not for a silent peer,
+  // for a bounded time (Completer::peer_slow_locked). A slow path: asked when a timer expires.
+  virtual bool frames_unread() { return false; }
 
  private:
   const uint64_t id_;

@@ -123,7 +123,7 @@ TEST_F(AckTimeout, SilentPeerEndsInRetryExceededAfterRetryCntRetransmissions) {
   EXPECT_EQ(state_of(p.b), IBV_QPS_RTS) << "the responder heard nothing";
 }
 
-// A peer that has not read our request yet (Link::peer_behind) is slow, not silent: its
+// A peer that has not read our request yet (Link::frames_unread) is slow, not silent: its
 // process has not run (emu/completer.cpp, peer_slow_locked). The expiries then spend no retry
 // and send nothing again, for up to Completer::kSlowPeerLimit; once the peer reads and still
 // says nothing, retry_cnt is spent as for any silence.

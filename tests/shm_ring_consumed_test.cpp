@@ -1,5 +1,5 @@
 // The ring's read index (RingControl::consumed): what the producer learns of how far the
-// consumer has read, for the ACK timer's "slow, not silent" (Link::peer_behind,
+// consumer has read, for the ACK timer's "slow, not silent" (Link::frames_unread,
 // emu/completer.cpp). A record is unread until a drain pass that read it publishes the index;
 // padding that a record forced counts as read with it.
 #include <gtest/gtest.h>

@@ -110,8 +110,8 @@ class TestWire : public emu::Transport, public emu::Link {
   }
   const emu::Gid& peer() const override { return gid_; }
   bool up() const override { return true; }
-  // What the link says of its peer's reading (Link::peer_behind): set by the test.
-  bool peer_behind() override { return behind.load(); }
+  // What the link says of its peer's reading (Link::frames_unread): set by the test.
+  bool frames_unread() override { return behind.load(); }
   std::atomic<bool> behind{false};
 
   void set_filter(Filter f) {

@@ -81,6 +81,7 @@ class Owner final : public shm::LinkOwner {
   bool draining_in_progress() const override { return false; }
   uint64_t program_polls() const override { return 0; }
   void on_answers_held() override {}
+  bool incoming_unread_from(const emu::Gid&) override { return false; }
   bool find_shared(const void*, size_t, shm::SharedPiece*) const override { return false; }
   shm::MappingBudget& mapping_budget() override { return budget_; }
 

@@ -32,7 +32,8 @@ RingConsumer consumer_of(const Segment& segment, Segment::Direction d) {
 }  // namespace
 
 ShmLink::ShmLink(LinkOwner& owner, LinkSetup setup)
-    : segment_(std::move(setup.segment)),
+    : owner_(owner),
+      segment_(std::move(setup.segment)),
       side_(setup.socket_fd, owner.mapping_budget()),
       doorbell_(setup.peer_doorbell_fd),
       peer_(setup.peer),

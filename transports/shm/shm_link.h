@@ -101,7 +101,11 @@ class ShmLink : public Link {
   // Writes what the backlog holds as far as the ring allows; true if anything was written.
   bool flush_backlog() { return sender_.flush_backlog(); }
   bool has_backlog() const { return sender_.has_backlog(); }
-  bool peer_behind() override { return up() && sender_.peer_behind(); }
+  // Our records unread by the peer, or its unread in any of our links to it (two processes
+  // that attach at once hold two, and its answers come on its QP's own).
+  bool frames_unread() override {
+    return up() && (sender_.peer_behind() || owner_.incoming_unread_from(peer_));
+  }
   // Copies into the backlog every payload it still reads from the caller's memory
   // (Transport::release_payloads).
   void copy_backlog_payloads() { sender_.copy_backlog_payloads(); }
@@ -142,6 +146,7 @@ class ShmLink : public Link {
   bool mark_down();
 
  private:
+  LinkOwner& owner_;
   std::unique_ptr<Segment> segment_;
   SideChannel side_;  // under the send lock to send, the drain lock to read
   PeerDoorbell doorbell_;

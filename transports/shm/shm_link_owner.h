@@ -28,6 +28,8 @@ class LinkOwner {
   virtual uint64_t program_polls() const = 0;
   // A link holds answers now: the transport must see that they go (send_held).
   virtual void on_answers_held() = 0;
+  // Whether a link from `peer` has records we have not read yet (Link::frames_unread).
+  virtual bool incoming_unread_from(const Gid& peer) = 0;
   // Whether [addr, addr+len) lies in registered memory of an object mapped shared (SharedRanges).
   virtual bool find_shared(const void* addr, size_t len, SharedPiece* out) const = 0;
   // What the peers of all links together may make this process map.

@@ -121,7 +121,7 @@ class RingProducer {
   // How far the consumer has handed space back, read now.
   uint64_t released_now() const { return control_->head.load(std::memory_order_acquire); }
   // Whether the consumer has not yet read every record committed so far (a slow path: the
-  // ACK timer asks it, Link::peer_behind).
+  // ACK timer asks it, Link::frames_unread).
   bool consumer_behind() const {
     return control_->consumed.load(std::memory_order_acquire) != tail_;
   }

@@ -47,7 +47,7 @@ class ShmSender {
   // Writes what the backlog holds as far as the ring allows; true if anything was written.
   bool flush_backlog();
   bool has_backlog() const { return backlog_.any(); }
-  // Link::peer_behind: a frame held back, or a record the peer has not read yet.
+  // Our half of Link::frames_unread: a frame held back, or a record the peer has not read.
   bool peer_behind();
   // Copies into the backlog every payload it still reads from the caller's memory, so that
   // the caller may free it (Transport::release_payloads): no wait for a peer that may not read.

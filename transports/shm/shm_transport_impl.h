@@ -128,6 +128,14 @@ class ShmTransport final : public Transport, public LinkOwner {
   uint64_t program_polls() const override { return program_polls_.count(); }
   // Release: a send_held_answers that takes the flag down sees the link's holds_answers().
   void on_answers_held() override { answers_held_.store(true, std::memory_order_release); }
+  bool incoming_unread_from(const Gid& peer) override {
+    // owned_ keeps each link, and so its segment's address range, while the lock is held.
+    std::lock_guard lock(links_mutex_);
+    for (const auto& link : owned_) {
+      if (link->up() && link->peer() == peer && link->incoming_pending()) return true;
+    }
+    return false;
+  }
   bool find_shared(const void* addr, size_t len, SharedPiece* out) const override {
     return shared_ranges_.find(addr, len, out);
   }
