@@ -18,6 +18,10 @@ class Qp;
 
 class Completer {
  public:
+  // How long frames may stay unread between us and the peer before its silence spends
+  // retry_cnt as any other (a frozen process never reads again).
+  static constexpr std::chrono::seconds kSlowPeerLimit{2};
+
   explicit Completer(Qp& qp) : qp_(qp) {}
 
   // An answer (ACK, NAK, READ or atomic response) from the peer.
@@ -66,15 +70,10 @@ class Completer {
   uint64_t ack_timer_token_ = 0;  // invalidates stale ACK timers (disarm bumps it)
   uint64_t ack_epoch_ = 0;
   uint64_t ack_epoch_armed_ = 0;  // ack_epoch_ when the pending ACK timer was scheduled
-  // Since when the ACK timer has found the peer behind (Link::frames_unread) without progress;
+  // Since when the ACK timer has found frames unread (Link::frames_unread) without progress;
   // zero while it has not. Cleared by progress (reset_budgets_locked), not by our own
   // retransmissions.
   std::chrono::steady_clock::time_point slow_since_{};
-
- public:
-  // How long a peer that has not read our requests yet may stay so before its silence spends
-  // retry_cnt as any other (a frozen process never reads again).
-  static constexpr std::chrono::seconds kSlowPeerLimit{2};
 };
 
 }  // namespace emu
