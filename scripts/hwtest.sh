@@ -27,6 +27,10 @@
 #   HWTEST_SHOW_LINES      lines of a failed program's output shown (25)
 #   HWTEST_REBUILD=1       rebuild the cached kernel and root file system
 #   HWTEST_MIRROR          Debian mirror for debootstrap (default: the one apt uses)
+#   HWTEST_SUITE           hw (default): tests/hw/suite.sh; pyverbs: rdma-core's own pyverbs
+#                          suite (Debian's python3-pyverbs) on rxe0, for docs/conformance.md's
+#                          rxe column. Its guest is cached apart ($BUILD_DIR/hw-pyverbs); the
+#                          suite's verbose output is kept in $BUILD_DIR/hw-pyverbs/pyverbs-rxe.log.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -49,7 +53,12 @@ note() { echo "$me: $*"; }
 
 build_dir="${BUILD_DIR:-build}"
 [[ $build_dir == /* ]] || build_dir="$repo/$build_dir"
-hw="$build_dir/hw"
+suite="${HWTEST_SUITE:-hw}"
+case "$suite" in
+  hw) hw="$build_dir/hw" ;;
+  pyverbs) hw="$build_dir/hw-pyverbs" ;;
+  *) die "HWTEST_SUITE=$suite: expected hw or pyverbs" ;;
+esac
 verbs_lib="$build_dir/verbs_api/libibverbs.so.1"
 rdmacm_lib="$build_dir/rdmacm_api/librdmacm.so.1"
 dat_lib="$build_dir/dat_api/libdaplemu.so.2"
@@ -64,6 +73,7 @@ guest_packages=(rdma-core ibverbs-providers ibverbs-utils perftest libdapl2 dapl
 # a dependency modinfo does not list.
 # rdma_ucm: the kernel's rdma_cm for the system librdmacm (/dev/infiniband/rdma_cm).
 readonly guest_modules=(rdma_rxe veth ib_uverbs crc32_generic rdma_ucm)
+[[ $suite == pyverbs ]] && guest_packages+=(python3-pyverbs)
 
 # ---- host packages -------------------------------------------------------------------------
 host_packages=(qemu-system-x86 debootstrap cpio kmod gzip)
@@ -249,8 +259,16 @@ build_guest() {
   done <"$tmp/modules.list"
   depmod -b "$tmp/root" "$kver" || die "depmod for $kver failed"
   # What the guest never reads: documentation, translations, apt's package cache and lists.
+  # rdma-core's pyverbs suite ships as documentation: kept for HWTEST_SUITE=pyverbs.
+  if [[ -d $tmp/root/usr/share/doc/rdma-core/tests ]]; then
+    mv "$tmp/root/usr/share/doc/rdma-core/tests" "$tmp/pyverbs-tests"
+  fi
   rm -rf "$tmp"/root/usr/share/{doc,man,info,locale}/* "$tmp"/root/var/cache/apt/* \
     "$tmp"/root/var/lib/apt/lists/*
+  if [[ -d $tmp/pyverbs-tests ]]; then
+    mkdir -p "$tmp/root/usr/share/doc/rdma-core"
+    mv "$tmp/pyverbs-tests" "$tmp/root/usr/share/doc/rdma-core/tests"
+  fi
   (cd "$tmp/root" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) >"$rootfs.tmp" ||
     die "packing the root file system failed"
   mv "$rootfs.tmp" "$rootfs"
@@ -272,7 +290,9 @@ else
 fi
 
 # ---- this run's overlay: our libraries, the wrapper, the suite -----------------------------
-vm_limit="${HWTEST_TIMEOUT:-540}"
+default_limit=540
+[[ $suite == pyverbs ]] && default_limit=1200
+vm_limit="${HWTEST_TIMEOUT:-$default_limit}"
 [[ $vm_limit =~ ^[0-9]+$ ]] || die "HWTEST_TIMEOUT=$vm_limit: expected seconds"
 run="$hw/run"
 rm -rf "$run"
@@ -283,13 +303,13 @@ ov="$run/overlay"
 cp -P "$build_dir"/verbs_api/libibverbs.so.1* "$build_dir"/dat_api/libdaplemu.so.2* \
   "$build_dir"/rdmacm_api/librdmacm.so.1* "$ov/opt/emurdma/lib/emurdma/"
 cp scripts/emurdma "$ov/opt/emurdma/bin/emurdma"
-cp tests/hw/suite.sh "$ov/opt/emurdma/hw/suite.sh"
+cp tests/hw/suite.sh tests/hw/pyverbs_suite.sh "$ov/opt/emurdma/hw/"
 if ((${#hw_program_paths[@]} > 0)); then
   mkdir -p "$ov/opt/emurdma/hw/bin"
   cp "${hw_program_paths[@]}" "$ov/opt/emurdma/hw/bin/"
 fi
 cp tests/hw/guest_init.sh "$ov/init"
-chmod 755 "$ov/init" "$ov/opt/emurdma/bin/emurdma" "$ov/opt/emurdma/hw/suite.sh"
+chmod 755 "$ov/init" "$ov/opt/emurdma/bin/emurdma" "$ov"/opt/emurdma/hw/*.sh
 # The build's dat.conf names the provider by its build path: point it at the guest's copy and
 # add the IA of rxe0's port 1 (ia_params "<device> <port>": the provider reaches it through
 # the system rdma-core).
@@ -299,13 +319,14 @@ guest_provider=/opt/emurdma/lib/emurdma/libdaplemu.so.2
   echo "rxe0-1 u2.0 nonthreadsafe default $guest_provider dapl.2.0 \"rxe0 1\" \"\""
 } >"$ov/opt/emurdma/etc/dat.conf"
 {
+  printf 'HWTEST_SUITE=%q\n' "$suite"
   printf 'HWTEST_ONLY=%q\n' "${HWTEST_ONLY:-}"
   printf 'HWTEST_LOG=%q\n' "${HWTEST_LOG:-info}"
   printf 'HWTEST_SHOW_LINES=%q\n' "${HWTEST_SHOW_LINES:-25}"
   printf 'HWTEST_PROGRAM_LIMIT=%q\n' "${HWTEST_PROGRAM_LIMIT:-90}"
   # The suite stops in time for the guest to report and power off before qemu is killed.
   printf 'HWTEST_SUITE_LIMIT=%q\n' "$((vm_limit > 120 ? vm_limit - 60 : vm_limit / 2))"
-  printf 'export HWTEST_ONLY HWTEST_LOG HWTEST_SHOW_LINES HWTEST_PROGRAM_LIMIT HWTEST_SUITE_LIMIT\n'
+  printf 'export HWTEST_SUITE HWTEST_ONLY HWTEST_LOG HWTEST_SHOW_LINES HWTEST_PROGRAM_LIMIT HWTEST_SUITE_LIMIT\n'
 } >"$ov/opt/emurdma/hw/env"
 (cd "$ov" && find . -print0 | cpio --null -o -H newc -R 0:0 --quiet | gzip -1) >"$run/overlay.cpio.gz" ||
   die "packing the overlay failed"
@@ -423,6 +444,11 @@ note "the VM ran for $((SECONDS - t_boot)) s ($accel)"
 # ---- verdict -------------------------------------------------------------------------------
 results="$(tr -d '\r' <"$console" | grep -E '^(PASS|FAIL|SKIP) ' || true)"
 closing="$(tr -d '\r' <"$console" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1 || true)"
+if [[ $suite == pyverbs ]]; then
+  # The suite's lines, as run_tests.py -v printed them, without the console's prefix.
+  tr -d '\r' <"$console" | sed -n 's/^pyverbs| //p' >"$hw/pyverbs-rxe.log"
+  note "pyverbs suite output on rxe0: $hw/pyverbs-rxe.log ($(tail -n 3 "$hw/pyverbs-rxe.log" | tr '\n' ' '))"
+fi
 echo
 echo "== soft-RoCE results ($accel; console: $console)"
 [[ -z $results ]] || echo "$results"

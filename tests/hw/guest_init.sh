@@ -3,7 +3,8 @@
 #
 # Mounts the kernel file systems, loads rdma_rxe and veth, joins veth0 and veth1 with
 # addresses of 198.18.0.0/15 (the benchmarking range: never routed anywhere), puts the soft-RoCE
-# device rxe0 on veth0, runs the hardware suite (/opt/emurdma/hw/suite.sh) and powers off.
+# device rxe0 on veth0, runs the hardware suite (/opt/emurdma/hw/suite.sh, or pyverbs_suite.sh
+# with HWTEST_SUITE=pyverbs) and powers off.
 # Everything goes to the serial console, which the host reads; the host decides pass or fail
 # from the suite's "PASS name" / "FAIL name (reason)" lines and its closing
 # "N passed, N failed" line. A setup failure prints a FAIL line and a closing line too, so the
@@ -90,7 +91,9 @@ trap - ERR
 # The suite never stops at a failed check; a guard on the whole run keeps a hung program from
 # holding the guest until the host's time limit.
 status=0
-timeout -k 5 "${HWTEST_SUITE_LIMIT:-400}" bash /opt/emurdma/hw/suite.sh || status=$?
+suite_script=/opt/emurdma/hw/suite.sh
+[[ ${HWTEST_SUITE:-hw} == pyverbs ]] && suite_script=/opt/emurdma/hw/pyverbs_suite.sh
+timeout -k 5 "${HWTEST_SUITE_LIMIT:-400}" bash "$suite_script" || status=$?
 if ((status == 124 || status == 137)); then
   echo "FAIL suite-time-limit (the suite did not finish within ${HWTEST_SUITE_LIMIT:-400} s)"
   echo "0 passed, 1 failed"
