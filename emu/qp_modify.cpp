@@ -139,6 +139,12 @@ void Qp::apply_modify_locked(const ibv_qp_attr& a, int mask, ibv_qp_state next,
   attr_.qp_state = next;
   attr_.cur_qp_state = next;
   if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) completer_.reset_budgets_locked();
+  // One line per connected QP: how a middleware test proves its traffic went through emu0.
+  if (next == IBV_QPS_RTR && cur != IBV_QPS_RTR && type_ != IBV_QPT_UD) {
+    spdlog::debug("QP {:#x}: ready to receive, peer QP {:#x}", qpn_, attr_.dest_qp_num);
+  } else if (next == IBV_QPS_RTR && cur != IBV_QPS_RTR) {
+    spdlog::debug("QP {:#x}: ready to receive (UD)", qpn_);
+  }
   if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD) {
     requester_.enter_sqd_locked(attr_.en_sqd_async_notify != 0);
   }

@@ -11,6 +11,10 @@ packages=(
   libboost-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
   libibverbs-dev librdmacm-dev libdapl-dev libdapl2
   ibverbs-utils rdmacm-utils perftest dapl2-utils libfabric-bin ucx-utils qperf iproute2
+  # rdma-core's own test suite (tests/conformance): pyverbs, its tests as documentation.
+  python3-pyverbs
+  # MPI over emu0 (tests/mpi): both MPIs of Debian with their compiler wrappers.
+  openmpi-bin libopenmpi-dev mpich libmpich-dev
 )
 
 missing=()
