@@ -4,7 +4,7 @@
 #   bench <metric> <unit> <higher|lower> <label>=<value> ...
 # where "higher"/"lower" says which direction is better.
 #
-# Usage: scripts/bench.sh rings|engine|transports|verbs|cm
+# Usage: scripts/bench.sh rings|engine|transports|verbs|cm|middleware
 #   rings   two-thread SPSC throughput of emu::SpscRing against boost::lockfree::spsc_queue
 #           (uint64_t elements, same capacity, medians of repetitions). The summary uses the
 #           capacity in RING_BENCH_CAPACITY (default 1024; the benchmark has 1024 and 4096).
@@ -37,6 +37,9 @@
 #           connections established per second = the count / cmtime's "connect" step (the
 #           client's first rdma_connect to its last ESTABLISHED). Ours only (cmtime needs an
 #           RDMA device). A failed run prints <label>=failed.
+#   middleware  our MPI ping-pong (tests/mpi) over emu0 through Open MPI (libfabric verbs, UCX)
+#           and MPICH (UCX), beside the same program over UCX's own shared memory and TCP:
+#           scripts/bench_middleware.sh says how.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,6 +53,7 @@ usage() {
   echo "          qperf; latency in us (one way = round trip / 2), bandwidth in GB/s (10^9 B/s)" >&2
   echo "  verbs   transports, plus perftest over emu0 (ib_send_lat, ib_write_bw) as perftest=" >&2
   echo "  cm      rdma_cm connections established per second (cmtime) over shm and tcp" >&2
+  echo "  middleware  MPI ping-pong over emu0 (Open MPI, MPICH) beside UCX's shm and TCP" >&2
 }
 
 # Configures and builds into build/. Its output goes to stderr so that stdout carries only
@@ -561,6 +565,10 @@ case "${1:-}" in
   transports) bench_transports 0 ;;
   verbs) bench_transports 1 ;;
   cm) bench_cm ;;
+  middleware)
+    build
+    bash scripts/bench_middleware.sh build
+    ;;
   *)
     usage
     exit 2

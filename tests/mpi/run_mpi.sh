@@ -39,7 +39,10 @@ case "$stack" in
       mpirun+=(--mca pml cm --mca mtl ofi -x FI_PROVIDER)
     else
       export UCX_TLS=rc_verbs,self UCX_NET_DEVICES=emu0:1
-      mpirun+=(--mca pml ucx --mca osc ^ucx -x UCX_TLS -x UCX_NET_DEVICES)
+      # Open MPI 4.1's UCX PML selects itself only for the devices and transports its
+      # pml_ucx_devices / pml_ucx_tls name (mlx5 hardware by default): "any" lets it take emu0.
+      mpirun+=(--mca pml ucx --mca osc ^ucx --mca pml_ucx_tls any --mca pml_ucx_devices any
+        -x UCX_TLS -x UCX_NET_DEVICES)
     fi
     # Open MPI passes its ranks only the variables named by -x: what `emurdma run` sets is
     # named inside it (below), those that are set only (-x warns of unset ones).
