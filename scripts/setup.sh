@@ -14,7 +14,7 @@ packages=(
   # rdma-core's own test suite (tests/conformance): pyverbs, its tests as documentation.
   python3-pyverbs
   # MPI over emu0 (tests/mpi): both MPIs of Debian with their compiler wrappers.
-  openmpi-bin libopenmpi-dev mpich libmpich-dev
+  openmpi-bin libopenmpi-dev mpich libmpich-dev python3-mpi4py
 )
 
 missing=()
