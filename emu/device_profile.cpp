@@ -2,13 +2,13 @@
 
 #include <endian.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "emu/limits.h"
 
@@ -251,6 +251,37 @@ void clamp_limit(const char* name, T& value, T ceiling, std::vector<std::string>
   value = ceiling;
 }
 
+// A profile is a few dozen lines: a regular file of at most kMaxProfileFileBytes, so that a
+// path such as /dev/zero or a FIFO cannot hold the first open of emu0.
+constexpr std::streamsize kMaxProfileFileBytes = 64 * 1024;
+
+bool read_profile_file(const char* path, std::string* text, std::string* error) {
+  struct stat st {};
+  if (::stat(path, &st) != 0) {
+    *error = fmt::format("cannot read {}: {}", path, std::strerror(errno));
+    return false;
+  }
+  if (!S_ISREG(st.st_mode) || st.st_size > kMaxProfileFileBytes) {
+    *error =
+        fmt::format("{} is not a regular file of at most {} bytes", path, kMaxProfileFileBytes);
+    return false;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = fmt::format("cannot read {}: {}", path, std::strerror(errno));
+    return false;
+  }
+  text->resize(kMaxProfileFileBytes + 1);
+  in.read(text->data(), kMaxProfileFileBytes + 1);
+  text->resize(static_cast<size_t>(in.gcount()));
+  if (text->size() > static_cast<size_t>(kMaxProfileFileBytes)) {  // it grew since the stat
+    *error =
+        fmt::format("{} is not a regular file of at most {} bytes", path, kMaxProfileFileBytes);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 const DeviceProfile& emu0_profile() {
@@ -383,14 +414,9 @@ DeviceProfile resolve_profile(const char* value, std::string* error,
       *error = fmt::format("'{}' is neither a profile (emu0, rxe, mlx5) nor a file path", value);
       return emu0_profile();
     }
-    std::ifstream in(value);
-    if (!in) {
-      *error = fmt::format("cannot read {}: {}", value, std::strerror(errno));
-      return emu0_profile();
-    }
-    std::stringstream text;
-    text << in.rdbuf();
-    profile = parse_profile(text.str(), value, error);
+    std::string text;
+    if (!read_profile_file(value, &text, error)) return emu0_profile();
+    profile = parse_profile(text, value, error);
     if (!profile) return emu0_profile();
   }
   *notes = clamp_to_engine(*profile);

@@ -83,6 +83,14 @@ TEST(DeviceProfile, AnUnknownNameGivesEmu0AndAnError) {
   EXPECT_NE(error.find("cannot read /nonexistent/profile.conf"), std::string::npos) << error;
 }
 
+// prefix, n times 'x', suffix (built by append: GCC 12 at -O3 warns falsely on operator+ here).
+std::string with_xs(const char* prefix, size_t n, const char* suffix) {
+  std::string s(prefix);
+  s.append(n, 'x');
+  s.append(suffix);
+  return s;
+}
+
 std::string parse_error(const std::string& text) {
   std::string error;
   EXPECT_FALSE(emu::parse_profile(text, "p.conf", &error).has_value()) << text;
@@ -105,7 +113,7 @@ TEST(DeviceProfile, FileErrorsNameTheirLine) {
   EXPECT_EQ(parse_error("active_width = 3\n"), "p.conf:1: active_width 3 is not 1, 2, 4, 8 or 16");
   EXPECT_EQ(parse_error("active_speed = 3\n"),
             "p.conf:1: active_speed 3 is not a power of two up to 128");
-  EXPECT_EQ(parse_error("fw_ver = " + std::string(64, 'x') + "\n"),
+  EXPECT_EQ(parse_error(with_xs("fw_ver = ", 64, "\n")),
             "p.conf:1: fw_ver is longer than 63 bytes");
 }
 
@@ -126,6 +134,26 @@ TEST(DeviceProfile, AFileSetsItsKeysOverItsBase) {
   p = emu::parse_profile("vendor_id = 5\n", "x.conf", &error);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->attr.max_qp_wr, emu::emu0_profile().attr.max_qp_wr);
+}
+
+// A profile file is a regular file of at most 64 KiB: a device or a FIFO would hold the open.
+TEST(DeviceProfile, OnlyASmallRegularFileIsRead) {
+  std::string error;
+  std::vector<std::string> notes;
+  DeviceProfile p = emu::resolve_profile("/dev/zero", &error, &notes);
+  EXPECT_EQ(p.name, "emu0");
+  EXPECT_EQ(error, "/dev/zero is not a regular file of at most 65536 bytes");
+  const std::string path =
+      ::testing::TempDir() + "/emurdma-profile-big-" + std::to_string(::getpid());
+  FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  const std::string comment = with_xs("# ", 1000, "\n");
+  for (int i = 0; i < 66; ++i) std::fputs(comment.c_str(), f);  // 66,132 bytes
+  std::fclose(f);
+  p = emu::resolve_profile(path.c_str(), &error, &notes);
+  EXPECT_EQ(p.name, "emu0");
+  EXPECT_EQ(error, path + " is not a regular file of at most 65536 bytes");
+  std::remove(path.c_str());
 }
 
 TEST(DeviceProfile, AFileIsResolvedAndClamped) {
