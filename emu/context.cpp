@@ -92,6 +92,7 @@ int Context::query_port(uint8_t port_num, ibv_port_attr* out) const {
   out->active_speed = profile.active_speed;
   out->phys_state = 5;  // LinkUp
   out->link_layer = IBV_LINK_LAYER_ETHERNET;
+  out->flags = IBV_QPF_GRH_REQUIRED;  // as every RoCE port reports: the GID is the address
   return 0;
 }
 

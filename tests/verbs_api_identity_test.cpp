@@ -53,6 +53,8 @@ TEST_F(VerbsApi, IdentityAgreesWithTheDeviceListPortAndGids) {
   ASSERT_EQ(ibv_query_port(ctx_, 1, &port), 0);
   EXPECT_EQ(port.pkey_tbl_len, attr.max_pkeys);
   EXPECT_EQ(port.gid_tbl_len, 1);
+  EXPECT_EQ(port.link_layer, IBV_LINK_LAYER_ETHERNET);
+  EXPECT_NE(port.flags & IBV_QPF_GRH_REQUIRED, 0);  // a RoCE port: address handles need a GRH
   ibv_gid gid{};
   ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
   ibv_gid_entry entry{};
