@@ -1,6 +1,7 @@
 #include "emu/device_profile.h"
 
 #include <endian.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
@@ -246,8 +247,7 @@ bool valid_speed(uint64_t s) {
 template <typename T>
 void clamp_limit(const char* name, T& value, T ceiling, std::vector<std::string>& notes) {
   if (value <= ceiling) return;
-  notes.push_back(
-      fmt::format("{} {} is above emu0's {}: {} reported", name, value, ceiling, ceiling));
+  notes.push_back(fmt::format("{} {} is above emu0's {}", name, value, ceiling));
   value = ceiling;
 }
 
@@ -432,7 +432,10 @@ const DeviceProfile& active_profile() {
     if (!error.empty()) {
       spdlog::error("EMURDMA_PROFILE={}: {}; emu0 reports its own profile", value, error);
     }
-    for (const std::string& note : notes) spdlog::warn("EMURDMA_PROFILE={}: {}", value, note);
+    // One line for all the clamps: every process of a job prints it.
+    if (!notes.empty())
+      spdlog::warn("EMURDMA_PROFILE={}: clamped to what emu0 honours: {}", value,
+                   fmt::join(notes, "; "));
     return p;
   }();
   return profile;
