@@ -71,89 +71,135 @@ DeviceProfile make_emu0() {
   return p;
 }
 
+// What a real device reports, as a table row: the fields a named profile sets over emu0's.
+struct RealDevice {
+  const char* name;
+  const char* fw_ver;
+  uint32_t vendor_id, vendor_part_id, hw_ver;
+  uint64_t max_mr_size, page_size_cap;
+  int max_qp, max_qp_wr;
+  unsigned device_cap_flags;
+  int max_sge, max_sge_rd, max_cq, max_cqe, max_mr, max_pd;
+  int max_qp_rd_atom, max_res_rd_atom, max_qp_init_rd_atom;
+  int max_mw, max_mcast_grp, max_mcast_qp_attach, max_total_mcast_qp_attach, max_ah;
+  int max_srq, max_srq_wr, max_srq_sge;
+  uint16_t max_pkeys;
+  uint8_t local_ca_ack_delay;
+  PortProfile port;
+};
+
 // Linux 6.1's soft-RoCE: drivers/infiniband/sw/rxe/rxe_param.h's defaults (a running rxe takes
 // width and speed from its netdev).
-DeviceProfile make_rxe() {
-  DeviceProfile p = make_emu0();
-  p.name = "rxe";
-  ibv_device_attr& a = p.attr;
-  set_fw_ver(a, "0.0.0");
-  a.vendor_id = 0xFFFFFF;
-  a.vendor_part_id = 0;
-  a.hw_ver = 0;
-  a.max_mr_size = UINT64_MAX;
-  a.page_size_cap = 0xfffff000;
-  a.max_qp = (1 << 20) - 16;
-  a.max_qp_wr = 1 << 20;
-  a.device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_PORT_ACTIVE_EVENT |
-                       IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN |
-                       IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_MEM_MGT_EXTENSIONS |
-                       IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
-  a.max_sge = 32;
-  a.max_sge_rd = 32;
-  a.max_cq = 1 << 20;
-  a.max_cqe = (1 << 15) - 1;
-  a.max_mr = (1 << 19) - 1;
-  a.max_pd = 1 << 20;
-  a.max_qp_rd_atom = 128;
-  a.max_res_rd_atom = 0x3f000;
-  a.max_qp_init_rd_atom = 128;
-  a.atomic_cap = IBV_ATOMIC_HCA;
-  a.max_mw = (1 << 19) - 1;
-  a.max_mcast_grp = 8192;
-  a.max_mcast_qp_attach = 56;
-  a.max_total_mcast_qp_attach = 0x70000;
-  a.max_ah = (1 << 15) - 1;
-  a.max_srq = 0x40000 - 0x20001;
-  a.max_srq_wr = 1 << 20;
-  a.max_srq_sge = 27;
-  a.max_pkeys = 64;
-  a.local_ca_ack_delay = 15;
-  p.port.port_cap_flags = IBV_PORT_CM_SUP;
-  p.port.max_msg_sz = 0x800000;
-  p.port.active_width = 1;  // 1x
-  p.port.active_speed = 1;  // SDR
-  return p;
-}
+constexpr RealDevice kRxe{
+    .name = "rxe",
+    .fw_ver = "0.0.0",
+    .vendor_id = 0xFFFFFF,
+    .vendor_part_id = 0,
+    .hw_ver = 0,
+    .max_mr_size = UINT64_MAX,
+    .page_size_cap = 0xfffff000,
+    .max_qp = (1 << 20) - 16,
+    .max_qp_wr = 1 << 20,
+    .device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_PORT_ACTIVE_EVENT |
+                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN |
+                        IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_MEM_MGT_EXTENSIONS |
+                        IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B,
+    .max_sge = 32,
+    .max_sge_rd = 32,
+    .max_cq = 1 << 20,
+    .max_cqe = (1 << 15) - 1,
+    .max_mr = (1 << 19) - 1,
+    .max_pd = 1 << 20,
+    .max_qp_rd_atom = 128,
+    .max_res_rd_atom = 0x3f000,
+    .max_qp_init_rd_atom = 128,
+    .max_mw = (1 << 19) - 1,
+    .max_mcast_grp = 8192,
+    .max_mcast_qp_attach = 56,
+    .max_total_mcast_qp_attach = 0x70000,
+    .max_ah = (1 << 15) - 1,
+    .max_srq = 0x40000 - 0x20001,
+    .max_srq_wr = 1 << 20,
+    .max_srq_sge = 27,
+    .max_pkeys = 64,
+    .local_ca_ack_delay = 15,
+    .port = {.port_cap_flags = IBV_PORT_CM_SUP,
+             .max_msg_sz = 0x800000,
+             .active_width = 1,
+             .active_speed = 1},  // 1x SDR
+};
 
 // A ConnectX-5 RoCE port (PCI 15b3:1017) as ibv_devinfo -v shows it with firmware 16.35.
-DeviceProfile make_mlx5() {
+constexpr RealDevice kMlx5{
+    .name = "mlx5",
+    .fw_ver = "16.35.2000",
+    .vendor_id = 0x02c9,
+    .vendor_part_id = 4119,
+    .hw_ver = 0,
+    .max_mr_size = UINT64_MAX,
+    .page_size_cap = 0xfffffffffffff000ULL,
+    .max_qp = 262144,
+    .max_qp_wr = 32768,
+    .device_cap_flags = 0xed721c36,
+    .max_sge = 30,
+    .max_sge_rd = 30,
+    .max_cq = 16777216,
+    .max_cqe = 4194303,
+    .max_mr = 16777216,
+    .max_pd = 16777216,
+    .max_qp_rd_atom = 16,
+    .max_res_rd_atom = 4194304,
+    .max_qp_init_rd_atom = 16,
+    .max_mw = 16777216,
+    .max_mcast_grp = 2097152,
+    .max_mcast_qp_attach = 240,
+    .max_total_mcast_qp_attach = 503316480,
+    .max_ah = INT_MAX,
+    .max_srq = 8388608,
+    .max_srq_wr = 32767,
+    .max_srq_sge = 31,
+    .max_pkeys = 128,
+    .local_ca_ack_delay = 16,
+    .port = {.port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS,
+             .max_msg_sz = 0x40000000,
+             .active_width = 2,
+             .active_speed = 32},  // 4x EDR
+};
+
+DeviceProfile make_real(const RealDevice& d) {
   DeviceProfile p = make_emu0();
-  p.name = "mlx5";
+  p.name = d.name;
   ibv_device_attr& a = p.attr;
-  set_fw_ver(a, "16.35.2000");
-  a.vendor_id = 0x02c9;
-  a.vendor_part_id = 4119;
-  a.hw_ver = 0;
-  a.max_mr_size = UINT64_MAX;
-  a.page_size_cap = 0xfffffffffffff000ULL;
-  a.max_qp = 262144;
-  a.max_qp_wr = 32768;
-  a.device_cap_flags = 0xed721c36;
-  a.max_sge = 30;
-  a.max_sge_rd = 30;
-  a.max_cq = 16777216;
-  a.max_cqe = 4194303;
-  a.max_mr = 16777216;
-  a.max_pd = 16777216;
-  a.max_qp_rd_atom = 16;
-  a.max_res_rd_atom = 4194304;
-  a.max_qp_init_rd_atom = 16;
+  set_fw_ver(a, d.fw_ver);
+  a.vendor_id = d.vendor_id;
+  a.vendor_part_id = d.vendor_part_id;
+  a.hw_ver = d.hw_ver;
+  a.max_mr_size = d.max_mr_size;
+  a.page_size_cap = d.page_size_cap;
+  a.max_qp = d.max_qp;
+  a.max_qp_wr = d.max_qp_wr;
+  a.device_cap_flags = d.device_cap_flags;
+  a.max_sge = d.max_sge;
+  a.max_sge_rd = d.max_sge_rd;
+  a.max_cq = d.max_cq;
+  a.max_cqe = d.max_cqe;
+  a.max_mr = d.max_mr;
+  a.max_pd = d.max_pd;
+  a.max_qp_rd_atom = d.max_qp_rd_atom;
+  a.max_res_rd_atom = d.max_res_rd_atom;
+  a.max_qp_init_rd_atom = d.max_qp_init_rd_atom;
   a.atomic_cap = IBV_ATOMIC_HCA;
-  a.max_mw = 16777216;
-  a.max_mcast_grp = 2097152;
-  a.max_mcast_qp_attach = 240;
-  a.max_total_mcast_qp_attach = 503316480;
-  a.max_ah = INT_MAX;
-  a.max_srq = 8388608;
-  a.max_srq_wr = 32767;
-  a.max_srq_sge = 31;
-  a.max_pkeys = 128;
-  a.local_ca_ack_delay = 16;
-  p.port.port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
-  p.port.max_msg_sz = 0x40000000;
-  p.port.active_width = 2;   // 4x
-  p.port.active_speed = 32;  // EDR: 100 GbE
+  a.max_mw = d.max_mw;
+  a.max_mcast_grp = d.max_mcast_grp;
+  a.max_mcast_qp_attach = d.max_mcast_qp_attach;
+  a.max_total_mcast_qp_attach = d.max_total_mcast_qp_attach;
+  a.max_ah = d.max_ah;
+  a.max_srq = d.max_srq;
+  a.max_srq_wr = d.max_srq_wr;
+  a.max_srq_sge = d.max_srq_sge;
+  a.max_pkeys = d.max_pkeys;
+  a.local_ca_ack_delay = d.local_ca_ack_delay;
+  p.port = d.port;
   return p;
 }
 
@@ -291,8 +337,8 @@ const DeviceProfile& emu0_profile() {
 
 std::optional<DeviceProfile> builtin_profile(std::string_view name) {
   if (name == "emu0") return make_emu0();
-  if (name == "rxe") return make_rxe();
-  if (name == "mlx5") return make_mlx5();
+  if (name == kRxe.name) return make_real(kRxe);
+  if (name == kMlx5.name) return make_real(kMlx5);
   return std::nullopt;
 }
 
