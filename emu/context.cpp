@@ -10,6 +10,7 @@
 #include "base/process_maps.h"
 #include "emu/comp_channel.h"
 #include "emu/cq.h"
+#include "emu/device_profile.h"
 #include "emu/limits.h"
 #include "emu/mw.h"
 #include "emu/node.h"
@@ -23,53 +24,6 @@ namespace {
 constexpr int kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
                                  IBV_ACCESS_MW_BIND;
-
-ibv_device_attr make_device_attr() {
-  ibv_device_attr a{};
-  std::strncpy(a.fw_ver, "emurdma-0.1", sizeof(a.fw_ver) - 1);
-  a.node_guid = htobe64(0x02e0'0dff'fe00'0001ULL);
-  a.sys_image_guid = a.node_guid;
-  a.max_mr_size = kMaxMrSize;
-  a.page_size_cap = 0xfffff000;  // 4 KiB and up
-  a.vendor_id = 0;               // no IEEE OUI: this device is software
-  a.vendor_part_id = 0;
-  a.hw_ver = 1;
-  a.max_qp = kMaxQp - 2;  // QPN 0 and 1 are reserved
-  a.max_qp_wr = kMaxQpWr;
-  a.device_cap_flags = IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_N_NOTIFY_CQ |
-                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SHUTDOWN_PORT |
-                       IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;  // mw.h
-  a.max_sge = kMaxSge;
-  a.max_sge_rd = kMaxSge;
-  a.max_cq = kMaxCq;
-  a.max_cqe = kMaxCqe;
-  a.max_mr = kMaxMr - 1;
-  a.max_pd = kMaxPd;
-  a.max_qp_rd_atom = kMaxQpRdAtomic;
-  a.max_ee_rd_atom = 0;
-  a.max_res_rd_atom = kMaxQpRdAtomic * (kMaxQp - 2);
-  a.max_qp_init_rd_atom = kMaxQpRdAtomic;
-  a.max_ee_init_rd_atom = 0;
-  a.atomic_cap = IBV_ATOMIC_HCA;
-  a.max_ee = 0;
-  a.max_rdd = 0;
-  a.max_mw = kMaxMw;
-  a.max_raw_ipv6_qp = 0;
-  a.max_raw_ethy_qp = 0;
-  a.max_mcast_grp = 0;
-  a.max_mcast_qp_attach = 0;
-  a.max_total_mcast_qp_attach = 0;
-  a.max_ah = kMaxAh;
-  a.max_fmr = 0;
-  a.max_map_per_fmr = 0;
-  a.max_srq = kMaxSrq;
-  a.max_srq_wr = kMaxSrqWr;
-  a.max_srq_sge = kMaxSge;
-  a.max_pkeys = 1;
-  a.local_ca_ack_delay = 15;
-  a.phys_port_cnt = 1;
-  return a;
-}
 
 // Registration pins memory in the kernel (ib_umem_get), which fails with EFAULT unless every
 // page is mapped readable, and writable when the region grants any write access. The
@@ -92,6 +46,18 @@ bool range_is_accessible(const void* addr, size_t length, bool need_write) {
   return ok || !read;  // mappings that cannot be read: let the access itself decide
 }
 
+// A profile (device_profile.h) may advertise lower limits than the engine's own; they are
+// enforced as a device enforces what it advertises. As rxe does, the receive queue's limits
+// do not apply to a QP whose receives come from an SRQ.
+bool within_profile(const QpInitAttr& init) {
+  const ibv_device_attr& limits = Context::device_attr();
+  const auto max_wr = static_cast<uint32_t>(limits.max_qp_wr);
+  const auto max_sge = static_cast<uint32_t>(limits.max_sge);
+  if (init.cap.max_send_wr > max_wr || init.cap.max_send_sge > max_sge) return false;
+  return init.srq != nullptr ||
+         (init.cap.max_recv_wr <= max_wr && init.cap.max_recv_sge <= max_sge);
+}
+
 }  // namespace
 
 Context::Context(Node& node) : node_(node) {}
@@ -99,8 +65,7 @@ Context::Context(Node& node) : node_(node) {}
 Context::~Context() = default;
 
 const ibv_device_attr& Context::device_attr() {
-  static const ibv_device_attr attr = make_device_attr();
-  return attr;
+  return active_profile().attr;
 }
 
 int Context::query_port(uint8_t port_num, ibv_port_attr* out) const {
@@ -110,8 +75,9 @@ int Context::query_port(uint8_t port_num, ibv_port_attr* out) const {
   out->max_mtu = IBV_MTU_4096;
   out->active_mtu = IBV_MTU_4096;
   out->gid_tbl_len = 1;
-  out->port_cap_flags = 0;
-  out->max_msg_sz = kMaxMsgSize;
+  const PortProfile& profile = active_profile().port;
+  out->port_cap_flags = profile.port_cap_flags;
+  out->max_msg_sz = profile.max_msg_sz;
   out->bad_pkey_cntr = 0;
   out->qkey_viol_cntr = 0;
   out->pkey_tbl_len = 1;
@@ -122,10 +88,11 @@ int Context::query_port(uint8_t port_num, ibv_port_attr* out) const {
   out->sm_sl = 0;
   out->subnet_timeout = 0;
   out->init_type_reply = 0;
-  out->active_width = 2;   // 4x
-  out->active_speed = 32;  // EDR (25 Gb/s per lane)
-  out->phys_state = 5;     // LinkUp
+  out->active_width = profile.active_width;
+  out->active_speed = profile.active_speed;
+  out->phys_state = 5;  // LinkUp
   out->link_layer = IBV_LINK_LAYER_ETHERNET;
+  out->flags = IBV_QPF_GRH_REQUIRED;  // as every RoCE port reports: the GID is the address
   return 0;
 }
 
@@ -145,8 +112,13 @@ int Context::query_pkey(uint8_t port_num, int index, uint16_t* out) const {
 int Context::alloc_pd(Pd** out) {
   if (out == nullptr) return EINVAL;
   std::lock_guard lock(objects_mutex_);
-  if (pd_count_ >= static_cast<int>(kMaxPd)) return ENOMEM;
-  *out = new Pd(*this);
+  if (pd_count_ >= device_attr().max_pd) return ENOMEM;
+  auto* pd = new Pd(*this);
+  do {
+    pd->handle = ++next_pd_handle_;
+  } while (pds_by_handle_.count(pd->handle) != 0);  // after a wrap, skip the live ones
+  pds_by_handle_.emplace(pd->handle, pd);
+  *out = pd;
   ++pd_count_;
   return 0;
 }
@@ -154,10 +126,60 @@ int Context::alloc_pd(Pd** out) {
 int Context::dealloc_pd(Pd* pd) {
   if (pd == nullptr || &pd->context != this) return EINVAL;
   std::lock_guard lock(objects_mutex_);
+  if (release_import_share(pd)) return 0;  // another owner keeps it
+  return destroy_pd_locked(pd);
+}
+
+int Context::destroy_pd_locked(Pd* pd) {
   if (pd->use_count.load() != 0) return EBUSY;
+  pds_by_handle_.erase(pd->handle);
   delete pd;
   --pd_count_;
   return 0;
+}
+
+bool Context::release_import_share(const void* object) {
+  auto it = import_shares_.find(object);
+  if (it == import_shares_.end()) return false;
+  if (--it->second == 0) import_shares_.erase(it);
+  return true;
+}
+
+int Context::import_pd(uint32_t handle, Pd** out) {
+  if (out == nullptr) return EINVAL;
+  std::lock_guard lock(objects_mutex_);
+  auto it = pds_by_handle_.find(handle);
+  if (it == pds_by_handle_.end()) return ENOENT;
+  ++import_shares_[it->second];
+  *out = it->second;
+  return 0;
+}
+
+int Context::import_mr(Pd* pd, uint32_t handle, Mr** out) {
+  if (pd == nullptr || out == nullptr || &pd->context != this) return EINVAL;
+  std::lock_guard lock(objects_mutex_);
+  auto it = mrs_by_handle_.find(handle);
+  if (it == mrs_by_handle_.end()) return ENOENT;
+  if (it->second->pd != pd) return EINVAL;  // the region belongs to another PD
+  ++import_shares_[it->second];
+  *out = it->second;
+  return 0;
+}
+
+void Context::unimport_pd(Pd* pd) {
+  if (pd == nullptr || &pd->context != this) return;
+  std::lock_guard lock(objects_mutex_);
+  // The last owner leaving by unimport (the others deallocated it) destroys it if it can.
+  if (!release_import_share(pd)) destroy_pd_locked(pd);
+}
+
+void Context::unimport_mr(Mr* mr) {
+  if (mr == nullptr || mr->pd == nullptr || &mr->pd->context != this) return;
+  {
+    std::lock_guard lock(objects_mutex_);
+    if (release_import_share(mr)) return;
+  }
+  dereg_mr(mr);  // the last owner
 }
 
 int Context::reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out) {
@@ -171,7 +193,7 @@ int Context::reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out) {
     return EINVAL;  // ibv_reg_mr(3): remote write or atomic requires local write
   }
   uint64_t begin = reinterpret_cast<uint64_t>(addr);
-  if (length > kMaxMrSize || begin + length < begin) return EINVAL;
+  if (length > device_attr().max_mr_size || begin + length < begin) return EINVAL;
   if (addr == nullptr && length != 0) return EFAULT;
   const bool writable =
       (required & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) !=
@@ -192,6 +214,7 @@ int Context::reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out) {
   {
     std::lock_guard lock(objects_mutex_);
     ++mr_count_;
+    mrs_by_handle_.emplace(key, mr.get());
   }
   *out = mr.release();
   return 0;
@@ -199,7 +222,12 @@ int Context::reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out) {
 
 int Context::dereg_mr(Mr* mr) {
   if (mr == nullptr || mr->pd == nullptr || &mr->pd->context != this) return EINVAL;
-  if (node_.mrs().window_refs(mr->lkey) != 0) return EBUSY;  // windows are bound to it (mw.h)
+  {
+    std::lock_guard lock(objects_mutex_);
+    if (release_import_share(mr)) return 0;                    // another owner keeps it
+    if (node_.mrs().window_refs(mr->lkey) != 0) return EBUSY;  // windows are bound to it (mw.h)
+    mrs_by_handle_.erase(mr->lkey);
+  }
   node_.mrs().remove(mr->lkey);
   // A transport may still be sending a READ response straight from the region (zero copy):
   // the program may unmap it as soon as we return.
@@ -217,7 +245,7 @@ int Context::alloc_mw(Pd* pd, ibv_mw_type type, Mw** out) {
   if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) return EINVAL;
   {
     std::lock_guard lock(objects_mutex_);
-    if (mw_count_ >= static_cast<int>(kMaxMw)) return ENOMEM;
+    if (mw_count_ >= device_attr().max_mw) return ENOMEM;
     ++mw_count_;
   }
   auto mw = std::make_unique<Mw>();
@@ -263,10 +291,10 @@ int Context::destroy_comp_channel(CompChannel* channel) {
 }
 
 int Context::create_cq(int cqe, void* cq_context, CompChannel* channel, int comp_vector, Cq** out) {
-  if (out == nullptr || cqe < 1 || cqe > static_cast<int>(kMaxCqe)) return EINVAL;
+  if (out == nullptr || cqe < 1 || cqe > device_attr().max_cqe) return EINVAL;
   if (comp_vector != 0) return EINVAL;  // one completion vector
   std::lock_guard lock(objects_mutex_);
-  if (cq_count_ >= static_cast<int>(kMaxCq)) return ENOMEM;
+  if (cq_count_ >= device_attr().max_cq) return ENOMEM;
   *out = new Cq(*this, static_cast<uint32_t>(cqe), channel, cq_context);
   if (channel != nullptr) channel->use_count.fetch_add(1);
   ++cq_count_;
@@ -292,12 +320,14 @@ int Context::destroy_cq(Cq* cq) {
 int Context::create_srq(Pd* pd, const ibv_srq_init_attr& init, Srq** out) {
   if (pd == nullptr || out == nullptr || &pd->context != this) return EINVAL;
   const ibv_srq_attr& a = init.attr;
-  if (a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge == 0 || a.max_sge > kMaxSge) {
+  const ibv_device_attr& limits = device_attr();
+  if (a.max_wr == 0 || a.max_wr > static_cast<uint32_t>(limits.max_srq_wr) || a.max_sge == 0 ||
+      a.max_sge > static_cast<uint32_t>(limits.max_srq_sge)) {
     return EINVAL;
   }
   if (a.srq_limit > a.max_wr) return EINVAL;
   std::lock_guard lock(objects_mutex_);
-  if (srq_count_ >= static_cast<int>(kMaxSrq)) return ENOMEM;
+  if (srq_count_ >= limits.max_srq) return ENOMEM;
   auto* srq = new Srq(*this, pd, a.max_wr, a.max_sge, init.srq_context);
   if (a.srq_limit != 0) {
     ibv_srq_attr arm{};
@@ -327,10 +357,11 @@ int Context::destroy_srq(Srq* srq) {
 int Context::create_qp(Pd* pd, const QpInitAttr& init, Qp** out) {
   if (pd == nullptr || out == nullptr || &pd->context != this) return EINVAL;
   if (int err = Qp::check_init_attr(init)) return err;
+  if (!within_profile(init)) return EINVAL;
   if (&init.send_cq->context() != this || &init.recv_cq->context() != this) return EINVAL;
   if (init.srq != nullptr && &init.srq->context() != this) return EINVAL;
   std::lock_guard lock(objects_mutex_);
-  if (qp_count_ >= static_cast<int>(kMaxQp - 2)) return ENOMEM;
+  if (qp_count_ >= device_attr().max_qp) return ENOMEM;
   auto qp = std::make_unique<Qp>(*this, pd, init);
   uint32_t qpn = node_.register_qp(qp.get());
   if (qpn == 0) return ENOMEM;
@@ -367,7 +398,7 @@ int Context::create_ah(Pd* pd, const ibv_ah_attr& attr, Ah** out) {
   auto link = node_.link_to(gid);
   if (!link) return EHOSTUNREACH;
   std::lock_guard lock(objects_mutex_);
-  if (ah_count_ >= static_cast<int>(kMaxAh)) return ENOMEM;
+  if (ah_count_ >= device_attr().max_ah) return ENOMEM;
   auto* ah = new Ah();
   ah->pd = pd;
   ah->attr = attr;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "emu/async_events.h"
@@ -42,6 +43,15 @@ class Context {
   int reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out);
   int dereg_mr(Mr* mr);
 
+  // Shared PD import (ibv_import_pd(3), ibv_import_mr(3)): a handle names a PD (its `handle`)
+  // or an MR (its lkey) of this context; ENOENT when it names none. Each import is one more
+  // owner: dealloc_pd / dereg_mr by any owner, or unimport, releases one share, and the last
+  // owner's dealloc / dereg destroys the object (EBUSY while it is in use, as for any).
+  int import_pd(uint32_t handle, Pd** out);
+  int import_mr(Pd* pd, uint32_t handle, Mr** out);
+  void unimport_pd(Pd* pd);
+  void unimport_mr(Mr* mr);
+
   // Memory windows (mw.h).
   int alloc_mw(Pd* pd, ibv_mw_type type, Mw** out);
   int dealloc_mw(Mw* mw);
@@ -69,6 +79,13 @@ class Context {
   AsyncEventQueue async_events_;
   std::mutex objects_mutex_;  // creation and destruction only
   std::vector<std::unique_ptr<Srq>> retired_srqs_;
+  // Under objects_mutex_: the handles imports look up, and the owners each import added.
+  bool release_import_share(const void* object);
+  int destroy_pd_locked(Pd* pd);
+  std::unordered_map<uint32_t, Pd*> pds_by_handle_;
+  std::unordered_map<uint32_t, Mr*> mrs_by_handle_;
+  std::unordered_map<const void*, int> import_shares_;
+  uint32_t next_pd_handle_ = 0;
   int pd_count_ = 0, mr_count_ = 0, cq_count_ = 0, srq_count_ = 0, qp_count_ = 0, ah_count_ = 0,
       mw_count_ = 0;
 };

@@ -25,6 +25,7 @@ struct Pd : ApiHandle {
   explicit Pd(Context& c) : context(c) {}
   Context& context;
   std::atomic<int> use_count{0};  // MRs, QPs, SRQs and AHs created on it
+  uint32_t handle = 0;            // names it within its context (ibv_pd.handle, ibv_import_pd)
 };
 
 class Cq;

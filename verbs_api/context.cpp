@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "emu/device_profile.h"
 #include "verbs_api/internal.h"
 
 using namespace verbs_api;
@@ -25,10 +26,16 @@ int query_device_ex_op(ibv_context* context, const ibv_query_device_ex_input* in
   (void)context;
   if (attr == nullptr || attr_size < sizeof(attr->orig_attr)) return EINVAL;
   if (input != nullptr && input->comp_mask != 0) return EINVAL;
-  std::memset(attr, 0, std::min(attr_size, sizeof(*attr)));
-  attr->orig_attr = emu::Context::device_attr();
-  // Everything after orig_attr stays zero: no ODP, TSO, RSS, packet pacing, TM, CQ
-  // moderation, timestamps or device memory on a soft device.
+  ibv_device_attr_ex ex{};
+  ex.orig_attr = emu::Context::device_attr();
+  // The 64-bit flags repeat the 32-bit ones, as the kernel reports them.
+  ex.device_cap_flags_ex = ex.orig_attr.device_cap_flags;
+  ex.phys_port_cnt_ex = ex.orig_attr.phys_port_cnt;
+  ex.hca_core_clock = emu::kHcaCoreClockKhz;
+  ex.completion_timestamp_mask = emu::kHcaCoreClockKhz != 0 ? UINT64_MAX : 0;
+  // The rest stays zero: no ODP, TSO, RSS, packet pacing, tag matching, CQ moderation, PCI
+  // atomics or device memory (max_dm_size 0) on a soft device.
+  std::memcpy(attr, &ex, std::min(attr_size, sizeof(ex)));
   return 0;
 }
 

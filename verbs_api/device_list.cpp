@@ -1,10 +1,13 @@
 // The device list: emu0 first (unless EMURDMA_DEVICES=hw), then the system's devices (unless
 // EMURDMA_DEVICES=soft), and the verbs that open, close and name a device.
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <system_error>
 
@@ -124,30 +127,14 @@ EMURDMA_EXPORT int ibv_get_device_index(ibv_device* device) {
   EMURDMA_DELEGATE(ibv_get_device_index, "IBVERBS_1.9", -1, device);
 }
 
-EMURDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
-  if (device == nullptr) return fail<ibv_context>(EINVAL);
-  if (!is_emu_device(device)) {
-    EMURDMA_DELEGATE(ibv_open_device, "IBVERBS_1.1", nullptr, device);
-  }
-  base::init_logging();
+ibv_context* verbs_api::new_emu_context(std::shared_ptr<emu::Context> engine, int cmd_fd) {
   auto* ctx = new (std::nothrow) EmuContext();
   if (ctx == nullptr) return fail<ibv_context>(ENOMEM);
-  try {
-    // The node (and its transport) is created on the first open of emu0.
-    ctx->engine = new emu::Context(process::node());
-  } catch (const std::system_error& e) {
-    // EACCES: the job's secret is refused (logged with the variable and the reason).
-    spdlog::error("ibv_open_device({}): {}", device->name, e.what());
-    delete ctx;
-    return fail<ibv_context>(e.code().value());
-  } catch (const std::exception& e) {
-    spdlog::error("ibv_open_device({}): {}", device->name, e.what());
-    delete ctx;
-    return fail<ibv_context>(ENODEV);
-  }
+  ctx->engine = engine.get();
+  ctx->engine_owner = std::move(engine);
   ibv_context& c = ctx->vctx.context;
-  c.device = device;
-  c.cmd_fd = -1;  // no kernel command channel
+  c.device = emu_device();
+  c.cmd_fd = cmd_fd;
   c.async_fd = ctx->engine->async_events().fd();
   c.num_comp_vectors = 1;
   pthread_mutex_init(&c.mutex, nullptr);
@@ -157,11 +144,44 @@ EMURDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   return &c;
 }
 
+EMURDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
+  if (device == nullptr) return fail<ibv_context>(EINVAL);
+  if (!is_emu_device(device)) {
+    EMURDMA_DELEGATE(ibv_open_device, "IBVERBS_1.1", nullptr, device);
+  }
+  base::init_logging();
+  std::shared_ptr<emu::Context> engine;
+  try {
+    // The node (and its transport) is created on the first open of emu0.
+    engine = std::make_shared<emu::Context>(process::node());
+  } catch (const std::system_error& e) {
+    // EACCES: the job's secret is refused (logged with the variable and the reason).
+    spdlog::error("ibv_open_device({}): {}", device->name, e.what());
+    return fail<ibv_context>(e.code().value());
+  } catch (const std::exception& e) {
+    spdlog::error("ibv_open_device({}): {}", device->name, e.what());
+    return fail<ibv_context>(ENODEV);
+  }
+  // The command descriptor names the context, as a uverbs descriptor does: a dup of it
+  // imports the context (ibv_import_device, import.cpp). A memfd has an inode of its own.
+  const int cmd_fd = ::memfd_create("emurdma-context", MFD_CLOEXEC);
+  if (cmd_fd < 0) {
+    const int err = errno;
+    spdlog::error("ibv_open_device({}): memfd_create: {}", device->name, std::strerror(err));
+    return fail<ibv_context>(err);
+  }
+  remember_cmd_fd(cmd_fd, engine);
+  ibv_context* context = new_emu_context(std::move(engine), cmd_fd);
+  if (context == nullptr) ::close(cmd_fd);
+  return context;
+}
+
 EMURDMA_EXPORT int ibv_close_device(ibv_context* context) {
   if (context == nullptr) return EINVAL;
   if (!is_emu(context)) EMURDMA_DELEGATE_ERRNO(ibv_close_device, "IBVERBS_1.1", context);
   EmuContext* ctx = to_emu(context);
-  delete ctx->engine;
+  ::close(context->cmd_fd);
+  ctx->engine_owner.reset();  // the last context over the engine destroys it
   pthread_mutex_destroy(&context->mutex);
   delete ctx;
   return 0;

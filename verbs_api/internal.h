@@ -56,6 +56,9 @@ inline bool is_emu(const ibv_context* context) {
 struct EmuContext {
   verbs_context vctx;  // its `context` member is what programs hold
   emu::Context* engine = nullptr;
+  // An imported context (ibv_import_device) shares the engine context of the one it imports:
+  // the last of them to close destroys it.
+  std::shared_ptr<emu::Context> engine_owner;
 };
 static_assert(offsetof(EmuContext, vctx) == 0);
 
@@ -127,6 +130,11 @@ inline EmuQp* to_emu(ibv_qp* qp) {
 inline EmuQp* to_emu(ibv_qp_ex* qp) {
   return reinterpret_cast<EmuQp*>(qp);
 }
+
+// A new context over `engine`, whose command descriptor is cmd_fd (device_list.cpp); and the
+// registry that finds the engine context a command descriptor (or a dup of it) names (import.cpp).
+ibv_context* new_emu_context(std::shared_ptr<emu::Context> engine, int cmd_fd);
+void remember_cmd_fd(int cmd_fd, const std::shared_ptr<emu::Context>& engine);
 
 // The context operations the inline verbs use (context.cpp, objects_*.cpp).
 void install_context_ops(EmuContext* ctx);

@@ -19,7 +19,7 @@ EMURDMA_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
   }
   pd->engine->api = pd;
   pd->pd.context = context;
-  pd->pd.handle = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(pd->engine));
+  pd->pd.handle = pd->engine->handle;
   return &pd->pd;
 }
 
@@ -116,46 +116,6 @@ EMURDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, s
   // Not offered: the region is left exactly as it was (IBV_REREG_MR_ERR_INPUT keeps it valid).
   errno = EOPNOTSUPP;
   return IBV_REREG_MR_ERR_INPUT;
-}
-
-EMURDMA_EXPORT ibv_pd* ibv_import_pd(ibv_context* context, uint32_t pd_handle) {
-  if (context == nullptr) return fail<ibv_pd>(EINVAL);
-  if (!is_emu(context))
-    EMURDMA_DELEGATE(ibv_import_pd, "IBVERBS_1.10", nullptr, context, pd_handle);
-  return fail<ibv_pd>(EOPNOTSUPP);
-}
-
-EMURDMA_EXPORT void ibv_unimport_pd(ibv_pd* pd) {
-  if (pd == nullptr || is_emu(pd->context)) return;
-  if (auto* fn = EMURDMA_SYSTEM_FN(ibv_unimport_pd, "IBVERBS_1.10")) fn(pd);
-}
-
-EMURDMA_EXPORT ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t mr_handle) {
-  if (pd == nullptr) return fail<ibv_mr>(EINVAL);
-  if (!is_emu(pd->context)) EMURDMA_DELEGATE(ibv_import_mr, "IBVERBS_1.10", nullptr, pd, mr_handle);
-  return fail<ibv_mr>(EOPNOTSUPP);
-}
-
-EMURDMA_EXPORT void ibv_unimport_mr(ibv_mr* mr) {
-  if (mr == nullptr || is_emu(mr->context)) return;
-  if (auto* fn = EMURDMA_SYSTEM_FN(ibv_unimport_mr, "IBVERBS_1.10")) fn(mr);
-}
-
-EMURDMA_EXPORT ibv_dm* ibv_import_dm(ibv_context* context, uint32_t dm_handle) {
-  if (context == nullptr) return fail<ibv_dm>(EINVAL);
-  if (!is_emu(context))
-    EMURDMA_DELEGATE(ibv_import_dm, "IBVERBS_1.13", nullptr, context, dm_handle);
-  return fail<ibv_dm>(EOPNOTSUPP);
-}
-
-EMURDMA_EXPORT void ibv_unimport_dm(ibv_dm* dm) {
-  if (dm == nullptr || is_emu(dm->context)) return;
-  if (auto* fn = EMURDMA_SYSTEM_FN(ibv_unimport_dm, "IBVERBS_1.13")) fn(dm);
-}
-
-EMURDMA_EXPORT ibv_context* ibv_import_device(int cmd_fd) {
-  // A soft device has no command file descriptor to import; a real HCA's is the system's.
-  EMURDMA_DELEGATE(ibv_import_device, "IBVERBS_1.10", fail<ibv_context>(EOPNOTSUPP), cmd_fd);
 }
 
 // Default versions of the names that also have a hidden IBVERBS_1.0 version (compat_1_0.cpp).
