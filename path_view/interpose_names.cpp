@@ -54,7 +54,9 @@ char* resolve(const char* path, char* resolved) {
 
 extern "C" {
 
-char* realpath(const char* path, char* resolved) noexcept { return resolve(path, resolved); }
+char* realpath(const char* path, char* resolved) noexcept {
+  return resolve(path, resolved);
+}
 
 char* __realpath_chk(const char* path, char* resolved, std::size_t resolved_len) {
   if (resolved != nullptr && resolved_len < PATH_MAX) {
@@ -65,7 +67,9 @@ char* __realpath_chk(const char* path, char* resolved, std::size_t resolved_len)
   return resolve(path, resolved);
 }
 
-char* canonicalize_file_name(const char* path) noexcept { return resolve(path, nullptr); }
+char* canonicalize_file_name(const char* path) noexcept {
+  return resolve(path, nullptr);
+}
 
 ssize_t readlink(const char* path, char* buf, std::size_t size) noexcept {
   static NextSymbol<ssize_t (*)(const char*, char*, std::size_t)> next("readlink");

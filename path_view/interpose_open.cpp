@@ -32,7 +32,9 @@ bool mode_writes(const char* mode) {
 }
 
 // The mode argument is there only when the flags create a file.
-bool has_mode(int flags) { return (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE; }
+bool has_mode(int flags) {
+  return (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE;
+}
 
 int open_via(OpenFn next, const char* path, int flags, mode_t mode) {
   const ViewPath p(path);
@@ -67,13 +69,13 @@ FILE* fopen_via(FopenFn next, const char* path, const char* mode) {
 
 }  // namespace
 
-#define PATH_VIEW_TAKE_MODE(flags)     \
-  mode_t mode = 0;                     \
-  if (has_mode(flags)) {               \
-    va_list args;                      \
-    va_start(args, flags);             \
-    mode = va_arg(args, mode_t);       \
-    va_end(args);                      \
+#define PATH_VIEW_TAKE_MODE(flags) \
+  mode_t mode = 0;                 \
+  if (has_mode(flags)) {           \
+    va_list args;                  \
+    va_start(args, flags);         \
+    mode = va_arg(args, mode_t);   \
+    va_end(args);                  \
   }
 
 extern "C" {

@@ -94,8 +94,7 @@ int __fxstatat64(int version, int dirfd, const char* path, struct stat64* buf, i
   return call_mapped(next.get(), path, std::tuple<int, int>(version, dirfd), buf, flags);
 }
 
-int statx(int dirfd, const char* path, int flags, unsigned int mask,
-          struct statx* buf) noexcept {
+int statx(int dirfd, const char* path, int flags, unsigned int mask, struct statx* buf) noexcept {
   static NextSymbol<int (*)(int, const char*, int, unsigned int, struct statx*)> next("statx");
   return call_mapped(next.get(), path, std::tuple<int>(dirfd), flags, mask, buf);
 }

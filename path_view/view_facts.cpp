@@ -26,8 +26,8 @@ std::string guid_text(__be64 guid) {
   const uint64_t g = be64toh(guid);
   char text[32];
   std::snprintf(text, sizeof(text), "%04x:%04x:%04x:%04x", static_cast<unsigned>(g >> 48),
-                static_cast<unsigned>((g >> 32) & 0xffff), static_cast<unsigned>((g >> 16) & 0xffff),
-                static_cast<unsigned>(g & 0xffff));
+                static_cast<unsigned>((g >> 32) & 0xffff),
+                static_cast<unsigned>((g >> 16) & 0xffff), static_cast<unsigned>(g & 0xffff));
   return text;
 }
 
@@ -46,19 +46,28 @@ std::string gid_text(const uint8_t raw[16]) {
 std::string rate_text(uint8_t width, uint32_t speed) {
   int lanes = 1;
   switch (width) {
-    case 2: lanes = 4; break;
-    case 4: lanes = 8; break;
-    case 8: lanes = 12; break;
-    case 16: lanes = 2; break;
-    default: break;
+    case 2:
+      lanes = 4;
+      break;
+    case 4:
+      lanes = 8;
+      break;
+    case 8:
+      lanes = 12;
+      break;
+    case 16:
+      lanes = 2;
+      break;
+    default:
+      break;
   }
   struct Speed {
     uint32_t code;
     int tenths_gbps;  // per lane
     const char* name;
   };
-  static const Speed speeds[] = {{1, 25, "SDR"},   {2, 50, "DDR"},    {4, 100, "QDR"},
-                                 {8, 103, "FDR10"}, {16, 140, "FDR"}, {32, 250, "EDR"},
+  static const Speed speeds[] = {{1, 25, "SDR"},    {2, 50, "DDR"},    {4, 100, "QDR"},
+                                 {8, 103, "FDR10"}, {16, 140, "FDR"},  {32, 250, "EDR"},
                                  {64, 500, "HDR"},  {128, 1000, "NDR"}};
   int tenths = 25;
   const char* name = "SDR";
@@ -166,25 +175,25 @@ int main(int argc, char** argv) {
   file(dev + "node_guid", guid_text(attr.node_guid));
   file(dev + "sys_image_guid", guid_text(attr.sys_image_guid));
   file(dev + "fw_ver", attr.fw_ver);
-  file(dev + "hw_rev", "0x" + [&] {
-    char t[16];
-    std::snprintf(t, sizeof(t), "%x", attr.hw_ver);
-    return std::string(t);
-  }());
+  file(
+      dev + "hw_rev", "0x" + [&] {
+        char t[16];
+        std::snprintf(t, sizeof(t), "%x", attr.hw_ver);
+        return std::string(t);
+      }());
   file(dev + "hca_type", "emurdma");
   file(dev + "board_id", "emurdma");
   file(dev + "node_desc", kDevice);
   file(dev + "device/local_cpus", cpu_mask_text(online_cpus()));
   file(dev + "device/numa_node", "-1");
-  std::printf("l %sdevice/net/%s /sys/class/net/%s\n", dev.c_str(), netdev.c_str(),
-              netdev.c_str());
+  std::printf("l %sdevice/net/%s /sys/class/net/%s\n", dev.c_str(), netdev.c_str(), netdev.c_str());
   const std::string p = dev + "ports/1/";
   const char* states[] = {"NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"};
-  file(p + "state", std::to_string(port.state) + ": " +
-                        (port.state < 6 ? states[port.state] : "UNKNOWN"));
-  file(p + "phys_state", std::to_string(port.phys_state) + (port.phys_state == 5 ? ": LinkUp"
-                                                           : port.phys_state == 3 ? ": Disabled"
-                                                                                  : ": Polling"));
+  file(p + "state",
+       std::to_string(port.state) + ": " + (port.state < 6 ? states[port.state] : "UNKNOWN"));
+  file(p + "phys_state", std::to_string(port.phys_state) + (port.phys_state == 5   ? ": LinkUp"
+                                                            : port.phys_state == 3 ? ": Disabled"
+                                                                                   : ": Polling"));
   file(p + "rate", rate_text(port.active_width, port.active_speed));
   file(p + "link_layer", port.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand");
   char number[32];

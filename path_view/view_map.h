@@ -17,9 +17,9 @@ enum class Target {
 inline constexpr char kDeviceName[] = "emu0";
 
 // Maps `path` for the view directory `view_dir` (absolute; trailing slashes are ignored; nullptr
-// or empty: the view is off and every path is untouched). On device_node and view, `out` (of `out_size`
-// bytes) holds the path to use. Paths other than absolute ones under /dev/infiniband/ and
-// /sys/class/infiniband* cost one or two byte compares.
+// or empty: the view is off and every path is untouched). On device_node and view, `out` (of
+// `out_size` bytes) holds the path to use. Paths other than absolute ones under /dev/infiniband/
+// and /sys/class/infiniband* cost one or two byte compares.
 Target map_path(const char* view_dir, const char* path, char* out, std::size_t out_size);
 
 // True when `path` may be one map_path rewrites: absolute, under /d... or /s...; the one test

@@ -73,11 +73,9 @@ TEST(PathViewMap, ViewOffLeavesEverythingUntouched) {
 
 TEST(PathViewMap, ResultLongerThanTheBufferIsRefused) {
   const std::string view = "/" + std::string(PATH_MAX - 10, 'v');
-  EXPECT_EQ(map("/sys/class/infiniband/emu0/ports/1/state", view.c_str()).target,
-            Target::too_long);
+  EXPECT_EQ(map("/sys/class/infiniband/emu0/ports/1/state", view.c_str()).target, Target::too_long);
   char small[4];
-  EXPECT_EQ(map_path(kView, "/dev/infiniband/uverbs_emu0", small, sizeof(small)),
-            Target::too_long);
+  EXPECT_EQ(map_path(kView, "/dev/infiniband/uverbs_emu0", small, sizeof(small)), Target::too_long);
 }
 
 }  // namespace

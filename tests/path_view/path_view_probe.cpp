@@ -19,7 +19,9 @@
 
 namespace {
 
-std::string error() { return std::string("error ") + strerrorname_np(errno); }
+std::string error() {
+  return std::string("error ") + strerrorname_np(errno);
+}
 
 std::string type_of(mode_t mode) {
   if (S_ISCHR(mode)) return "chr";
@@ -29,7 +31,9 @@ std::string type_of(mode_t mode) {
   return "other";
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
 
 std::string probe(const std::string& call, const char* path) {
   struct stat st {};
