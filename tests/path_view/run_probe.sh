@@ -14,6 +14,8 @@
 #   other_paths        paths of other devices and look-alikes answer as without the view
 #   view_unset         with EMURDMA_VIEW_DIR unset the preloaded library changes nothing
 #   refuses_writes     the view's files cannot be opened for writing (EACCES)
+#   real_devices       the class directory lists the real devices beside emu0 (a stand-in sysfs
+#                      named by EMURDMA_IB_SYSFS), as links to their own directories
 #   agrees_with_verbs  node_guid, fw_ver and the port's state match ibv_devinfo on emu0
 set -euo pipefail
 
@@ -100,6 +102,19 @@ case "$case_name" in
   refuses_writes)
     expect "write to a view file" "$(in_view openw "$ib/node_desc")" "openw $ib/node_desc: error EACCES"
     expect "write through the device node" "$(in_view openw "$node")" "openw $node: ok"
+    ;;
+  real_devices)
+    fake="$(mktemp -d "${TMPDIR:-/tmp}/emurdma-view-test.XXXXXX")"
+    view=""
+    # The view of this stand-in is of no use to any other run: removed with it.
+    trap 'rm -rf "$fake" ${view:+"$view"}' EXIT
+    mkdir -p "$fake/devices/pci0000:00/0000:00:03.0/infiniband/mlx5_0/ports/1" "$fake/class"
+    ln -s "../devices/pci0000:00/0000:00:03.0/infiniband/mlx5_0" "$fake/class/mlx5_0"
+    listing="$(EMURDMA_IB_SYSFS="$fake/class" in_view opendir /sys/class/infiniband)"
+    expect "the class lists both" "$listing" "opendir /sys/class/infiniband: emu0 mlx5_0"
+    view="$(EMURDMA_IB_SYSFS="$fake/class" "$emurdma" run -- sh -c 'echo "$EMURDMA_VIEW_DIR"')"
+    expect "the real device's entry" "$(readlink "$view/sys/class/infiniband/mlx5_0")" \
+      "$fake/devices/pci0000:00/0000:00:03.0/infiniband/mlx5_0"
     ;;
   agrees_with_verbs)
     command -v ibv_devinfo >/dev/null || { echo "SKIPPED: ibv_devinfo is not installed"; exit 77; }
