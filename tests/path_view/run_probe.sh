@@ -96,6 +96,7 @@ case "$case_name" in
     args=(stat "$node" fopen "$ib/ports/1/gid_attrs/types/0" realpath "$ib" opendir "$ib/device/net")
     expect "view unset" "$("$emurdma" run -- env -u EMURDMA_VIEW_DIR "$probe" "${args[@]}")" \
       "$(without_view "${args[@]}")"
+    # shellcheck disable=SC2016  # expanded by the child's shell, in the wrapper's environment
     preloaded="$("$emurdma" run -- sh -c 'echo "$LD_PRELOAD"')"
     [[ $preloaded == *libemurdma_view.so* ]] || expect "the library is preloaded" "$preloaded" "*libemurdma_view.so*"
     ;;
@@ -112,6 +113,7 @@ case "$case_name" in
     ln -s "../devices/pci0000:00/0000:00:03.0/infiniband/mlx5_0" "$fake/class/mlx5_0"
     listing="$(EMURDMA_IB_SYSFS="$fake/class" in_view opendir /sys/class/infiniband)"
     expect "the class lists both" "$listing" "opendir /sys/class/infiniband: emu0 mlx5_0"
+    # shellcheck disable=SC2016  # expanded by the child's shell, in the wrapper's environment
     view="$(EMURDMA_IB_SYSFS="$fake/class" "$emurdma" run -- sh -c 'echo "$EMURDMA_VIEW_DIR"')"
     expect "the real device's entry" "$(readlink "$view/sys/class/infiniband/mlx5_0")" \
       "$fake/devices/pci0000:00/0000:00:03.0/infiniband/mlx5_0"

@@ -24,6 +24,6 @@ for transport in rc_verbs ud_verbs; do
 done
 if ((missing)); then
   echo "transports listed:"
-  sed 's/^/  /' <<<"$pairs"
+  while IFS= read -r line; do echo "  $line"; done <<<"$pairs"
   exit 1
 fi
