@@ -17,6 +17,8 @@
 #                                           and the same two pieces of base/
 #   rdmacm_api/  the rdma_cm face        -> rdmacm_api/, cm/, verbs_api/emurdma_verbs.h and
 #                                           the same two pieces of base/
+#   path_view/   the device view         -> path_view/, base/ (an LD_PRELOAD library: no engine,
+#                (LD_PRELOAD library)       no face)
 # and transports/test_support.h (faults and looks for tests) is included by no product folder
 # but transports/ itself.
 set -euo pipefail
@@ -36,13 +38,14 @@ allowed() {
     dat_api | rdmacm_api)
       [[ $target == "$layer"/* || $target == cm/* || $target == verbs_api/emurdma_verbs.h ||
          $target == base/job_secret.h || $target == base/drop_counter.h ]] ;;
+    path_view) [[ $target == path_view/* || $target == base/* ]] ;;
     *) return 1 ;;
   esac
 }
 
 violations=0
 checked=0
-for layer in base emu transports process verbs_api cm dat_api rdmacm_api; do
+for layer in base emu transports process verbs_api cm dat_api rdmacm_api path_view; do
   [[ -d $layer ]] || continue
   while IFS= read -r -d '' file; do
     while IFS= read -r target; do
