@@ -33,11 +33,11 @@ run_config() {
       FI_PROVIDER="verbs;ofi_rxm" "$emurdma" run --transport "$transport" -- "${ompi[@]}" \
         --mca pml cm --mca mtl ofi -x FI_PROVIDER "${forward[@]}" "$pp_ompi" ;;
     ompi_ucx_emu0)
-      UCX_TLS=rc_verbs,self UCX_NET_DEVICES=emu0:1 "$emurdma" run --transport "$transport" -- \
+      UCX_TLS=rc_verbs,ud_verbs:aux,self UCX_NET_DEVICES=emu0:1 "$emurdma" run --transport "$transport" -- \
         "${ompi[@]}" "${ompi_ucx[@]}" -x UCX_TLS -x UCX_NET_DEVICES "${forward[@]}" \
         $([[ -n ${EMURDMA_VIEW_DIR:-} ]] && echo "-x LD_PRELOAD -x EMURDMA_VIEW_DIR") "$pp_ompi" ;;
     mpich_ucx_emu0)
-      UCX_TLS=rc_verbs,self UCX_NET_DEVICES=emu0:1 MPIR_CVAR_NOLOCAL=1 "$emurdma" run \
+      UCX_TLS=rc_verbs,ud_verbs:aux,self UCX_NET_DEVICES=emu0:1 MPIR_CVAR_NOLOCAL=1 "$emurdma" run \
         --transport "$transport" -- mpirun.mpich -n 2 "$pp_mpich" ;;
     ompi_ucx_sm | ompi_ucx_tcp)
       UCX_TLS="${label#ompi_ucx_},self" "${ompi[@]}" "${ompi_ucx[@]}" -x UCX_TLS "$pp_ompi" ;;

@@ -9,8 +9,8 @@
 # STACK:
 #   openmpi-ofi   Open MPI's cm PML over its OFI MTL: libfabric's verbs provider (verbs;ofi_rxm)
 #                 over our librdmacm and libibverbs; BTLs: self only
-#   openmpi-ucx   Open MPI's UCX PML with UCX_TLS=rc_verbs,self on emu0:1; BTLs: self only
-#   mpich-ucx     MPICH (Debian's ch4:ucx) with UCX_TLS=rc_verbs,self on emu0:1 and
+#   openmpi-ucx   Open MPI's UCX PML with UCX_TLS=rc_verbs (ud_verbs for its wireup), self on emu0:1; BTLs: self only
+#   mpich-ucx     MPICH (Debian's ch4:ucx) with UCX_TLS=rc_verbs,ud_verbs:aux,self on emu0:1 and
 #                 MPIR_CVAR_NOLOCAL=1 (no MPICH shared memory between local ranks)
 # The program's own output is checked by its caller's PASS_REGULAR_EXPRESSION.
 set -euo pipefail
@@ -38,7 +38,7 @@ case "$stack" in
       export FI_PROVIDER="verbs;ofi_rxm"
       mpirun+=(--mca pml cm --mca mtl ofi -x FI_PROVIDER)
     else
-      export UCX_TLS=rc_verbs,self UCX_NET_DEVICES=emu0:1
+      export UCX_TLS=rc_verbs,ud_verbs:aux,self UCX_NET_DEVICES=emu0:1
       # Open MPI 4.1's UCX PML selects itself only for the devices and transports its
       # pml_ucx_devices / pml_ucx_tls name (mlx5 hardware by default): "any" lets it take emu0.
       mpirun+=(--mca pml ucx --mca osc ^ucx --mca pml_ucx_tls any --mca pml_ucx_devices any
@@ -49,7 +49,7 @@ case "$stack" in
     forward="LD_LIBRARY_PATH LD_PRELOAD EMURDMA_TRANSPORT EMURDMA_LOG EMURDMA_VIEW_DIR EMURDMA_TCP_ADDR"
     ;;
   mpich-ucx)
-    export UCX_TLS=rc_verbs,self UCX_NET_DEVICES=emu0:1 MPIR_CVAR_NOLOCAL=1
+    export UCX_TLS=rc_verbs,ud_verbs:aux,self UCX_NET_DEVICES=emu0:1 MPIR_CVAR_NOLOCAL=1
     mpirun=(mpirun.mpich -n "$ranks")
     ;;
   *)
