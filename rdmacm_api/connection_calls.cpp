@@ -54,8 +54,7 @@ int own_side(Id& id, const rdma_conn_param* p, size_t max_private_data, cm::Mess
   if (ibv_query_gid(id.api.verbs, id.api.port_num, 0, &qp.gid) != 0) return ENODEV;
   ConnectionParameters& c = id.connection;
   c.path_mtu = port.active_mtu;
-  c.own_psn = fresh_psn();
-  qp.psn = c.own_psn;
+  qp.psn = own_send_psn(c);
   qp.flow_control = p == nullptr || p->flow_control != 0;
   if (p != nullptr && p->private_data_len != 0) {
     const auto* data = static_cast<const uint8_t*>(p->private_data);
@@ -145,6 +144,11 @@ std::optional<uint32_t> sent_psn_of(const Id& id) {
 }
 
 }  // namespace
+
+uint32_t own_send_psn(ConnectionParameters& c) {
+  if (!c.own_psn) c.own_psn = fresh_psn();
+  return *c.own_psn;
+}
 
 // Called by rdma_destroy_id before the id's events are dropped: nothing reaches it afterwards.
 void detach_from_cm(Id& id) {

@@ -26,7 +26,7 @@ class Listener;
 struct ConnectionParameters {
   uint32_t peer_qpn = 0;
   uint32_t peer_psn = 0;  // the peer's starting send PSN: our rq_psn
-  uint32_t own_psn = 0;   // our starting send PSN: sq_psn
+  std::optional<uint32_t> own_psn;  // our starting send PSN (sq_psn): own_send_psn()
   ibv_gid peer_gid{};
   ibv_mtu path_mtu = IBV_MTU_1024;
   uint8_t responder_resources = 0;  // max_dest_rd_atomic
@@ -86,6 +86,11 @@ int destroy_id(Id& id);
 // Binds the id to emu0 (verbs, port, default PD, source GID), as the kernel binds an id to the
 // device of its address: 0 or ENODEV.
 int attach_device(Id& id);
+// Our starting send PSN, chosen at its first use and kept (connection_calls.cpp): the kernel's
+// rdma_cm fixes it per id, so a program that moves its own QP to RTS through
+// rdma_init_qp_attr before rdma_accept (an external QP) sends with the PSN its REP announces.
+uint32_t own_send_psn(ConnectionParameters& c);
+
 // rdma_destroy_id's first step (connection_calls.cpp): the id's listener and connection let go
 // of it on the CM thread, so that no event is reported to it afterwards.
 void detach_from_cm(Id& id);

@@ -98,7 +98,7 @@ int init_qp_attr(Id& id, ibv_qp_attr& attr, int& mask) {
         return 0;
       }
       if (!knows_peer(id.state)) return EINVAL;
-      attr.sq_psn = c.own_psn;
+      attr.sq_psn = own_send_psn(id.connection);
       attr.timeout = id.options.ack_timeout.value_or(kDefaultAckTimeout);
       attr.retry_cnt = c.retry_count;
       attr.rnr_retry = c.rnr_retry_count;
