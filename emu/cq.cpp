@@ -2,8 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
+#include <thread>
+
 #include "emu/comp_channel.h"
 #include "emu/context.h"
+#include "emu/limits.h"
 #include "emu/node.h"
 #include "emu/poll_demand.h"
 #include "emu/srq.h"
@@ -11,19 +15,33 @@
 namespace emu {
 
 Cq::Cq(Context& context, uint32_t capacity, CompChannel* channel, void* cq_context)
-    : context_(context), channel_(channel), cq_context_(cq_context), ring_(capacity) {}
+    : context_(context), channel_(channel), cq_context_(cq_context), ring_(new Ring(capacity)) {}
 
-Cq::~Cq() = default;
+Cq::~Cq() { delete ring_.load(); }
 
 int Cq::poll_locked(int n, ibv_wc* out) {
   int got = 0;
+  if (has_retired_.load(std::memory_order_relaxed)) [[unlikely]] {
+    // Rings a resize replaced hold the oldest completions.
+    while (!retired_.empty() && got < n) {
+      got += poll_ring_locked(*retired_.front(), n - got, out + got);
+      if (got < n) retired_.pop_front();  // drained, and no producer uses it any more
+    }
+    has_retired_.store(!retired_.empty(), std::memory_order_relaxed);
+    if (got == n) return got;
+  }
+  return got + poll_ring_locked(*ring_.load(std::memory_order_relaxed), n - got, out + got);
+}
+
+int Cq::poll_ring_locked(Ring& ring, int n, ibv_wc* out) {
+  int got = 0;
   while (got < n) {
     // Copied straight from the ring to the program's array.
-    const CompletionEntry* entry = ring_.front();
+    const CompletionEntry* entry = ring.front();
     if (entry == nullptr) break;
     out[got++] = entry->wc;
     Srq* const srq = entry->srq;
-    ring_.pop();
+    ring.pop();
     // The buffer stops being outstanding on its SRQ only now that the program has it.
     if (srq != nullptr) srq->on_reaped();
   }
@@ -79,13 +97,22 @@ int Cq::req_notify(bool solicited_only) {
 
 bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
   const bool overflowed = overflowed_.load(std::memory_order_relaxed);
-  if (!overflowed && poll_has_room(this) && ring_.empty()) {
+  // Counted in before the ring is chosen (seq_cst, as resize()'s swap and its count): either
+  // resize() waits for this push, or this push sees the new ring.
+  pushers_.fetch_add(1, std::memory_order_seq_cst);
+  Ring& ring = *ring_.load(std::memory_order_seq_cst);
+  struct CountOut {
+    std::atomic<uint32_t>& pushers;
+    ~CountOut() { pushers.fetch_sub(1, std::memory_order_release); }
+  } count_out{pushers_};
+  if (!overflowed && poll_has_room(this) && ring.empty() &&
+      !has_retired_.load(std::memory_order_relaxed)) {
     // This thread is inside a poll of this CQ, and nothing older waits in the ring (an older
     // completion of the same QP would be visible here: it was pushed under the QP lock we
     // hold): the poller gets it now, in its own array.
     hand_to_poll(this, wc);
     if (srq != nullptr) srq->on_reaped();
-  } else if (!overflowed && ring_.try_emplace(wc, srq)) {
+  } else if (!overflowed && ring.try_emplace(wc, srq)) {
     note_completion(this);
   } else {
     // Lost: the first loss raises the one CQ_ERR (and says so), later ones are dropped quietly.
@@ -113,9 +140,43 @@ bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
 void Cq::drain_for_destroy() {
   std::lock_guard lock(poll_lock_);
   CompletionEntry entry;
-  while (ring_.try_pop(entry)) {
+  for (auto& retired : retired_) {
+    while (retired->try_pop(entry)) {
+      if (entry.srq != nullptr) entry.srq->on_dropped();
+    }
+  }
+  retired_.clear();
+  has_retired_.store(false, std::memory_order_relaxed);
+  while (ring_.load()->try_pop(entry)) {
     if (entry.srq != nullptr) entry.srq->on_dropped();
   }
+}
+
+size_t Cq::queued_locked() const {
+  size_t n = ring_.load(std::memory_order_relaxed)->size();
+  for (const auto& retired : retired_) n += retired->size();
+  return n;
+}
+
+int Cq::resize(uint32_t cqe) {
+  if (cqe < 1 || cqe > kMaxCqe) return EINVAL;
+  auto fresh = std::make_unique<Ring>(cqe);  // allocated before any lock is taken
+  std::lock_guard lock(poll_lock_);
+  if (cqe < queued_locked()) return EINVAL;
+  // Set before the swap: a push that sees the new ring also sees that older completions may
+  // wait in the old one, and does not hand its completion to a poller past them.
+  has_retired_.store(true, std::memory_order_relaxed);
+  Ring* old = ring_.exchange(fresh.release(), std::memory_order_seq_cst);
+  // Pushes that may have chosen the old ring finish before it is looked at again. A push is
+  // a few stores: this wait is short, and resizing is a control-path call.
+  while (pushers_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  if (old->empty()) {
+    delete old;
+  } else {
+    retired_.emplace_back(old);
+  }
+  has_retired_.store(!retired_.empty(), std::memory_order_relaxed);
+  return 0;
 }
 
 }  // namespace emu

@@ -1,11 +1,17 @@
 // Completion queue: a bounded lock-free multi-producer ring of completions. Any thread that
 // completes work (a poster, the progress thread, a transport thread) pushes; pollers take the
 // consumer side under a spin lock, so ibv_poll_cq is thread-safe without a sleeping lock.
+//
+// ibv_resize_cq swaps in a new ring while producers and pollers run: producers count
+// themselves in (pushers_) around each push, so the resize knows when the old ring gets no
+// more; the old ring's completions stay where they are, and pollers drain it (retired_) before
+// the new one, which keeps every QP's completions in order.
 #pragma once
 
 #include <infiniband/verbs.h>
 
 #include <atomic>
+#include <deque>
 #include <memory>
 
 #include "base/mpsc_ring.h"
@@ -31,7 +37,9 @@ class Cq : public ApiHandle {
 
   Context& context() { return context_; }
   // The number of completions the CQ holds (>= the requested cqe).
-  uint32_t capacity() const { return static_cast<uint32_t>(ring_.capacity()); }
+  uint32_t capacity() const {
+    return static_cast<uint32_t>(ring_.load(std::memory_order_acquire)->capacity());
+  }
   CompChannel* channel() const { return channel_; }
   void* cq_context() const { return cq_context_; }
 
@@ -47,15 +55,28 @@ class Cq : public ApiHandle {
   // Reaps and accounts every remaining completion (used when the CQ is destroyed).
   void drain_for_destroy();
 
+  // ibv_resize_cq(3): at least cqe entries from now on. EINVAL when cqe is out of range or
+  // below the number of completions the CQ holds (the kernel's answer); the CQ is unchanged
+  // then. Completions already queued keep their order ahead of new ones.
+  int resize(uint32_t cqe);
+
   std::atomic<int> use_count{0};  // QPs that report to this CQ
 
  private:
+  using Ring = base::MpscRing<CompletionEntry>;
   int poll_locked(int n, ibv_wc* out);
+  int poll_ring_locked(Ring& ring, int n, ibv_wc* out);
+  // The completions queued, counted under poll_lock_.
+  size_t queued_locked() const;
 
   Context& context_;
   CompChannel* channel_;
   void* cq_context_;
-  base::MpscRing<CompletionEntry> ring_;
+  std::atomic<Ring*> ring_;  // owned; replaced by resize() under poll_lock_
+  std::atomic<uint32_t> pushers_{0};  // push() calls between choosing a ring and leaving it
+  // Rings replaced by resize() that still hold completions, oldest first (under poll_lock_).
+  std::deque<std::unique_ptr<Ring>> retired_;
+  std::atomic<bool> has_retired_{false};  // !retired_.empty(), for push() and poll()
   base::SpinLock poll_lock_;
   // 0 = not armed, 1 = next completion, 2 = next solicited or error completion.
   std::atomic<int> armed_{0};

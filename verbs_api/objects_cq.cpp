@@ -122,7 +122,10 @@ EMURDMA_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {
   if (cq == nullptr) return EINVAL;
   if (!is_emu(cq->context)) EMURDMA_DELEGATE_ERRNO(ibv_resize_cq, "IBVERBS_1.1", cq, cqe);
   if (cqe < 1) return EINVAL;
-  return EOPNOTSUPP;  // the engine's completion ring has a fixed capacity
+  EmuCq* c = to_emu(cq);
+  if (int err = c->engine->resize(static_cast<uint32_t>(cqe))) return err;
+  cq->cqe = static_cast<int>(c->engine->capacity());
+  return 0;
 }
 
 EMURDMA_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
