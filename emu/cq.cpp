@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
+#include <ctime>
 #include <thread>
 
 #include "emu/comp_channel.h"
@@ -19,26 +20,42 @@ Cq::Cq(Context& context, uint32_t capacity, CompChannel* channel, void* cq_conte
 
 Cq::~Cq() { delete ring_.load(); }
 
-int Cq::poll_locked(int n, ibv_wc* out) {
+uint64_t completion_clock_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no system call
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t completion_wallclock_ns(uint64_t stamp_ns) {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  const uint64_t real_now =
+      static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+  return real_now - (completion_clock_ns() - stamp_ns);
+}
+
+int Cq::poll_locked(int n, ibv_wc* out, uint64_t* stamps) {
   int got = 0;
   if (has_retired_.load(std::memory_order_relaxed)) [[unlikely]] {
     // Rings a resize replaced hold the oldest completions.
     while (!retired_.empty() && got < n) {
-      got += poll_ring_locked(*retired_.front(), n - got, out + got);
+      got += poll_ring_locked(*retired_.front(), n - got, out + got, stamps ? stamps + got : nullptr);
       if (got < n) retired_.pop_front();  // drained, and no producer uses it any more
     }
     has_retired_.store(!retired_.empty(), std::memory_order_relaxed);
     if (got == n) return got;
   }
-  return got + poll_ring_locked(*ring_.load(std::memory_order_relaxed), n - got, out + got);
+  return got + poll_ring_locked(*ring_.load(std::memory_order_relaxed), n - got, out + got,
+                                stamps ? stamps + got : nullptr);
 }
 
-int Cq::poll_ring_locked(Ring& ring, int n, ibv_wc* out) {
+int Cq::poll_ring_locked(Ring& ring, int n, ibv_wc* out, uint64_t* stamps) {
   int got = 0;
   while (got < n) {
     // Copied straight from the ring to the program's array.
     const CompletionEntry* entry = ring.front();
     if (entry == nullptr) break;
+    if (stamps != nullptr) stamps[got] = entry->stamp_ns;
     out[got++] = entry->wc;
     Srq* const srq = entry->srq;
     ring.pop();
@@ -48,11 +65,11 @@ int Cq::poll_ring_locked(Ring& ring, int n, ibv_wc* out) {
   return got;
 }
 
-int Cq::poll(int n, ibv_wc* out) {
+int Cq::poll(int n, ibv_wc* out, uint64_t* stamps) {
   if (n < 0 || (n > 0 && out == nullptr)) return -EINVAL;
   {
     std::lock_guard lock(poll_lock_);
-    int got = poll_locked(n, out);
+    int got = poll_locked(n, out, stamps);
     if (got != 0 || n == 0) return got;
   }
   // Nothing yet: move the network along ourselves rather than wait for a thread hand-off
@@ -66,7 +83,7 @@ int Cq::poll(int n, ibv_wc* out) {
     // Completions the round handed straight to us come before anything the ring holds.
     if (demand.handed() != 0) return demand.handed();
     std::lock_guard lock(poll_lock_);
-    const int got = poll_locked(n, out);
+    const int got = poll_locked(n, out, stamps);
     if (got != 0) return got;
     if (!more) {
       node.poll_found_nothing();
@@ -105,14 +122,16 @@ bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
     std::atomic<uint32_t>& pushers;
     ~CountOut() { pushers.fetch_sub(1, std::memory_order_release); }
   } count_out{pushers_};
-  if (!overflowed && poll_has_room(this) && ring.empty() &&
+  // A CQ with timestamps keeps every completion in its ring, where its time is.
+  if (!overflowed && !stamps_ && poll_has_room(this) && ring.empty() &&
       !has_retired_.load(std::memory_order_relaxed)) {
     // This thread is inside a poll of this CQ, and nothing older waits in the ring (an older
     // completion of the same QP would be visible here: it was pushed under the QP lock we
     // hold): the poller gets it now, in its own array.
     hand_to_poll(this, wc);
     if (srq != nullptr) srq->on_reaped();
-  } else if (!overflowed && ring.try_emplace(wc, srq)) {
+  } else if (!overflowed &&
+             ring.try_emplace(wc, srq, stamps_ ? completion_clock_ns() : uint64_t{0})) {
     note_completion(this);
   } else {
     // Lost: the first loss raises the one CQ_ERR (and says so), later ones are dropped quietly.

@@ -11,6 +11,7 @@
 #include <infiniband/verbs.h>
 
 #include <atomic>
+#include <cstdint>
 #include <deque>
 #include <memory>
 
@@ -27,8 +28,17 @@ class Node;
 // A completion plus what the engine must account for when the program reaps it.
 struct CompletionEntry {
   ibv_wc wc;
-  Srq* srq;  // receive completion of a buffer taken from this SRQ (counted until reaped)
+  Srq* srq;           // receive completion of a buffer taken from this SRQ (counted until reaped)
+  uint64_t stamp_ns;  // completion_clock_ns() when pushed, on a CQ with timestamps; else 0
 };
+
+// The clock of completion timestamps: nanoseconds of CLOCK_MONOTONIC, free running. A device
+// cycle is one nanosecond (kHcaCoreClockKhz, for ibv_device_attr_ex.hca_core_clock).
+inline constexpr uint64_t kHcaCoreClockKhz = 1'000'000;
+uint64_t completion_clock_ns();
+// CLOCK_REALTIME nanoseconds of a completion_clock_ns() reading (IBV_WC_EX_WITH_COMPLETION_
+// TIMESTAMP_WALLCLOCK), through the two clocks' offset now.
+uint64_t completion_wallclock_ns(uint64_t stamp_ns);
 
 class Cq : public ApiHandle {
  public:
@@ -43,8 +53,13 @@ class Cq : public ApiHandle {
   CompChannel* channel() const { return channel_; }
   void* cq_context() const { return cq_context_; }
 
-  // Reaps up to n completions; drives network progress when the queue is empty.
-  int poll(int n, ibv_wc* out);
+  // Reaps up to n completions; drives network progress when the queue is empty. With stamps,
+  // stamps[i] is out[i]'s completion_clock_ns() (the CQ must have timestamps enabled).
+  int poll(int n, ibv_wc* out, uint64_t* stamps = nullptr);
+  // Completions pushed from now on carry their time (ibv_create_cq_ex with a completion
+  // timestamp wc flag); called before any QP reports to the CQ. Off, a push pays one branch.
+  void enable_timestamps() { stamps_ = true; }
+  bool timestamps() const { return stamps_; }
   // Arms the CQ: the next completion (or only the next solicited or error completion) is
   // announced on the completion channel, once.
   int req_notify(bool solicited_only);
@@ -64,8 +79,8 @@ class Cq : public ApiHandle {
 
  private:
   using Ring = base::MpscRing<CompletionEntry>;
-  int poll_locked(int n, ibv_wc* out);
-  int poll_ring_locked(Ring& ring, int n, ibv_wc* out);
+  int poll_locked(int n, ibv_wc* out, uint64_t* stamps);
+  int poll_ring_locked(Ring& ring, int n, ibv_wc* out, uint64_t* stamps);
   // The completions queued, counted under poll_lock_.
   size_t queued_locked() const;
 
@@ -81,6 +96,7 @@ class Cq : public ApiHandle {
   // 0 = not armed, 1 = next completion, 2 = next solicited or error completion.
   std::atomic<int> armed_{0};
   std::atomic<bool> overflowed_{false};
+  bool stamps_ = false;  // enable_timestamps()
 };
 
 }  // namespace emu
