@@ -182,6 +182,11 @@ int Cq::resize(uint32_t cqe) {
   auto fresh = std::make_unique<Ring>(cqe);  // allocated before any lock is taken
   std::lock_guard lock(poll_lock_);
   if (cqe < queued_locked()) return EINVAL;
+  replace_ring_locked(std::move(fresh));
+  return 0;
+}
+
+void Cq::replace_ring_locked(std::unique_ptr<Ring> fresh) {
   // Set before the swap: a push that sees the new ring also sees that older completions may
   // wait in the old one, and does not hand its completion to a poller past them.
   has_retired_.store(true, std::memory_order_relaxed);
@@ -195,7 +200,29 @@ int Cq::resize(uint32_t cqe) {
     retired_.emplace_back(old);
   }
   has_retired_.store(!retired_.empty(), std::memory_order_relaxed);
-  return 0;
+}
+
+void Cq::discard_qp(uint32_t qpn) {
+  auto fresh = std::make_unique<Ring>(capacity());
+  std::lock_guard lock(poll_lock_);
+  // Every completion queued so far is then in retired_, which no producer writes: keep the
+  // others, in order, in one ring that is polled first.
+  replace_ring_locked(std::move(fresh));
+  if (retired_.empty()) return;
+  auto kept = std::make_unique<Ring>(queued_locked());
+  CompletionEntry entry;
+  for (auto& retired : retired_) {
+    while (retired->try_pop(entry)) {
+      if (entry.wc.qp_num != qpn) {
+        kept->try_emplace(entry);
+      } else if (entry.srq != nullptr) {
+        entry.srq->on_dropped();
+      }
+    }
+  }
+  retired_.clear();
+  if (!kept->empty()) retired_.emplace_back(std::move(kept));
+  has_retired_.store(!retired_.empty(), std::memory_order_relaxed);
 }
 
 }  // namespace emu

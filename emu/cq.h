@@ -75,6 +75,11 @@ class Cq : public ApiHandle {
   // then. Completions already queued keep their order ahead of new ones.
   int resize(uint32_t cqe);
 
+  // Removes the completions of QP qpn that wait in the CQ (a QP moved to RESET, as mlx4 and
+  // mlx5 clean their CQs then: the program starts over with none of its old completions).
+  // The others keep their order; producers and pollers may run meanwhile.
+  void discard_qp(uint32_t qpn);
+
   std::atomic<int> use_count{0};  // QPs that report to this CQ
 
  private:
@@ -83,6 +88,8 @@ class Cq : public ApiHandle {
   int poll_ring_locked(Ring& ring, int n, ibv_wc* out, uint64_t* stamps);
   // The completions queued, counted under poll_lock_.
   size_t queued_locked() const;
+  // Swaps in a new ring of `capacity`; the old one joins retired_ once no push uses it.
+  void replace_ring_locked(std::unique_ptr<Ring> fresh);
 
   Context& context_;
   CompChannel* channel_;

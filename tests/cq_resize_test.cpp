@@ -134,5 +134,33 @@ TEST_F(CqResize, ProducersAndAPollerRunThroughResizes) {
   EXPECT_GT(resizes, 0);
 }
 
+// A QP moved to RESET takes its queued completions with it (Cq::discard_qp, as mlx4 and mlx5
+// clean their CQs); the other QPs' stay, in order.
+TEST_F(CqResize, DiscardQpRemovesOnlyThatQpsCompletionsAndKeepsTheOrder) {
+  Cq* c = create_cq(16);
+  for (uint64_t i = 0; i < 8; ++i) {
+    ASSERT_TRUE(c->push(completion(i, i % 2 ? 7 : 9), nullptr, false));
+  }
+  c->discard_qp(7);
+  EXPECT_EQ(poll_ids(c, 8), (std::vector<uint64_t>{0, 2, 4, 6}));
+  ASSERT_TRUE(c->push(completion(10, 7), nullptr, false));
+  EXPECT_EQ(poll_ids(c, 8), (std::vector<uint64_t>{10})) << "later completions of it are kept";
+}
+
+TEST_F(CqResize, ModifyToResetTakesTheQpsFlushedCompletionsOffItsCq) {
+  auto [a, b] = connected_pair();
+  uint8_t buf[16];
+  Mr* mr = reg(buf, sizeof(buf));
+  ASSERT_EQ(post_recv(b, 1, buf, sizeof(buf), mr), 0);
+  ASSERT_EQ(post_recv(a, 2, buf, sizeof(buf), mr), 0);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(b->modify(attr, IBV_QP_STATE), 0);  // flushes wr 1 into the CQ
+  attr.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(b->modify(attr, IBV_QP_STATE), 0);
+  EXPECT_TRUE(drain(cq).empty()) << "a flush of the reset QP is still on its CQ";
+  (void)a;
+}
+
 }  // namespace
 }  // namespace emu_test
