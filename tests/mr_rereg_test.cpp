@@ -195,7 +195,12 @@ TEST(MrTableReregister, LookupsRacingReregistrationSeeOneWholeRegionAndNeverMiss
       ++seen;
     }
   });
-  for (int i = 0; i < 20000; ++i) ASSERT_EQ(table.reregister(key, i % 2 ? first : second), 0);
+  // Until the reader has looked many times while re-registrations went on (bounded: a hang).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (int i = 0; i < 20000 || seen.load() < 100000; ++i) {
+    ASSERT_EQ(table.reregister(key, i % 2 ? first : second), 0);
+    if (std::chrono::steady_clock::now() > give_up) break;
+  }
   stop = true;
   reader.join();
   EXPECT_GT(seen.load(), 0u);
