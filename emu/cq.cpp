@@ -18,7 +18,9 @@ namespace emu {
 Cq::Cq(Context& context, uint32_t capacity, CompChannel* channel, void* cq_context)
     : context_(context), channel_(channel), cq_context_(cq_context), ring_(new Ring(capacity)) {}
 
-Cq::~Cq() { delete ring_.load(); }
+Cq::~Cq() {
+  delete ring_.load();
+}
 
 uint64_t completion_clock_ns() {
   timespec ts{};
@@ -39,7 +41,8 @@ int Cq::poll_locked(int n, ibv_wc* out, uint64_t* stamps) {
   if (has_retired_.load(std::memory_order_relaxed)) [[unlikely]] {
     // Rings a resize replaced hold the oldest completions.
     while (!retired_.empty() && got < n) {
-      got += poll_ring_locked(*retired_.front(), n - got, out + got, stamps ? stamps + got : nullptr);
+      got +=
+          poll_ring_locked(*retired_.front(), n - got, out + got, stamps ? stamps + got : nullptr);
       if (got < n) retired_.pop_front();  // drained, and no producer uses it any more
     }
     has_retired_.store(!retired_.empty(), std::memory_order_relaxed);

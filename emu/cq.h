@@ -94,7 +94,7 @@ class Cq : public ApiHandle {
   Context& context_;
   CompChannel* channel_;
   void* cq_context_;
-  std::atomic<Ring*> ring_;  // owned; replaced by resize() under poll_lock_
+  std::atomic<Ring*> ring_;           // owned; replaced by resize() under poll_lock_
   std::atomic<uint32_t> pushers_{0};  // push() calls between choosing a ring and leaving it
   // Rings replaced by resize() that still hold completions, oldest first (under poll_lock_).
   std::deque<std::unique_ptr<Ring>> retired_;

@@ -20,27 +20,12 @@ using emu::MrView;
 
 class Reregistration : public EngineTest {
  protected:
-  void TearDown() override {
-    for (Mr* mr : mrs) EXPECT_EQ(ctx->dereg_mr(mr), 0);
-    mrs.clear();
-    if (pd2 != nullptr) {
-      EXPECT_EQ(ctx->dealloc_pd(pd2), 0);
-    }
-    EngineTest::TearDown();
-  }
-  Pd* other_pd() {
-    if (pd2 == nullptr) {
-      EXPECT_EQ(ctx->alloc_pd(&pd2), 0);
-    }
-    return pd2;
-  }
   // One RDMA WRITE of len bytes from src through (remote_addr, rkey) on a fresh pair.
   ibv_wc write_once(void* src, uint32_t len, Mr* src_mr, uint64_t remote_addr, uint32_t rkey) {
     auto [a, b] = connected_pair();
     EXPECT_EQ(post_send(a, 1, IBV_WR_RDMA_WRITE, src, len, src_mr, remote_addr, rkey), 0);
     return poll_one(cq);
   }
-  Pd* pd2 = nullptr;
 };
 
 constexpr int kLocal = IBV_ACCESS_LOCAL_WRITE;
@@ -81,7 +66,9 @@ TEST_F(Reregistration, ChangePdMovesTheRegionToTheNewPdAndBack) {
   char dst[16] = {};
   Mr* ms = reg(src, sizeof(src));
   Mr* md = reg(dst, sizeof(dst));
-  ASSERT_EQ(ctx->rereg_mr(md, IBV_REREG_MR_CHANGE_PD, other_pd(), nullptr, 0, 0), 0);
+  Pd* pd2 = nullptr;
+  ASSERT_EQ(ctx->alloc_pd(&pd2), 0);
+  ASSERT_EQ(ctx->rereg_mr(md, IBV_REREG_MR_CHANGE_PD, pd2, nullptr, 0, 0), 0);
   EXPECT_EQ(md->pd, pd2);
   EXPECT_EQ(ctx->dealloc_pd(pd2), EBUSY) << "the region now counts against its new PD";
   ASSERT_EQ(post_recv(b, 5, dst, sizeof(dst), md), 0);
@@ -96,6 +83,7 @@ TEST_F(Reregistration, ChangePdMovesTheRegionToTheNewPdAndBack) {
   EXPECT_TRUE(CompletionIs(poll_one(rcq2), {.wr_id = 7, .status = IBV_WC_SUCCESS}));
   EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 8, .status = IBV_WC_SUCCESS}));
   EXPECT_EQ(dst[0], 'm');
+  EXPECT_EQ(ctx->dealloc_pd(pd2), 0) << "the region left it";
 }
 
 TEST_F(Reregistration, ChangeTranslationMovesTheRegionToTheNewMemory) {
@@ -128,9 +116,9 @@ TEST_F(Reregistration, RefusedRequestsLeaveTheRegionAsItWas) {
   EXPECT_EQ(ctx->rereg_mr(mt, 0, nullptr, nullptr, 0, 0), EINVAL) << "no change asked";
   EXPECT_EQ(ctx->rereg_mr(mt, 1 << 7, nullptr, nullptr, 0, 0), EINVAL) << "unknown flag";
   // ibv_reg_mr(3): remote write needs local write.
-  EXPECT_EQ(ctx->rereg_mr(mt, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
-                          IBV_ACCESS_REMOTE_WRITE),
-            EINVAL);
+  EXPECT_EQ(
+      ctx->rereg_mr(mt, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_REMOTE_WRITE),
+      EINVAL);
   EXPECT_EQ(ctx->rereg_mr(mt, IBV_REREG_MR_CHANGE_PD, nullptr, nullptr, 0, 0), EINVAL);
   EXPECT_EQ(ctx->rereg_mr(mt, IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS, nullptr,
                           nullptr, 64, kRemoteWrite),
@@ -187,10 +175,10 @@ TEST(MrTableReregister, LookupsRacingReregistrationSeeOneWholeRegionAndNeverMiss
         ++misses;
         continue;
       }
-      const bool is_first = v.addr == first.addr && v.length == first.length &&
-                            v.access == first.access;
-      const bool is_second = v.addr == second.addr && v.length == second.length &&
-                             v.access == second.access;
+      const bool is_first =
+          v.addr == first.addr && v.length == first.length && v.access == first.access;
+      const bool is_second =
+          v.addr == second.addr && v.length == second.length && v.access == second.access;
       if (!is_first && !is_second) ++mixed;
       ++seen;
     }

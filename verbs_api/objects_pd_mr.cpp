@@ -129,8 +129,8 @@ EMURDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, s
   }
   EmuMr* m = to_emu(mr);
   emu::Pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? to_emu(pd)->engine : nullptr;
-  if (int err = to_emu(mr->context)->engine->rereg_mr(m->engine, flags, new_pd, addr, length,
-                                                     access)) {
+  if (int err =
+          to_emu(mr->context)->engine->rereg_mr(m->engine, flags, new_pd, addr, length, access)) {
     errno = err;
     return IBV_REREG_MR_ERR_CMD;
   }
