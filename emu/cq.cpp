@@ -121,20 +121,20 @@ bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
   // resize() waits for this push, or this push sees the new ring.
   pushers_.fetch_add(1, std::memory_order_seq_cst);
   Ring& ring = *ring_.load(std::memory_order_seq_cst);
-  struct CountOut {
-    std::atomic<uint32_t>& pushers;
-    ~CountOut() { pushers.fetch_sub(1, std::memory_order_release); }
-  } count_out{pushers_};
-  // A CQ with timestamps keeps every completion in its ring, where its time is.
-  if (!overflowed && !stamps_ && poll_has_room(this) && ring.empty() &&
-      !has_retired_.load(std::memory_order_relaxed)) {
-    // This thread is inside a poll of this CQ, and nothing older waits in the ring (an older
-    // completion of the same QP would be visible here: it was pushed under the QP lock we
-    // hold): the poller gets it now, in its own array.
+  // This thread is inside a poll of this CQ, and nothing older waits in the CQ (an older
+  // completion of the same QP would be visible here: it was pushed under the QP lock we hold):
+  // the poller gets it in its own array. A CQ with timestamps keeps every completion in its
+  // ring, where its time is.
+  const bool hand_off = !overflowed && !stamps_ && poll_has_room(this) && ring.empty() &&
+                        !has_retired_.load(std::memory_order_relaxed);
+  const bool queued = !hand_off && !overflowed &&
+                      ring.try_emplace(wc, srq, stamps_ ? completion_clock_ns() : uint64_t{0});
+  // Counted out as soon as the ring is left alone: nothing below may hold up a resize.
+  pushers_.fetch_sub(1, std::memory_order_release);
+  if (hand_off) {
     hand_to_poll(this, wc);
     if (srq != nullptr) srq->on_reaped();
-  } else if (!overflowed &&
-             ring.try_emplace(wc, srq, stamps_ ? completion_clock_ns() : uint64_t{0})) {
+  } else if (queued) {
     note_completion(this);
   } else {
     // Lost: the first loss raises the one CQ_ERR (and says so), later ones are dropped quietly.
