@@ -33,8 +33,8 @@ struct CompletionEntry {
 };
 
 // The clock of completion timestamps: nanoseconds of CLOCK_MONOTONIC, free running. A device
-// cycle is one nanosecond (kHcaCoreClockKhz, for ibv_device_attr_ex.hca_core_clock).
-inline constexpr uint64_t kHcaCoreClockKhz = 1'000'000;
+// cycle is one nanosecond (device_profile.h, kHcaCoreClockKhz: ibv_device_attr_ex's
+// hca_core_clock).
 uint64_t completion_clock_ns();
 // CLOCK_REALTIME nanoseconds of a completion_clock_ns() reading (IBV_WC_EX_WITH_COMPLETION_
 // TIMESTAMP_WALLCLOCK), through the two clocks' offset now.

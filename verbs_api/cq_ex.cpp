@@ -61,7 +61,8 @@ uint8_t read_sl(ibv_cq_ex* cq) {
 uint8_t read_dlid_path_bits(ibv_cq_ex* cq) {
   return cur(cq).dlid_path_bits;
 }
-// Completion timestamps (emu/cq.h): device cycles of kHcaCoreClockKhz, and wall-clock ns.
+// Completion timestamps (emu/cq.h): device cycles of kHcaCoreClockKhz (device_profile.h),
+// and wall-clock ns.
 // Defined only on a CQ created with the matching wc flag; 0 on any other.
 uint64_t read_completion_ts(ibv_cq_ex* cq) {
   return to_emu(cq)->current_stamp;
