@@ -282,13 +282,15 @@ void Completer::complete_locked(const FrameHeader& h, PayloadSource& payload) {
   // An answer for psn p also acknowledges every earlier SEND and WRITE (IBA 9.7.5.1.1).
   while (!requester.nothing_unanswered()) {
     SendWqe& w = requester.head();
-    int32_t d = psn_diff(w.psn, h.psn);
-    if (d > 0) return;  // stale answer to a message already completed
-    if (d == 0) break;
+    // Answered here already (a bind shares the PSN of the message after it): not what this
+    // answer is for.
     if (w.answered_locally) {
       retire_local_answers_locked();
       continue;
     }
+    int32_t d = psn_diff(w.psn, h.psn);
+    if (d > 0) return;  // stale answer to a message already completed
+    if (d == 0) break;
     if (is_rd_atomic(w.opcode)) return;  // a READ or atomic completes only with its data
     retire_head_locked(IBV_WC_SUCCESS, w.length);
   }

@@ -182,23 +182,36 @@ void Context::unimport_mr(Mr* mr) {
   dereg_mr(mr);  // the last owner
 }
 
-int Context::reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out) {
-  if (pd == nullptr || out == nullptr || &pd->context != this) return EINVAL;
+namespace {
+
+// The checks of ibv_reg_mr(3) on a region's access and memory, shared with rereg_mr; on
+// success *required is the access the region keeps.
+int check_region_request(const void* addr, size_t length, int access, int* required) {
   // Optional access bits (IBV_ACCESS_OPTIONAL_RANGE) may be ignored by a device, as rdma-core
   // documents; any other unknown bit is refused.
-  int required = access & ~IBV_ACCESS_OPTIONAL_RANGE;
-  if ((required & ~kSupportedAccess) != 0) return EINVAL;
-  if ((required & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
-      !(required & IBV_ACCESS_LOCAL_WRITE)) {
+  *required = access & ~IBV_ACCESS_OPTIONAL_RANGE;
+  if ((*required & ~kSupportedAccess) != 0) return EINVAL;
+  if ((*required & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(*required & IBV_ACCESS_LOCAL_WRITE)) {
     return EINVAL;  // ibv_reg_mr(3): remote write or atomic requires local write
   }
   uint64_t begin = reinterpret_cast<uint64_t>(addr);
-  if (length > device_attr().max_mr_size || begin + length < begin) return EINVAL;
+  if (length > Context::device_attr().max_mr_size || begin + length < begin) return EINVAL;
   if (addr == nullptr && length != 0) return EFAULT;
   const bool writable =
-      (required & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) !=
+      (*required & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) !=
       0;
   if (!range_is_accessible(addr, length, writable)) return EFAULT;
+  return 0;
+}
+
+}  // namespace
+
+int Context::reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out) {
+  if (pd == nullptr || out == nullptr || &pd->context != this) return EINVAL;
+  int required = 0;
+  if (int err = check_region_request(addr, length, access, &required)) return err;
+  uint64_t begin = reinterpret_cast<uint64_t>(addr);
 
   auto mr = std::make_unique<Mr>();
   mr->pd = pd;
@@ -237,6 +250,45 @@ int Context::dereg_mr(Mr* mr) {
   delete mr;
   std::lock_guard lock(objects_mutex_);
   --mr_count_;
+  return 0;
+}
+
+int Context::rereg_mr(Mr* mr, int flags, Pd* pd, void* addr, size_t length, int access) {
+  if (mr == nullptr || mr->pd == nullptr || &mr->pd->context != this) return EINVAL;
+  constexpr int kFlags =
+      IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  if (flags == 0 || (flags & ~kFlags) != 0) return EINVAL;
+  Mr next = *mr;
+  if (flags & IBV_REREG_MR_CHANGE_PD) {
+    if (pd == nullptr || &pd->context != this) return EINVAL;
+    next.pd = pd;
+  }
+  const bool translate = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0;
+  if (translate) {
+    next.addr = reinterpret_cast<uint64_t>(addr);
+    next.length = length;
+  }
+  const int wanted = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : mr->access;
+  if (int err = check_region_request(reinterpret_cast<void*>(next.addr), next.length, wanted,
+                                     &next.access)) {
+    return err;
+  }
+  if (translate) next.transport_token = node_.register_memory(addr, length);
+  if (int err = node_.mrs().reregister(mr->lkey, next)) {
+    if (translate && next.transport_token != 0) node_.unregister_memory(next.transport_token);
+    return err;
+  }
+  if (translate) {
+    // A READ response may still be sent straight from the old memory (zero copy): the program
+    // may unmap it as soon as we return.
+    node_.release_payloads(Transport::Release::kWait, Transport::kEveryQp);
+    if (mr->transport_token != 0) node_.unregister_memory(mr->transport_token);
+  }
+  if (next.pd != mr->pd) {
+    next.pd->use_count.fetch_add(1);
+    mr->pd->use_count.fetch_sub(1);
+  }
+  *mr = next;
   return 0;
 }
 

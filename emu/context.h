@@ -42,6 +42,8 @@ class Context {
 
   int reg_mr(Pd* pd, void* addr, size_t length, int access, Mr** out);
   int dereg_mr(Mr* mr);
+  // ibv_rereg_mr(3) in place: the keys stay; on failure the region is unchanged.
+  int rereg_mr(Mr* mr, int flags, Pd* pd, void* addr, size_t length, int access);
 
   // Shared PD import (ibv_import_pd(3), ibv_import_mr(3)): a handle names a PD (its `handle`)
   // or an MR (its lkey) of this context; ENOENT when it names none. Each import is one more

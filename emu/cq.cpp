@@ -2,8 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
+#include <ctime>
+#include <thread>
+
 #include "emu/comp_channel.h"
 #include "emu/context.h"
+#include "emu/limits.h"
 #include "emu/node.h"
 #include "emu/poll_demand.h"
 #include "emu/srq.h"
@@ -11,30 +16,63 @@
 namespace emu {
 
 Cq::Cq(Context& context, uint32_t capacity, CompChannel* channel, void* cq_context)
-    : context_(context), channel_(channel), cq_context_(cq_context), ring_(capacity) {}
+    : context_(context), channel_(channel), cq_context_(cq_context), ring_(new Ring(capacity)) {}
 
-Cq::~Cq() = default;
+Cq::~Cq() {
+  delete ring_.load();
+}
 
-int Cq::poll_locked(int n, ibv_wc* out) {
+uint64_t completion_clock_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no system call
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t completion_wallclock_ns(uint64_t stamp_ns) {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  const uint64_t real_now =
+      static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+  return real_now - (completion_clock_ns() - stamp_ns);
+}
+
+int Cq::poll_locked(int n, ibv_wc* out, uint64_t* stamps) {
+  int got = 0;
+  if (has_retired_.load(std::memory_order_relaxed)) [[unlikely]] {
+    // Rings a resize replaced hold the oldest completions.
+    while (!retired_.empty() && got < n) {
+      got +=
+          poll_ring_locked(*retired_.front(), n - got, out + got, stamps ? stamps + got : nullptr);
+      if (got < n) retired_.pop_front();  // drained, and no producer uses it any more
+    }
+    has_retired_.store(!retired_.empty(), std::memory_order_relaxed);
+    if (got == n) return got;
+  }
+  return got + poll_ring_locked(*ring_.load(std::memory_order_relaxed), n - got, out + got,
+                                stamps ? stamps + got : nullptr);
+}
+
+int Cq::poll_ring_locked(Ring& ring, int n, ibv_wc* out, uint64_t* stamps) {
   int got = 0;
   while (got < n) {
     // Copied straight from the ring to the program's array.
-    const CompletionEntry* entry = ring_.front();
+    const CompletionEntry* entry = ring.front();
     if (entry == nullptr) break;
+    if (stamps != nullptr) stamps[got] = entry->stamp_ns;
     out[got++] = entry->wc;
     Srq* const srq = entry->srq;
-    ring_.pop();
+    ring.pop();
     // The buffer stops being outstanding on its SRQ only now that the program has it.
     if (srq != nullptr) srq->on_reaped();
   }
   return got;
 }
 
-int Cq::poll(int n, ibv_wc* out) {
+int Cq::poll(int n, ibv_wc* out, uint64_t* stamps) {
   if (n < 0 || (n > 0 && out == nullptr)) return -EINVAL;
   {
     std::lock_guard lock(poll_lock_);
-    int got = poll_locked(n, out);
+    int got = poll_locked(n, out, stamps);
     if (got != 0 || n == 0) return got;
   }
   // Nothing yet: move the network along ourselves rather than wait for a thread hand-off
@@ -48,7 +86,7 @@ int Cq::poll(int n, ibv_wc* out) {
     // Completions the round handed straight to us come before anything the ring holds.
     if (demand.handed() != 0) return demand.handed();
     std::lock_guard lock(poll_lock_);
-    const int got = poll_locked(n, out);
+    const int got = poll_locked(n, out, stamps);
     if (got != 0) return got;
     if (!more) {
       node.poll_found_nothing();
@@ -79,13 +117,24 @@ int Cq::req_notify(bool solicited_only) {
 
 bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
   const bool overflowed = overflowed_.load(std::memory_order_relaxed);
-  if (!overflowed && poll_has_room(this) && ring_.empty()) {
-    // This thread is inside a poll of this CQ, and nothing older waits in the ring (an older
-    // completion of the same QP would be visible here: it was pushed under the QP lock we
-    // hold): the poller gets it now, in its own array.
+  // Counted in before the ring is chosen (seq_cst, as resize()'s swap and its count): either
+  // resize() waits for this push, or this push sees the new ring.
+  pushers_.fetch_add(1, std::memory_order_seq_cst);
+  Ring& ring = *ring_.load(std::memory_order_seq_cst);
+  // This thread is inside a poll of this CQ, and nothing older waits in the CQ (an older
+  // completion of the same QP would be visible here: it was pushed under the QP lock we hold):
+  // the poller gets it in its own array. A CQ with timestamps keeps every completion in its
+  // ring, where its time is.
+  const bool hand_off = !overflowed && !stamps_ && poll_has_room(this) && ring.empty() &&
+                        !has_retired_.load(std::memory_order_relaxed);
+  const bool queued = !hand_off && !overflowed &&
+                      ring.try_emplace(wc, srq, stamps_ ? completion_clock_ns() : uint64_t{0});
+  // Counted out as soon as the ring is left alone: nothing below may hold up a resize.
+  pushers_.fetch_sub(1, std::memory_order_release);
+  if (hand_off) {
     hand_to_poll(this, wc);
     if (srq != nullptr) srq->on_reaped();
-  } else if (!overflowed && ring_.try_emplace(wc, srq)) {
+  } else if (queued) {
     note_completion(this);
   } else {
     // Lost: the first loss raises the one CQ_ERR (and says so), later ones are dropped quietly.
@@ -113,9 +162,70 @@ bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
 void Cq::drain_for_destroy() {
   std::lock_guard lock(poll_lock_);
   CompletionEntry entry;
-  while (ring_.try_pop(entry)) {
+  for (auto& retired : retired_) {
+    while (retired->try_pop(entry)) {
+      if (entry.srq != nullptr) entry.srq->on_dropped();
+    }
+  }
+  retired_.clear();
+  has_retired_.store(false, std::memory_order_relaxed);
+  while (ring_.load()->try_pop(entry)) {
     if (entry.srq != nullptr) entry.srq->on_dropped();
   }
+}
+
+size_t Cq::queued_locked() const {
+  size_t n = ring_.load(std::memory_order_relaxed)->size();
+  for (const auto& retired : retired_) n += retired->size();
+  return n;
+}
+
+int Cq::resize(uint32_t cqe) {
+  if (cqe < 1 || cqe > kMaxCqe) return EINVAL;
+  auto fresh = std::make_unique<Ring>(cqe);  // allocated before any lock is taken
+  std::lock_guard lock(poll_lock_);
+  if (cqe < queued_locked()) return EINVAL;
+  replace_ring_locked(std::move(fresh));
+  return 0;
+}
+
+void Cq::replace_ring_locked(std::unique_ptr<Ring> fresh) {
+  // Set before the swap: a push that sees the new ring also sees that older completions may
+  // wait in the old one, and does not hand its completion to a poller past them.
+  has_retired_.store(true, std::memory_order_relaxed);
+  Ring* old = ring_.exchange(fresh.release(), std::memory_order_seq_cst);
+  // Pushes that may have chosen the old ring finish before it is looked at again. A push is
+  // a few stores: this wait is short, and resizing is a control-path call.
+  while (pushers_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  if (old->empty()) {
+    delete old;
+  } else {
+    retired_.emplace_back(old);
+  }
+  has_retired_.store(!retired_.empty(), std::memory_order_relaxed);
+}
+
+void Cq::discard_qp(uint32_t qpn) {
+  auto fresh = std::make_unique<Ring>(capacity());
+  std::lock_guard lock(poll_lock_);
+  // Every completion queued so far is then in retired_, which no producer writes: keep the
+  // others, in order, in one ring that is polled first.
+  replace_ring_locked(std::move(fresh));
+  if (retired_.empty()) return;
+  auto kept = std::make_unique<Ring>(queued_locked());
+  CompletionEntry entry;
+  for (auto& retired : retired_) {
+    while (retired->try_pop(entry)) {
+      if (entry.wc.qp_num != qpn) {
+        kept->try_emplace(entry);
+      } else if (entry.srq != nullptr) {
+        entry.srq->on_dropped();
+      }
+    }
+  }
+  retired_.clear();
+  if (!kept->empty()) retired_.emplace_back(std::move(kept));
+  has_retired_.store(!retired_.empty(), std::memory_order_relaxed);
 }
 
 }  // namespace emu

@@ -14,9 +14,10 @@
 
 namespace emu {
 
-// The completion timestamp clock of ibv_query_device_ex (hca_core_clock, kHz). 0 while CQs
-// give no timestamps; completion_timestamp_mask is 0 then too (the CQ work sets both).
-inline constexpr uint64_t kHcaCoreClockKhz = 0;
+// The completion timestamp clock of ibv_query_device_ex (hca_core_clock, kHz): completion
+// timestamps (emu/cq.h, completion_clock_ns) count nanoseconds, a 1 GHz device clock, and
+// completion_timestamp_mask is then all 64 bits.
+inline constexpr uint64_t kHcaCoreClockKhz = 1'000'000;
 
 // The vendor ids of emu0's own profile. 0x02E00D is the first three bytes of emu0's node GUID
 // (0x02e00dfffe000001): an OUI with the locally-administered bit set, which the IEEE never

@@ -1,5 +1,6 @@
 #include "emu/mr_table.h"
 
+#include <cerrno>
 #include <thread>
 
 namespace emu {
@@ -67,17 +68,49 @@ bool MrTable::lookup(uint32_t key, MrView* out) const {
   uint32_t index = key >> 8;
   if (index == 0 || index >= capacity_) return false;
   const Slot& slot = slots_[index];
-  if (slot.key.load(std::memory_order_acquire) != key) return false;
-  out->pd = slot.pd.load(std::memory_order_relaxed);
-  out->addr = slot.addr.load(std::memory_order_relaxed);
-  out->length = slot.length.load(std::memory_order_relaxed);
-  out->access = slot.access.load(std::memory_order_relaxed);
-  out->window = slot.window.load(std::memory_order_relaxed);
-  out->bound = slot.bound.load(std::memory_order_relaxed);
-  out->bound_qpn = slot.bound_qpn.load(std::memory_order_relaxed);
-  out->region_key = slot.region_key.load(std::memory_order_relaxed);
+  for (;;) {
+    // seq_cst, as the store that ends a reregister(): with hold() before it, either this sees
+    // the new fields or reregister() sees the hold and waits for it.
+    const uint32_t seq = slot.seq.load(std::memory_order_seq_cst);
+    if ((seq & 1) != 0) {
+      std::this_thread::yield();  // a re-registration is changing the slot (control path)
+      continue;
+    }
+    if (slot.key.load(std::memory_order_acquire) != key) return false;
+    out->pd = slot.pd.load(std::memory_order_relaxed);
+    out->addr = slot.addr.load(std::memory_order_relaxed);
+    out->length = slot.length.load(std::memory_order_relaxed);
+    out->access = slot.access.load(std::memory_order_relaxed);
+    out->window = slot.window.load(std::memory_order_relaxed);
+    out->bound = slot.bound.load(std::memory_order_relaxed);
+    out->bound_qpn = slot.bound_qpn.load(std::memory_order_relaxed);
+    out->region_key = slot.region_key.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (slot.seq.load(std::memory_order_relaxed) == seq) break;
+  }
   // A concurrent deregistration may have changed the slot while we read it.
   return slot.key.load(std::memory_order_acquire) == key;
+}
+
+int MrTable::reregister(uint32_t key, const Mr& mr) {
+  const uint32_t index = key >> 8;
+  if (index == 0 || index >= capacity_) return EINVAL;
+  std::lock_guard lock(alloc_mutex_);
+  Slot& slot = slots_[index];
+  if (slot.key.load(std::memory_order_relaxed) != key || slot.window.load()) return EINVAL;
+  if (slot.window_refs.load() != 0) return EBUSY;
+  const uint32_t seq = slot.seq.load(std::memory_order_relaxed);
+  slot.seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  slot.pd.store(mr.pd, std::memory_order_relaxed);
+  slot.addr.store(mr.addr, std::memory_order_relaxed);
+  slot.length.store(mr.length, std::memory_order_relaxed);
+  slot.access.store(mr.access, std::memory_order_relaxed);
+  slot.seq.store(seq + 2, std::memory_order_seq_cst);
+  // Accesses that took their hold before the new fields were visible may be using the old
+  // region: wait for them (a hold spans one copy at most).
+  while (slot.holds.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  return 0;
 }
 
 namespace {

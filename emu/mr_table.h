@@ -1,6 +1,8 @@
 // The node-wide table of registered memory regions, indexed by key. Lookups on the data path
 // are lock-free: a key names a slot (high bits) and a generation (low 8 bits), so a stale key
-// of a deregistered region never matches its slot's next tenant.
+// of a deregistered region never matches its slot's next tenant. A region re-registered in
+// place (ibv_rereg_mr) keeps its key: its fields change under a sequence count, so a lookup
+// sees either the old region or the new one, never a mix, and never a moment without either.
 #pragma once
 
 #include <atomic>
@@ -34,6 +36,13 @@ class MrTable {
   // Unpublishes the key, then waits for the holds taken on it (hold()) to be released.
   void remove(uint32_t key);
 
+  // Replaces the region of `key` by `mr` (pd, addr, length, access) under the same key, then
+  // waits for the holds taken on it (hold()) to be released, so that no access checked against
+  // the old region is still moving bytes when this returns. EBUSY when windows are bound to
+  // it (IBA: a region with bound windows cannot be re-registered), EINVAL when the key names no
+  // region; the region is unchanged then.
+  int reregister(uint32_t key, const Mr& mr);
+
   // Keeps the region of `key` registered while a transport writes a payload straight into it
   // (a write of one system call at most): remove() does not return while a hold is taken.
   // Returns false, taking nothing, when the key names no region any more.
@@ -65,6 +74,7 @@ class MrTable {
  private:
   struct Slot {
     std::atomic<uint32_t> key{0};  // 0 = free
+    std::atomic<uint32_t> seq{0};  // odd while reregister() changes the fields
     std::atomic<Pd*> pd{nullptr};
     std::atomic<uint64_t> addr{0};
     std::atomic<uint64_t> length{0};

@@ -8,8 +8,12 @@ namespace emu {
 
 namespace {
 
+// What a window grants: remote access only (a window's key is never a local key).
 constexpr int kWindowAccess =
     IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+// What a bind may ask for, as kernel rxe takes it: the region access set. Local write means
+// nothing for a window and is dropped; zero-based windows are not offered (refused below).
+constexpr int kBindAccess = kWindowAccess | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED;
 
 }  // namespace
 
@@ -21,7 +25,8 @@ ibv_wc_status bind_mw(MrTable& mrs, Mw& mw, Pd* qp_pd, uint32_t qpn, const MwBin
   };
   if (mw.pd != qp_pd) return refuse("the window is of another PD");
   if ((bind.new_rkey >> 8) != (current >> 8)) return refuse("the new rkey names another window");
-  if ((bind.access & ~kWindowAccess) != 0) return refuse("unsupported access flags");
+  if ((bind.access & ~kBindAccess) != 0) return refuse("unsupported access flags");
+  if ((bind.access & IBV_ACCESS_ZERO_BASED) != 0) return refuse("zero-based windows not offered");
   MrView bounds;
   bounds.pd = mw.pd;
   bounds.window = true;
@@ -47,7 +52,7 @@ ibv_wc_status bind_mw(MrTable& mrs, Mw& mw, Pd* qp_pd, uint32_t qpn, const MwBin
     }
     bounds.addr = bind.addr;
     bounds.length = bind.length;
-    bounds.access = bind.access;
+    bounds.access = bind.access & kWindowAccess;
     bounds.bound = true;
     bounds.region_key = bind.mr_key;
   }

@@ -38,7 +38,7 @@ struct MwBind {
   uint32_t mr_key = 0;  // lkey of the region to bind to
   uint64_t addr = 0;
   uint64_t length = 0;  // 0: unbind
-  int access = 0;       // IBV_ACCESS_REMOTE_* (and IBV_ACCESS_ZERO_BASED, refused)
+  int access = 0;       // IBV_ACCESS_REMOTE_*, LOCAL_WRITE (ignored), ZERO_BASED (refused)
 };
 
 // The type 1 rkey after `rkey`: same slot, next 8-bit key.

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "emu/context.h"
+#include "emu/cq.h"
 #include "emu/limits.h"
 #include "emu/node.h"
 #include "emu/qp.h"
@@ -90,6 +91,10 @@ void Qp::apply_modify_locked(const ibv_qp_attr& a, int mask, ibv_qp_state next,
   const ibv_qp_state cur = state();
   if (next == IBV_QPS_RESET) {
     reset_locked();
+    // The QP starts over: its completions still queued go too, as mlx4 and mlx5 clean their
+    // CQs (rdma-core's suite restates a QP from ERR and expects none of its old flushes).
+    send_cq_->discard_qp(qpn_);
+    if (recv_cq_ != send_cq_) recv_cq_->discard_qp(qpn_);
     state_.store(IBV_QPS_RESET, std::memory_order_release);
     return;
   }

@@ -91,7 +91,11 @@ int Requester::post_locked(const ibv_send_wr* wr, ibv_send_wr** bad_wr, bool typ
     // Lengths beyond the message limit are reported as a completion error, as hardware does.
     w.length = length > kMaxMsgSize ? kMaxMsgSize + 1u : static_cast<uint32_t>(length);
     w.psn = next_psn_;
-    next_psn_ = (next_psn_ + 1) & kPsnMask;
+    // A bind or local invalidation never leaves the node: it takes no PSN, or the peer would
+    // wait for a message that never comes (IBA 9.7.1: PSNs number the packets sent).
+    if (wr->opcode != IBV_WR_BIND_MW && wr->opcode != IBV_WR_LOCAL_INV) {
+      next_psn_ = (next_psn_ + 1) & kPsnMask;
+    }
     w.ah = nullptr;
     w.mw = nullptr;
     if (wr->opcode == IBV_WR_BIND_MW) {
@@ -173,7 +177,6 @@ bool Requester::wants_ack_locked(const SendWqe& w) const {
 bool Requester::transmit_one_locked(SendWqe& w) {
   Completer& completer = qp_.completer_;
   const ibv_qp_type type = qp_.type_;
-  w.answered_locally = false;
   // A WR that needs no answer (an error found here, or a datagram) completes with the status
   // given, once earlier WQEs have completed: the completer retires such WQEs from the head.
   auto complete_locally = [&](ibv_wc_status st) {
@@ -183,11 +186,16 @@ bool Requester::transmit_one_locked(SendWqe& w) {
     completer.retire_local_answers_locked();
   };
   if (w.opcode == IBV_WR_BIND_MW || w.opcode == IBV_WR_LOCAL_INV) {
+    if (w.answered_locally) {
+      advance_next();  // a retransmission from an earlier WQE: executed once only
+      return true;
+    }
     // Executed here, in send-queue order; never leaves the node.
     ibv_wc_status st = execute_mw_wqe_locked(w);
     complete_locally(st);
     return st == IBV_WC_SUCCESS;
   }
+  w.answered_locally = false;
   ibv_wc_status status = IBV_WC_SUCCESS;
   const bool datagram = type != IBV_QPT_RC;
   if (w.length > kMaxMsgSize || (type == IBV_QPT_UD && w.length > kMtuBytes)) {
@@ -337,10 +345,11 @@ uint32_t Requester::read_awaiting(uint32_t psn) const {
   // response, an earlier READ or atomic still unanswered makes the completer ignore it.
   for (uint64_t i = head_; i != next_; ++i) {
     const SendWqe& w = sq_[i & mask_];
+    if (w.answered_locally) continue;  // a bind shares the PSN of the message after it
     const int32_t d = psn_diff(w.psn, psn);
     if (d > 0) return 0;
     if (d == 0) return w.opcode == IBV_WR_RDMA_READ ? w.length : 0;
-    if (!w.answered_locally && is_rd_atomic(w.opcode)) return 0;
+    if (is_rd_atomic(w.opcode)) return 0;
   }
   return 0;
 }

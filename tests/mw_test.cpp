@@ -96,6 +96,21 @@ class MemoryWindows : public EngineTest {
     }
   };
 
+  // The status of a bind of a fresh window of `type` over the whole of a bindable region,
+  // asking for `access`.
+  ibv_wc_status bind_status(ibv_mw_type type, int access) {
+    Target t;
+    Mr* region = reg(t.bytes.data(), t.bytes.size(), kRegionAccess);
+    emu::Mw* mw = alloc(type);
+    auto [a, b] = connected_pair();
+    (void)a;
+    const int err = type == IBV_MW_TYPE_1
+                        ? bind1(b, mw, region, t.window(), 64, access)
+                        : bind2(b, mw, next_rkey(mw), region, t.window(), 64, access);
+    EXPECT_EQ(err, 0);
+    return poll_one(cq).status;
+  }
+
   std::vector<emu::Mw*> mws;
   std::deque<ibv_mr> verbs_mrs;  // stable addresses
 };
@@ -275,6 +290,71 @@ TEST_F(MemoryWindows, RemoteWriteThroughAWindowNeedsALocallyWritableRegion) {
   ASSERT_EQ(bind1(b, mw, region, t.window(), 64, IBV_ACCESS_REMOTE_WRITE), 0);
   EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 100, .status = IBV_WC_MW_BIND_ERR}));
   (void)a;
+}
+
+// The region access set is what a bind may name (kernel rxe, and rdma-core's pyverbs suite binds
+// with IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE): local write means nothing for a window.
+TEST_F(MemoryWindows, BindNamingLocalWriteTooSucceedsAndGrantsOnlyTheRemoteAccessAsked) {
+  Target t;
+  Mr* region = reg(t.bytes.data(), t.bytes.size(), kRegionAccess);
+  uint8_t src[8];
+  std::memset(src, 0x5a, sizeof(src));
+  Mr* ms = reg(src, sizeof(src));
+  emu::Mw* one = alloc(IBV_MW_TYPE_1);
+  emu::Mw* two = alloc(IBV_MW_TYPE_2);
+  auto [a, b] = connected_pair();
+  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  ASSERT_EQ(bind1(b, one, region, t.window(), 32, access), 0);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 100, .status = IBV_WC_SUCCESS}));
+  const uint32_t rkey2 = next_rkey(two);
+  ASSERT_EQ(bind2(b, two, rkey2, region, t.window() + 32, 32, access), 0);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 200, .status = IBV_WC_SUCCESS}));
+  ASSERT_EQ(post_send(a, 1, IBV_WR_RDMA_WRITE, src, 8, ms, addr_of(t.window()), one->ibv.rkey), 0);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 1, .status = IBV_WC_SUCCESS}));
+  EXPECT_EQ(t.window()[0], 0x5a);
+  // Remote read was not asked for.
+  ASSERT_EQ(post_send(a, 2, IBV_WR_RDMA_READ, src, 8, ms, addr_of(t.window()), one->ibv.rkey), 0);
+  EXPECT_TRUE(CompletionIs(poll_one(cq), {.wr_id = 2, .status = IBV_WC_REM_ACCESS_ERR}));
+}
+
+// A bind and a local invalidation never leave the node, so they take no PSN: the messages the
+// same QP sends next are the ones its peer expects (rdma-core's MWTest binds, then writes).
+TEST_F(MemoryWindows, BindAndInvalidateTakeNoPsnSoTheQpsNextMessagesAreAccepted) {
+  Target t;
+  Mr* region = reg(t.bytes.data(), t.bytes.size(), kRegionAccess);
+  uint8_t src[8];
+  std::memset(src, 0x42, sizeof(src));
+  Mr* ms = reg(src, sizeof(src));
+  std::array<uint8_t, 8> peer{};
+  Mr* mp = reg(peer.data(), peer.size());
+  emu::Mw* one = alloc(IBV_MW_TYPE_1);
+  emu::Mw* two = alloc(IBV_MW_TYPE_2);
+  auto [a, b] = connected_pair();
+  ASSERT_EQ(bind1(b, one, region, t.window(), 64, IBV_ACCESS_REMOTE_WRITE), 0);
+  ASSERT_EQ(post_send(b, 1, IBV_WR_RDMA_WRITE, src, 8, ms, addr_of(peer.data()), mp->rkey), 0);
+  const uint32_t rkey2 = next_rkey(two);
+  ASSERT_EQ(bind2(b, two, rkey2, region, t.window(), 64, IBV_ACCESS_REMOTE_WRITE), 0);
+  ASSERT_EQ(local_inv(b, rkey2), 0);
+  ASSERT_EQ(post_send(b, 2, IBV_WR_RDMA_WRITE, src, 8, ms, addr_of(peer.data()), mp->rkey), 0);
+  EXPECT_TRUE(CompletionsAre(poll_n(cq, 5), {{.wr_id = 100, .status = IBV_WC_SUCCESS},
+                                             {.wr_id = 1, .status = IBV_WC_SUCCESS},
+                                             {.wr_id = 200, .status = IBV_WC_SUCCESS},
+                                             {.wr_id = 300, .status = IBV_WC_SUCCESS},
+                                             {.wr_id = 2, .status = IBV_WC_SUCCESS}}));
+  EXPECT_EQ(peer[0], 0x42);
+  (void)a;
+}
+
+// Zero-based windows (IBV_ACCESS_ZERO_BASED) are not offered, and access bits outside the
+// region access set (here IBV_ACCESS_MW_BIND) are refused: the bind completes in error.
+TEST_F(MemoryWindows, ZeroBasedType2BindFailsWithMwBindErr) {
+  EXPECT_EQ(bind_status(IBV_MW_TYPE_2, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ZERO_BASED),
+            IBV_WC_MW_BIND_ERR);
+}
+
+TEST_F(MemoryWindows, BindNamingAnAccessOutsideTheRegionSetFailsWithMwBindErr) {
+  EXPECT_EQ(bind_status(IBV_MW_TYPE_1, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND),
+            IBV_WC_MW_BIND_ERR);
 }
 
 TEST_F(MemoryWindows, Type1CannotBePostedAndType2CannotBeBoundByBindMw) {

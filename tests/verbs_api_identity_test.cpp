@@ -37,7 +37,9 @@ TEST_F(VerbsApi, QueryDeviceExAgreesWithQueryDevice) {
   EXPECT_EQ(ex.odp_caps.per_transport_caps.rc_odp_caps, 0u);
   EXPECT_EQ(ex.xrc_odp_caps, 0u);
   EXPECT_EQ(ex.hca_core_clock, emu::kHcaCoreClockKhz);
-  EXPECT_EQ(ex.completion_timestamp_mask, 0u);  // no clock, no timestamps
+  // Completion timestamps count all 64 bits of a 1 GHz clock (emu/cq.h).
+  EXPECT_EQ(ex.hca_core_clock, 1000000u);
+  EXPECT_EQ(ex.completion_timestamp_mask, UINT64_MAX);
   EXPECT_EQ(ex.pci_atomic_caps.fetch_add, 0u);
   EXPECT_EQ(ex.tm_caps.max_num_tags, 0u);
   EXPECT_EQ(ex.max_wq_type_rq, 0u);

@@ -98,6 +98,29 @@ TEST_F(VerbsApiRcPair, BindMwRefusesAType2WindowAndPostSendRefusesType1) {
   EXPECT_EQ(ibv_dealloc_mw(two), 0);
 }
 
+TEST_F(VerbsApiRcPair, BindMwOfAZeroBasedType1WindowIsEinvalAndPostsNothing) {
+  create_qps();
+  connect_both();
+  ibv_mr* bindable =
+      ibv_reg_mr(pd_, buf_[1].data(), buf_[1].size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+  ASSERT_NE(bindable, nullptr);
+  ibv_mw* mw = ibv_alloc_mw(pd_, IBV_MW_TYPE_1);
+  ASSERT_NE(mw, nullptr);
+  const uint32_t rkey = mw->rkey;
+  ibv_mw_bind bind{};
+  bind.send_flags = IBV_SEND_SIGNALED;
+  bind.bind_info.mr = bindable;
+  bind.bind_info.addr = reinterpret_cast<uintptr_t>(buf_[1].data());
+  bind.bind_info.length = 64;
+  bind.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ZERO_BASED;
+  EXPECT_EQ(ibv_bind_mw(qp_[1], mw, &bind), EINVAL);
+  EXPECT_EQ(mw->rkey, rkey);
+  ibv_wc wc{};
+  EXPECT_EQ(ibv_poll_cq(cq_[1], 1, &wc), 0);
+  EXPECT_EQ(ibv_dealloc_mw(mw), 0);
+  EXPECT_EQ(ibv_dereg_mr(bindable), 0);
+}
+
 TEST_F(VerbsApiRcPair, WrApiBindsAType2WindowAndLocalInvalidateRetiresIt) {
   for (int i = 0; i < 2; ++i) {
     ibv_qp_init_attr base = init_attr(i);

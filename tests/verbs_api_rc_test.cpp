@@ -1,6 +1,10 @@
 // The drop-in libibverbs.so.1 between two connected RC QPs: every operation, completion channels,
 // SRQ events and counts, the extended QP and CQ APIs (part of the verbs_api_test binary; its
 // fixtures: verbs_api_fixture.h).
+#include <chrono>
+#include <ctime>
+#include <thread>
+
 #include "tests/verbs_api_fixture.h"
 
 namespace verbs_api_fixture {
@@ -312,6 +316,50 @@ TEST_F(VerbsApiRcPair, CqExPollsOneCompletionAtATime) {
   EXPECT_EQ(ibv_wc_read_byte_len(cq), 17u);
   EXPECT_EQ(ibv_next_poll(cq), ENOENT);
   ibv_end_poll(cq);
+}
+
+// Completion timestamps (emu/cq.h): a CQ created with both timestamp flags gives each
+// completion its device time (cycles of 1 GHz here, ibv_query_rt_values_ex's clock) and its
+// wall-clock time, both taken when the completion was generated, not when it was polled.
+TEST_F(VerbsApiRcPair, CqExTimestampsAreTheCompletionsTimeOnTheDeviceClockAndTheWallClock) {
+  ibv_cq_init_attr_ex cx{};
+  cx.cqe = 16;
+  cx.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+  ibv_cq_ex* cq = ibv_create_cq_ex(ctx_, &cx);
+  ASSERT_NE(cq, nullptr) << "errno " << errno;
+  ASSERT_EQ(ibv_destroy_cq(cq_[1]), 0);
+  cq_[1] = ibv_cq_ex_to_cq(cq);
+  create_qps();
+  connect_both();
+  ibv_values_ex before{};
+  before.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+  ASSERT_EQ(ibv_query_rt_values_ex(ctx_, &before), 0);
+  EXPECT_EQ(before.comp_mask, static_cast<uint32_t>(IBV_VALUES_MASK_RAW_CLOCK));
+  const uint64_t cycles_before = static_cast<uint64_t>(before.raw_clock.tv_nsec);
+  timespec wall_before{};
+  clock_gettime(CLOCK_REALTIME, &wall_before);
+  post_recv(1, 5, 0, 64);
+  ASSERT_EQ(post_send(0, IBV_WR_SEND, 1, 0, 13), 0);
+  ASSERT_EQ(poll_n(cq_[0], 1).size(), 1u);
+  ibv_values_ex after{};
+  after.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+  ASSERT_EQ(ibv_query_rt_values_ex(ctx_, &after), 0);
+  const uint64_t cycles_after = static_cast<uint64_t>(after.raw_clock.tv_nsec);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polled well after
+  ibv_poll_cq_attr attr{};
+  int rc = ENOENT;
+  for (int i = 0; i < 1000 && rc == ENOENT; ++i) rc = ibv_start_poll(cq, &attr);
+  ASSERT_EQ(rc, 0);
+  const uint64_t cycles = ibv_wc_read_completion_ts(cq);
+  const uint64_t wall_ns = ibv_wc_read_completion_wallclock_ns(cq);
+  ibv_end_poll(cq);
+  EXPECT_GE(cycles, cycles_before);
+  EXPECT_LE(cycles, cycles_after) << "stamped when polled, not when generated";
+  const uint64_t wall_before_ns =
+      static_cast<uint64_t>(wall_before.tv_sec) * 1'000'000'000u + wall_before.tv_nsec;
+  // The wall clock is derived through the two clocks' offset: allow a millisecond of slew.
+  EXPECT_GE(wall_ns + 1'000'000u, wall_before_ns);
+  EXPECT_LE(wall_ns, wall_before_ns + (cycles_after - cycles_before) + 1'000'000u);
 }
 
 }  // namespace

@@ -173,6 +173,7 @@ void install_context_ops(EmuContext* ctx) {
   v.query_device_ex = query_device_ex_op;
   v.create_cq_ex = create_cq_ex;
   v.create_qp_ex = create_qp_ex;
+  v.query_rt_values = query_rt_values_op;  // cq_ex.cpp
   // Every other extended op stays null, which verbs.h turns into EOPNOTSUPP.
 }
 

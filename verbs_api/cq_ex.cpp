@@ -9,7 +9,7 @@ namespace {
 
 int take_one(ibv_cq_ex* cq) {
   EmuCq* c = to_emu(cq);
-  int n = c->engine->poll(1, &c->current);
+  int n = c->engine->poll(1, &c->current, c->engine->timestamps() ? &c->current_stamp : nullptr);
   if (n < 0) return -n;
   if (n == 0) return ENOENT;  // ibv_start_poll(3): the CQ is empty
   cq->status = c->current.status;
@@ -61,10 +61,18 @@ uint8_t read_sl(ibv_cq_ex* cq) {
 uint8_t read_dlid_path_bits(ibv_cq_ex* cq) {
   return cur(cq).dlid_path_bits;
 }
-// Timestamps, VLANs, flow tags and tag matching are refused at creation (EOPNOTSUPP).
-uint64_t read_zero64(ibv_cq_ex*) {
-  return 0;
+// Completion timestamps (emu/cq.h): device cycles of kHcaCoreClockKhz (device_profile.h),
+// and wall-clock ns.
+// Defined only on a CQ created with the matching wc flag; 0 on any other.
+uint64_t read_completion_ts(ibv_cq_ex* cq) {
+  return to_emu(cq)->current_stamp;
 }
+uint64_t read_completion_wallclock_ns(ibv_cq_ex* cq) {
+  EmuCq* c = to_emu(cq);
+  return c->engine->timestamps() ? emu::completion_wallclock_ns(c->current_stamp) : 0;
+}
+// VLANs, flow tags and tag matching are refused at creation (EOPNOTSUPP).
+
 uint16_t read_cvlan(ibv_cq_ex*) {
   return 0;
 }
@@ -93,11 +101,25 @@ void install_cq_ex_ops(EmuCq* c) {
   cq.read_slid = read_slid;
   cq.read_sl = read_sl;
   cq.read_dlid_path_bits = read_dlid_path_bits;
-  cq.read_completion_ts = read_zero64;
+  cq.read_completion_ts = read_completion_ts;
   cq.read_cvlan = read_cvlan;
   cq.read_flow_tag = read_flow_tag;
   cq.read_tm_info = read_tm_info;
-  cq.read_completion_wallclock_ns = read_zero64;
+  cq.read_completion_wallclock_ns = read_completion_wallclock_ns;
+}
+
+// ibv_query_rt_values_ex(3): the free-running clock of completion timestamps, in cycles, as
+// mlx5 reports it (tv_sec 0, tv_nsec the cycle count).
+int query_rt_values_op(ibv_context*, ibv_values_ex* values) {
+  if (values == nullptr) return EINVAL;
+  uint32_t answered = 0;
+  if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+    values->raw_clock.tv_sec = 0;
+    values->raw_clock.tv_nsec = static_cast<long>(emu::completion_clock_ns());
+    answered |= IBV_VALUES_MASK_RAW_CLOCK;
+  }
+  values->comp_mask = answered;
+  return 0;
 }
 
 }  // namespace verbs_api

@@ -89,6 +89,7 @@ struct EmuCq {
   uint32_t comp_events_reported = 0;   // under cq.mutex
   uint32_t async_events_reported = 0;  // under cq.mutex
   ibv_wc current{};                    // the completion start_poll/next_poll made current
+  uint64_t current_stamp = 0;          // its completion time, on a CQ with timestamps
 };
 
 struct EmuSrq {
@@ -139,6 +140,7 @@ void remember_cmd_fd(int cmd_fd, const std::shared_ptr<emu::Context>& engine);
 // The context operations the inline verbs use (context.cpp, objects_*.cpp).
 void install_context_ops(EmuContext* ctx);
 void install_cq_ex_ops(EmuCq* cq);                                         // cq_ex.cpp
+int query_rt_values_op(ibv_context* context, ibv_values_ex* values);       // cq_ex.cpp
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);  // objects_cq.cpp
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);     // objects_qp.cpp
 // The ibv_wr_* API of a QP created with send_ops_flags (qp_ex.cpp).

@@ -54,8 +54,9 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   if ((attr->comp_mask & ~kMasks) != 0) return fail<ibv_cq_ex>(EINVAL);
   constexpr uint64_t kWcFlags =
       IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
-      IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS;
-  if ((attr->wc_flags & ~kWcFlags) != 0) return fail<ibv_cq_ex>(EOPNOTSUPP);  // timestamps...
+      IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS |
+      IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+  if ((attr->wc_flags & ~kWcFlags) != 0) return fail<ibv_cq_ex>(EOPNOTSUPP);  // VLAN, flow tag...
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
       (attr->flags & ~IBV_CREATE_CQ_ATTR_SINGLE_THREADED) != 0) {
     return fail<ibv_cq_ex>(EOPNOTSUPP);
@@ -67,7 +68,11 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   if (attr->cqe > static_cast<uint32_t>(INT32_MAX)) return fail<ibv_cq_ex>(EINVAL);
   EmuCq* cq = new_cq(context, static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
                      static_cast<int>(attr->comp_vector));
-  return cq ? &cq->cq : nullptr;
+  if (cq == nullptr) return nullptr;
+  constexpr uint64_t kStamps =
+      IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+  if ((attr->wc_flags & kStamps) != 0) cq->engine->enable_timestamps();
+  return &cq->cq;
 }
 
 }  // namespace verbs_api
@@ -122,7 +127,10 @@ EMURDMA_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {
   if (cq == nullptr) return EINVAL;
   if (!is_emu(cq->context)) EMURDMA_DELEGATE_ERRNO(ibv_resize_cq, "IBVERBS_1.1", cq, cqe);
   if (cqe < 1) return EINVAL;
-  return EOPNOTSUPP;  // the engine's completion ring has a fixed capacity
+  EmuCq* c = to_emu(cq);
+  if (int err = c->engine->resize(static_cast<uint32_t>(cqe))) return err;
+  cq->cqe = static_cast<int>(c->engine->capacity());
+  return 0;
 }
 
 EMURDMA_EXPORT int ibv_destroy_cq(ibv_cq* cq) {

@@ -31,6 +31,9 @@ int dealloc_mw_op(ibv_mw* mw) {
 int bind_mw_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) {
   if (qp == nullptr || mw == nullptr || bind == nullptr) return EINVAL;
   if (qp->context != mw->context) return EINVAL;
+  // A type 1 window is never zero-based (IBA o10-36.2.2): refused before it is posted, as
+  // rdma-core's rxe provider does.
+  if ((bind->bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED) != 0) return EINVAL;
   return to_emu(qp)->engine->bind_mw(mw, *bind);
 }
 

@@ -113,9 +113,34 @@ EMURDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, s
     EMURDMA_DELEGATE(ibv_rereg_mr, "IBVERBS_1.1", IBV_REREG_MR_ERR_CMD, mr, flags, pd, addr, length,
                      access);
   }
-  // Not offered: the region is left exactly as it was (IBV_REREG_MR_ERR_INPUT keeps it valid).
-  errno = EOPNOTSUPP;
-  return IBV_REREG_MR_ERR_INPUT;
+  // libibverbs' own checks of the request, with its return values (verbs.c); the region stays
+  // as it was on any failure. Fork protection (ibv_dontfork_range) is not kept by emu0, so the
+  // _DONT_FORK_NEW / _DO_FORK_OLD / _CMD_AND_DO_FORK_NEW failures never happen.
+  constexpr int kSupported = IBV_REREG_MR_FLAGS_SUPPORTED;
+  if ((flags & ~kSupported) != 0 ||
+      ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (length == 0 || addr == nullptr)) ||
+      (access != 0 && !(flags & IBV_REREG_MR_CHANGE_ACCESS))) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  if ((flags & IBV_REREG_MR_CHANGE_PD) && (pd == nullptr || pd->context != mr->context)) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  EmuMr* m = to_emu(mr);
+  emu::Pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? to_emu(pd)->engine : nullptr;
+  if (int err =
+          to_emu(mr->context)->engine->rereg_mr(m->engine, flags, new_pd, addr, length, access)) {
+    errno = err;
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  // The keys stay what they were; the verbs view follows the engine's region.
+  if (flags & IBV_REREG_MR_CHANGE_PD) mr->pd = pd;
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    mr->addr = addr;
+    mr->length = length;
+  }
+  return 0;
 }
 
 // Default versions of the names that also have a hidden IBVERBS_1.0 version (compat_1_0.cpp).
