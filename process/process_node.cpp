@@ -1,7 +1,12 @@
 #include "process/process_node.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cerrno>
 #include <memory>
+#include <mutex>
 #include <system_error>
 
 #include "transports/from_environment.h"
@@ -17,12 +22,48 @@ std::unique_ptr<emu::Transport> transport_or_throw() {
   return t;
 }
 
+// The node and the process that built it. A forked child inherits the parent's node without
+// its threads, and with the parent's transport address (its listeners, its shared-memory
+// names): the child's first use builds a node of its own, as a child opening a kernel device
+// gets a context of its own (rdma-core's pyverbs suite forks its two players after the parent
+// opened the device). The inherited node is left alone: never used again, never destroyed
+// (its destructor would join threads the child does not have).
+struct Holder {
+  std::mutex build_mutex;
+  std::atomic<emu::Node*> current{nullptr};
+  pid_t owner = 0;
+
+  Holder() {
+    // Held across fork, so that the child's copy is never locked by a thread it lacks.
+    pthread_atfork([] { holder().build_mutex.lock(); }, [] { holder().build_mutex.unlock(); },
+                   [] {
+                     holder().build_mutex.unlock();
+                     holder().current.store(nullptr, std::memory_order_relaxed);
+                   });
+  }
+  ~Holder() {
+    emu::Node* n = current.load(std::memory_order_acquire);
+    if (n != nullptr && owner == ::getpid()) delete n;
+  }
+
+  static Holder& holder() {
+    static Holder h;
+    return h;
+  }
+};
+
 }  // namespace
 
 emu::Node& node() {
+  Holder& h = Holder::holder();
+  if (emu::Node* n = h.current.load(std::memory_order_acquire)) return *n;
+  std::lock_guard lock(h.build_mutex);
+  if (emu::Node* n = h.current.load(std::memory_order_acquire)) return *n;
   // A throw leaves the node unbuilt: the next call tries again (the environment may be fixed).
-  static emu::Node node(transport_or_throw());
-  return node;
+  auto built = std::make_unique<emu::Node>(transport_or_throw());
+  h.owner = ::getpid();
+  h.current.store(built.get(), std::memory_order_release);
+  return *built.release();
 }
 
 }  // namespace process

@@ -7,7 +7,8 @@
 
 namespace process {
 
-// Created on first use, lives until the process exits. Throws std::system_error (EACCES) when
+// Created on first use, lives until the process exits; a forked child builds its own on its
+// first use (it never uses the one it inherited). Throws std::system_error (EACCES) when
 // no transport may be opened: a secret set but refused (transports/from_environment.h).
 emu::Node& node();
 
