@@ -74,7 +74,7 @@ int Context::query_port(uint8_t port_num, ibv_port_attr* out) const {
   out->state = IBV_PORT_ACTIVE;
   out->max_mtu = IBV_MTU_4096;
   out->active_mtu = IBV_MTU_4096;
-  out->gid_tbl_len = 1;
+  out->gid_tbl_len = kGidTableLength;
   const PortProfile& profile = active_profile().port;
   out->port_cap_flags = profile.port_cap_flags;
   out->max_msg_sz = profile.max_msg_sz;
@@ -97,7 +97,13 @@ int Context::query_port(uint8_t port_num, ibv_port_attr* out) const {
 }
 
 int Context::query_gid(uint8_t port_num, int index, ibv_gid* out) const {
-  if (port_num != 1 || index != 0 || out == nullptr) return EINVAL;
+  if (port_num != 1 || index < 0 || static_cast<uint32_t>(index) >= kGidTableLength ||
+      out == nullptr)
+    return EINVAL;
+  if (index != 0) {
+    *out = ibv_gid{};  // an empty entry reads as zeros, as the kernel's sysfs gives it
+    return 0;
+  }
   Gid gid = node_.gid();
   std::memcpy(out->raw, gid.raw.data(), sizeof(out->raw));
   return 0;

@@ -23,6 +23,10 @@ inline constexpr uint32_t kMaxSrqWr = 16384;
 inline constexpr uint32_t kMaxAh = 65536;
 inline constexpr uint32_t kMaxMw = 16384;  // windows share the region table's slots
 inline constexpr uint32_t kMaxQpRdAtomic = 16;
+// GID table entries per port. Only index 0 holds a GID (the node's address); the others are
+// empty, as a RoCE port's table has room for more addresses than its netdev has (rxe: 1024,
+// mlx5: 256): ibv_query_gid gives zeros there, ibv_query_gid_ex ENODATA.
+inline constexpr uint32_t kGidTableLength = 16;
 inline constexpr uint64_t kMaxMrSize = uint64_t{1} << 40;
 inline constexpr uint32_t kMaxMsgSize = uint32_t{1} << 31;
 inline constexpr uint32_t kMtuBytes = 4096;     // active MTU, the UD message limit

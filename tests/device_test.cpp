@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "emu/limits.h"
 #include "tests/engine_fixture.h"
 
 namespace emu_test {
@@ -90,7 +91,7 @@ TEST_F(Device, PortOneIsAnActiveEthernetPort) {
   EXPECT_EQ(p.link_layer, IBV_LINK_LAYER_ETHERNET);
   EXPECT_EQ(p.active_mtu, IBV_MTU_4096);
   EXPECT_GE(p.max_mtu, p.active_mtu);
-  EXPECT_EQ(p.gid_tbl_len, 1);
+  EXPECT_EQ(p.gid_tbl_len, emu::kGidTableLength);
   EXPECT_GE(p.pkey_tbl_len, 1);
   EXPECT_GT(p.max_msg_sz, 0u);
 }
@@ -106,8 +107,13 @@ TEST_F(Device, GidZeroIsSetAndTheOnlyOne) {
   ASSERT_EQ(ctx->query_gid(1, 0, &g), 0);
   ibv_gid zero{};
   EXPECT_NE(std::memcmp(g.raw, zero.raw, sizeof(g.raw)), 0) << "GID 0 is all zeros";
+  // The rest of the table is empty: zeros, as the kernel's sysfs gives an empty entry.
   ibv_gid other{};
-  EXPECT_EQ(ctx->query_gid(1, 1, &other), EINVAL);
+  std::memset(other.raw, 0xab, sizeof(other.raw));
+  EXPECT_EQ(ctx->query_gid(1, emu::kGidTableLength - 1, &other), 0);
+  EXPECT_EQ(std::memcmp(other.raw, zero.raw, sizeof(other.raw)), 0);
+  EXPECT_EQ(ctx->query_gid(1, emu::kGidTableLength, &other), EINVAL);
+  EXPECT_EQ(ctx->query_gid(1, -1, &other), EINVAL);
   EXPECT_EQ(ctx->query_gid(2, 0, &other), EINVAL);
 }
 

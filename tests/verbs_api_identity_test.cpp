@@ -3,6 +3,7 @@
 // across ibv_query_device, ibv_query_device_ex, ibv_query_port, ibv_query_gid(_ex/_table) and
 // the device list; and EMURDMA_PROFILE (docs/usage.md, "Device profiles") as a program sees it.
 #include "emu/device_profile.h"
+#include "emu/limits.h"
 #include "tests/verbs_api_fixture.h"
 
 namespace verbs_api_fixture {
@@ -54,7 +55,7 @@ TEST_F(VerbsApi, IdentityAgreesWithTheDeviceListPortAndGids) {
   EXPECT_EQ(ibv_query_port(ctx_, attr.phys_port_cnt + 1, &port), EINVAL);
   ASSERT_EQ(ibv_query_port(ctx_, 1, &port), 0);
   EXPECT_EQ(port.pkey_tbl_len, attr.max_pkeys);
-  EXPECT_EQ(port.gid_tbl_len, 1);
+  EXPECT_EQ(port.gid_tbl_len, emu::kGidTableLength);
   EXPECT_EQ(port.link_layer, IBV_LINK_LAYER_ETHERNET);
   EXPECT_NE(port.flags & IBV_QPF_GRH_REQUIRED, 0);  // a RoCE port: address handles need a GRH
   ibv_gid gid{};
@@ -66,6 +67,27 @@ TEST_F(VerbsApi, IdentityAgreesWithTheDeviceListPortAndGids) {
   ASSERT_EQ(ibv_query_gid_table(ctx_, table.data(), table.size(), 0), 1);
   EXPECT_EQ(std::memcmp(table[0].gid.raw, gid.raw, sizeof(gid.raw)), 0);
   EXPECT_EQ(table[0].port_num, 1u);
+}
+
+TEST_F(VerbsApi, GidTableHasEmptyEntriesBesideIndexZero) {
+  // rdma-core's test_query_gid_ex_bad_flow: an empty index is ENODATA for ibv_query_gid_ex,
+  // zeros for ibv_query_gid (the kernel's sysfs), left out of ibv_query_gid_table; past the
+  // table is EINVAL.
+  ibv_port_attr port{};
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &port), 0);
+  ASSERT_GT(port.gid_tbl_len, 1);
+  ibv_gid_entry entry{};
+  EXPECT_EQ(ibv_query_gid_ex(ctx_, 1, 1, &entry, 0), ENODATA);
+  EXPECT_EQ(ibv_query_gid_ex(ctx_, 1, port.gid_tbl_len - 1, &entry, 0), ENODATA);
+  EXPECT_EQ(ibv_query_gid_ex(ctx_, 1, port.gid_tbl_len, &entry, 0), EINVAL);
+  ibv_gid gid{};
+  std::memset(gid.raw, 0xab, sizeof gid.raw);
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 1, &gid), 0);
+  EXPECT_EQ(gid.global.subnet_prefix, 0u);
+  EXPECT_EQ(gid.global.interface_id, 0u);
+  EXPECT_NE(ibv_query_gid(ctx_, 1, port.gid_tbl_len, &gid), 0);
+  std::vector<ibv_gid_entry> table(port.gid_tbl_len);
+  EXPECT_EQ(ibv_query_gid_table(ctx_, table.data(), table.size(), 0), 1);
 }
 
 // In a fresh process (a death test re-runs this binary) with EMURDMA_PROFILE=`value`: prints

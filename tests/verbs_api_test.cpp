@@ -3,6 +3,7 @@
 // say (return values and errno). This file holds the device, query, creation and UD tests;
 // verbs_api_rc_test.cpp those between two RC QPs, verbs_api_mw_test.cpp the memory windows,
 // verbs_api_fixture.h their fixtures (one binary, verbs_api_test).
+#include "emu/limits.h"
 #include "tests/verbs_api_fixture.h"
 
 namespace verbs_api_fixture {
@@ -99,7 +100,7 @@ TEST_F(VerbsApi, QueryPortIsActiveEthernet) {
   EXPECT_EQ(port.state, IBV_PORT_ACTIVE);
   EXPECT_EQ(port.link_layer, IBV_LINK_LAYER_ETHERNET);
   EXPECT_EQ(port.active_mtu, IBV_MTU_4096);
-  EXPECT_EQ(port.gid_tbl_len, 1);
+  EXPECT_EQ(port.gid_tbl_len, emu::kGidTableLength);
   EXPECT_EQ(ibv_query_port(ctx_, 2, &port), EINVAL);
   EXPECT_STREQ(ibv_port_state_str(port.state), "PORT_ACTIVE");
 }
@@ -109,7 +110,10 @@ TEST_F(VerbsApi, GidZeroIsRoceV2) {
   ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
   ibv_gid zero{};
   EXPECT_NE(std::memcmp(&gid, &zero, sizeof(gid)), 0);
-  EXPECT_EQ(ibv_query_gid(ctx_, 1, 1, &gid), -1);
+  ibv_gid empty{};
+  EXPECT_EQ(ibv_query_gid(ctx_, 1, 1, &empty), 0);  // an empty entry of the table: zeros
+  EXPECT_EQ(std::memcmp(&empty, &zero, sizeof(empty)), 0);
+  EXPECT_EQ(ibv_query_gid(ctx_, 1, emu::kGidTableLength, &empty), -1);
 
   ibv_gid_entry entry{};
   ASSERT_EQ(ibv_query_gid_ex(ctx_, 1, 0, &entry, 0), 0);

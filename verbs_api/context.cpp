@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "emu/device_profile.h"
+#include "emu/limits.h"
 #include "verbs_api/internal.h"
 
 using namespace verbs_api;
@@ -81,6 +82,7 @@ EMURDMA_EXPORT int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, ui
                            flags, entry_size);
   }
   if (flags != 0 || entry_size < sizeof(*entry) || port_num != 1) return EINVAL;
+  if (gid_index >= emu::kGidTableLength) return EINVAL;
   if (gid_index != 0) return ENODATA;  // one GID per port: every other entry is empty
   ibv_gid_entry e{};
   if (int err = to_emu(context)->engine->query_gid(1, 0, &e.gid)) return err;
