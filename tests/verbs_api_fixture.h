@@ -58,6 +58,40 @@ inline std::vector<ibv_wc> poll_n(ibv_cq* cq, int n) {
   return got;
 }
 
+// RESET -> INIT -> RTR -> RTS towards QP `remote_qpn` at `remote_gid`, as ibv_rc_pingpong
+// -g 0 does; false at the first refusal (usable where gtest's assertions are not: a child).
+inline bool rc_to_rts(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = kAccess;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+    return false;
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = remote_qpn;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 1;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.dgid = remote_gid;
+  a.ah_attr.grh.hop_limit = 1;
+  a.ah_attr.port_num = 1;
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+    return false;
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 1;
+  return ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                           IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) == 0;
+}
+
 class VerbsApi : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -139,38 +173,7 @@ class VerbsApiRcPair : public VerbsApi {
   void connect(ibv_qp* qp, uint32_t remote_qpn) {
     ibv_gid gid{};
     ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = kAccess;
-    ASSERT_EQ(
-        ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-        0);
-    EXPECT_EQ(qp->state, IBV_QPS_INIT);
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = remote_qpn;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 1;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = gid;
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.port_num = 1;
-    ASSERT_EQ(ibv_modify_qp(qp, &a,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-              0);
-    a = ibv_qp_attr{};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    ASSERT_EQ(ibv_modify_qp(qp, &a,
-                            IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC),
-              0);
+    ASSERT_TRUE(rc_to_rts(qp, remote_qpn, gid));
     EXPECT_EQ(qp->state, IBV_QPS_RTS);
   }
 

@@ -17,38 +17,8 @@ struct Endpoint {
   ibv_gid gid{};
 };
 
-// RESET -> INIT -> RTR -> RTS towards `peer`; false on any refusal (usable in the child, where
-// gtest's assertions are not).
 bool to_rts(ibv_qp* qp, const Endpoint& peer) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = kAccess;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-    return false;
-  a = ibv_qp_attr{};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = peer.qpn;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = peer.gid;
-  a.ah_attr.grh.hop_limit = 1;
-  a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    return false;
-  a = ibv_qp_attr{};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 1;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                           IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) == 0;
+  return rc_to_rts(qp, peer.qpn, peer.gid);
 }
 
 ibv_qp* rc_qp(ibv_pd* pd, ibv_cq* cq) {
