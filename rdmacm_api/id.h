@@ -25,7 +25,7 @@ class Listener;
 // answers RTR and RTS from these (EINVAL before the state says they are known).
 struct ConnectionParameters {
   uint32_t peer_qpn = 0;
-  uint32_t peer_psn = 0;  // the peer's starting send PSN: our rq_psn
+  uint32_t peer_psn = 0;            // the peer's starting send PSN: our rq_psn
   std::optional<uint32_t> own_psn;  // our starting send PSN (sq_psn): own_send_psn()
   ibv_gid peer_gid{};
   ibv_mtu path_mtu = IBV_MTU_1024;

@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
       const int rounds = n >= (256u << 10) ? (iters + 9) / 10 : iters;
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = 0;
-      for (int i = -10; i < rounds; ++i) {  /* 10 warm-up rounds */
+      for (int i = -10; i < rounds; ++i) { /* 10 warm-up rounds */
         if (i == 0) t0 = MPI_Wtime();
         const unsigned seed = (unsigned)(n + (size_t)i);
         const int all = i < 0 || i == rounds - 1;
