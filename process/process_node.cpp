@@ -41,14 +41,21 @@ struct Holder {
                      holder().current.store(nullptr, std::memory_order_relaxed);
                    });
   }
-  ~Holder() {
-    emu::Node* n = current.load(std::memory_order_acquire);
-    if (n != nullptr && owner == ::getpid()) delete n;
-  }
 
   static Holder& holder() {
     static Holder h;
     return h;
+  }
+};
+
+// Destroys this process's node at exit. A static made right after the first node is built, so
+// that it is destroyed before the statics the node's construction made (spdlog's, the
+// transports'), as the function-local static Node it replaces was.
+struct NodeAtExit {
+  ~NodeAtExit() {
+    Holder& h = Holder::holder();
+    emu::Node* n = h.current.load(std::memory_order_acquire);
+    if (n != nullptr && h.owner == ::getpid()) delete n;
   }
 };
 
@@ -63,6 +70,7 @@ emu::Node& node() {
   auto built = std::make_unique<emu::Node>(transport_or_throw());
   h.owner = ::getpid();
   h.current.store(built.get(), std::memory_order_release);
+  static NodeAtExit at_exit;
   return *built.release();
 }
 
