@@ -77,15 +77,17 @@ bool MrTable::lookup(uint32_t key, MrView* out) const {
       continue;
     }
     if (slot.key.load(std::memory_order_acquire) != key) return false;
-    out->pd = slot.pd.load(std::memory_order_relaxed);
-    out->addr = slot.addr.load(std::memory_order_relaxed);
-    out->length = slot.length.load(std::memory_order_relaxed);
-    out->access = slot.access.load(std::memory_order_relaxed);
+    // Acquire loads rather than a fence (TSan models no fences): reading any field that
+    // reregister() stored makes its odd sequence store visible to the check below. On x86
+    // they are plain loads.
+    out->pd = slot.pd.load(std::memory_order_acquire);
+    out->addr = slot.addr.load(std::memory_order_acquire);
+    out->length = slot.length.load(std::memory_order_acquire);
+    out->access = slot.access.load(std::memory_order_acquire);
     out->window = slot.window.load(std::memory_order_relaxed);
     out->bound = slot.bound.load(std::memory_order_relaxed);
     out->bound_qpn = slot.bound_qpn.load(std::memory_order_relaxed);
     out->region_key = slot.region_key.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
     if (slot.seq.load(std::memory_order_relaxed) == seq) break;
   }
   // A concurrent deregistration may have changed the slot while we read it.
@@ -101,11 +103,11 @@ int MrTable::reregister(uint32_t key, const Mr& mr) {
   if (slot.window_refs.load() != 0) return EBUSY;
   const uint32_t seq = slot.seq.load(std::memory_order_relaxed);
   slot.seq.store(seq + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  slot.pd.store(mr.pd, std::memory_order_relaxed);
-  slot.addr.store(mr.addr, std::memory_order_relaxed);
-  slot.length.store(mr.length, std::memory_order_relaxed);
-  slot.access.store(mr.access, std::memory_order_relaxed);
+  // Release stores: a lookup that reads one of them also sees the odd sequence (see lookup).
+  slot.pd.store(mr.pd, std::memory_order_release);
+  slot.addr.store(mr.addr, std::memory_order_release);
+  slot.length.store(mr.length, std::memory_order_release);
+  slot.access.store(mr.access, std::memory_order_release);
   slot.seq.store(seq + 2, std::memory_order_seq_cst);
   // Accesses that took their hold before the new fields were visible may be using the old
   // region: wait for them (a hold spans one copy at most).
