@@ -4,6 +4,8 @@
 // dat_ep_post_recv, dat_ep_post_rdma_write, dat_ep_post_rdma_read, dat_evd_wait and DAT 2.0's
 // DAT_DTO_COMPLETION_EVENT_DATA. ctest sets DAT_OVERRIDE, LD_LIBRARY_PATH and EMURDMA_DEVICES.
 #include <dat2/udat.h>
+// dat_registry.h needs udat.h first; it has the DAT_* redirection macros.
+#include <dat2/dat_registry.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -94,6 +96,27 @@ TEST_F(DatDto, SendGathersAndReceiveScatters) {
   ExpectDto(Next(server_.recv_evd), server_.ep, 1, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 8);
   EXPECT_EQ(std::string(server_.bytes(), 4), "abcd");
   EXPECT_EQ(std::string(server_.bytes() + 100, 4), "efgh");
+}
+
+// dat_ep_post_send_with_invalidate: our RMRs are type 1 windows, which a peer may never
+// invalidate (IBA o10-37.2.26), so DAT_TRUE is DAT_MODEL_NOT_SUPPORTED and posts nothing;
+// DAT_FALSE is a plain send. Debian's libdat2 exports no wrapper for it: called as the
+// redirection macro does, through the EP's provider table.
+TEST_F(DatDto, SendWithInvalidateIsRefusedAndWithoutItIsASend) {
+  CreateEps();
+  Connect();
+  ASSERT_DAT(DAT_SUCCESS, Recv(server_, 0, 64, 1));
+  std::memcpy(client_.bytes(), "plain", 6);
+  DAT_LMR_TRIPLET iov = client_.Local(0, 6);
+  EXPECT_EQ(TypeOf(DAT_EP_POST_SEND_WITH_INVALIDATE(client_.ep, 1, &iov, Cookie(2),
+                                                    DAT_COMPLETION_DEFAULT_FLAG, DAT_TRUE, 0x1234)),
+            DAT_MODEL_NOT_SUPPORTED);
+  ASSERT_DAT(DAT_SUCCESS,
+             DAT_EP_POST_SEND_WITH_INVALIDATE(client_.ep, 1, &iov, Cookie(3),
+                                              DAT_COMPLETION_DEFAULT_FLAG, DAT_FALSE, 0));
+  ExpectDto(Next(client_.request_evd), client_.ep, 3, DAT_DTO_SEND, DAT_DTO_SUCCESS, 6);
+  ExpectDto(Next(server_.recv_evd), server_.ep, 1, DAT_DTO_RECEIVE, DAT_DTO_SUCCESS, 6);
+  EXPECT_STREQ(server_.bytes(), "plain");
 }
 
 // RDMA Write and RDMA Read move data by the peer's rmr_context and address; only the

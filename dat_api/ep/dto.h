@@ -20,8 +20,8 @@ DAT_DTO_COMPLETION_STATUS dto_status(ibv_wc_status status);
 bool dto_completion_event(Ep& ep, const ibv_wc& wc, bool recv_role, bool request_role,
                           DAT_EVENT* out, bool* receive);
 
-// One send-queue DTO: send, send with invalidate, RDMA write or read, or (with a RequestExt) an
-// IB extension operation.
+// One send-queue DTO: send, RDMA write or read, or (with a RequestExt) an IB extension
+// operation.
 struct Request {
   DAT_COUNT num_segments;
   const DAT_LMR_TRIPLET* local_iov;
@@ -30,7 +30,6 @@ struct Request {
   const DAT_RMR_TRIPLET* remote;  // RDMA and atomics only
   ibv_wr_opcode opcode;
   DAT_DTOS op;  // the core DTO: its IOV limit applies, its completion names it (unless extended)
-  uint32_t invalidate_rkey;
 };
 
 // What an IB extension operation (ext_ops.cpp) adds to a Request.

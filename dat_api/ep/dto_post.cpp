@@ -129,7 +129,6 @@ DAT_RETURN post_request(const std::shared_ptr<Ep>& ep, const Request& q, const R
     wr.wr.rdma.remote_addr = q.remote->virtual_address;
     wr.wr.rdma.rkey = q.remote->rmr_context;
   }
-  if (q.opcode == IBV_WR_SEND_WITH_INV) wr.invalidate_rkey = q.invalidate_rkey;
   if (ud) wr.wr.ud = {ext->ud_ah, ext->ud_qpn, kUdQkey};
   if (q.opcode == IBV_WR_RDMA_WRITE_WITH_IMM && ext != nullptr) wr.imm_data = ext->imm_data;
   if ((q.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || q.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
@@ -144,10 +143,6 @@ DAT_RETURN post_request(const std::shared_ptr<Ep>& ep, const Request& q, const R
   int err = ibv_post_send(ep->qp, &wr, &bad);
   if (err == 0) return DAT_SUCCESS;
   ep->send_ring.unpush();
-  // A device without remote invalidation refuses the opcode.
-  if (q.opcode == IBV_WR_SEND_WITH_INV && (err == EINVAL || err == EOPNOTSUPP)) {
-    return dat_error(DAT_MODEL_NOT_SUPPORTED);
-  }
   return post_error(err);
 }
 
@@ -194,8 +189,8 @@ DAT_RETURN ep_post_send(DAT_EP_HANDLE h, DAT_COUNT num_segments, DAT_LMR_TRIPLET
   auto ep = Handles::get<Ep>(h);
   if (!ep) return invalid_handle(DAT_INVALID_HANDLE_EP);
   if (!known_flags(flags)) return invalid_arg(5);
-  return post_request(
-      ep, {num_segments, local_iov, cookie, flags, nullptr, IBV_WR_SEND, DAT_DTO_SEND, 0});
+  return post_request(ep,
+                      {num_segments, local_iov, cookie, flags, nullptr, IBV_WR_SEND, DAT_DTO_SEND});
 }
 
 DAT_RETURN ep_post_send_with_invalidate(DAT_EP_HANDLE h, DAT_COUNT num_segments,
@@ -206,10 +201,12 @@ DAT_RETURN ep_post_send_with_invalidate(DAT_EP_HANDLE h, DAT_COUNT num_segments,
   if (!ep) return invalid_handle(DAT_INVALID_HANDLE_EP);
   if (!known_flags(flags)) return invalid_arg(5);
   if (raw(invalidate) != raw(DAT_TRUE) && raw(invalidate) != raw(DAT_FALSE)) return invalid_arg(6);
-  const bool inv = invalidate == DAT_TRUE;
-  return post_request(
-      ep, {num_segments, local_iov, cookie, flags, nullptr,
-           inv ? IBV_WR_SEND_WITH_INV : IBV_WR_SEND, DAT_DTO_SEND, inv ? rmr_context : 0});
+  // Our RMRs are type 1 windows (core/rmr.cpp), which IBA never lets a peer invalidate
+  // (o10-37.2.26): the receiving EP would only break. Refused before anything is posted.
+  if (invalidate == DAT_TRUE) return dat_error(DAT_MODEL_NOT_SUPPORTED);
+  (void)rmr_context;
+  return post_request(ep,
+                      {num_segments, local_iov, cookie, flags, nullptr, IBV_WR_SEND, DAT_DTO_SEND});
 }
 
 namespace {
@@ -223,7 +220,7 @@ DAT_RETURN post_rdma(DAT_EP_HANDLE h, DAT_COUNT num_segments, DAT_LMR_TRIPLET* l
   if (!ep) return invalid_handle(DAT_INVALID_HANDLE_EP);
   if (remote_iov == nullptr) return invalid_arg(5);
   if (!known_flags(flags)) return invalid_arg(6);
-  return post_request(ep, {num_segments, local_iov, cookie, flags, remote_iov, opcode, dto, 0});
+  return post_request(ep, {num_segments, local_iov, cookie, flags, remote_iov, opcode, dto});
 }
 
 }  // namespace

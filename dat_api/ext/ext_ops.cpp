@@ -42,8 +42,7 @@ DAT_RETURN rdma_write_immed(const std::shared_ptr<Ep>& ep, va_list args) {
   ext.imm_data = htonl(immed);
   ext.segments_arg = 3;
   return post_request(
-      ep,
-      {segments, local, cookie, flags, remote, IBV_WR_RDMA_WRITE_WITH_IMM, DAT_DTO_RDMA_WRITE, 0},
+      ep, {segments, local, cookie, flags, remote, IBV_WR_RDMA_WRITE_WITH_IMM, DAT_DTO_RDMA_WRITE},
       &ext);
 }
 
@@ -77,7 +76,7 @@ DAT_RETURN atomic(const std::shared_ptr<Ep>& ep, va_list args, int local_arg, Ex
   const ibv_wr_opcode opcode =
       op == ExtOp::kCmpAndSwap ? IBV_WR_ATOMIC_CMP_AND_SWP : IBV_WR_ATOMIC_FETCH_AND_ADD;
   // The IOV limit of an RDMA read applies: data come back into local memory.
-  return post_request(ep, {1, &sink, cookie, flags, remote, opcode, DAT_DTO_RDMA_READ, 0}, &ext);
+  return post_request(ep, {1, &sink, cookie, flags, remote, opcode, DAT_DTO_RDMA_READ}, &ext);
 }
 
 }  // namespace

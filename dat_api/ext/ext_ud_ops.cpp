@@ -27,7 +27,7 @@ DAT_RETURN ext_post_send_ud(const std::shared_ptr<Ep>& ep, va_list args) {
   ext.ud_qpn = ah->qpn;
   ext.ud_ah_arg = 5;
   const auto flags = static_cast<DAT_COMPLETION_FLAGS>(bits);
-  return post_request(ep, {segments, local, cookie, flags, nullptr, IBV_WR_SEND, DAT_DTO_SEND, 0},
+  return post_request(ep, {segments, local, cookie, flags, nullptr, IBV_WR_SEND, DAT_DTO_SEND},
                       &ext);
 }
 
