@@ -24,10 +24,17 @@ run_suite() {
     extra=(-E "$2")
     shift 2
   fi
+  local started=$SECONDS
   BUILD_DIR="$dir" bash scripts/build.sh "$@"
+  local built=$SECONDS
   echo "== ctest in $dir"
   ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" "${extra[@]}" "${ctest_args[@]}"
+  # One line per stage, for docs/ci.md's budget (the stage after a failure never prints).
+  stage_times+=("$dir: build $((built - started)) s, tests $((SECONDS - built)) s")
+  echo "== $dir: build $((built - started)) s, tests $((SECONDS - built)) s"
 }
+
+stage_times=()
 
 ctest_args=("$@")
 run_suite "${BUILD_DIR:-build}"
@@ -40,5 +47,9 @@ if [[ "$sanitizers" == "1" ]]; then
   run_suite build-asan -DEMURDMA_ASAN=ON -DEMURDMA_UBSAN=ON -DEMURDMA_BENCH=OFF
   TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}" run_suite build-tsan --exclude '^Mp' \
     -DEMURDMA_TSAN=ON -DEMURDMA_BENCH=OFF
+  fuzz_started=$SECONDS
   bash scripts/fuzz.sh "${EMURDMA_FUZZ_SECONDS:-15}"
+  stage_times+=("fuzz: $((SECONDS - fuzz_started)) s")
 fi
+echo "== stage times (total $SECONDS s):"
+printf '==   %s\n' "${stage_times[@]}"
