@@ -54,6 +54,9 @@ void CompletionWriter::complete_recv(uint64_t wr_id, ibv_wc_status status, ibv_w
     if (h->flags & kFrameImm) {
       wc.wc_flags |= IBV_WC_WITH_IMM;
       wc.imm_data = h->imm;
+    } else if (h->flags & kFrameInvalidate) {
+      wc.wc_flags |= IBV_WC_WITH_INV;
+      wc.invalidated_rkey = h->imm;
     }
     if (qp_.type_ == IBV_QPT_UD) wc.wc_flags |= IBV_WC_GRH;
     solicited = (h->flags & kFrameSolicited) != 0;

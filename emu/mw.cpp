@@ -70,4 +70,16 @@ ibv_wc_status invalidate_mw(MrTable& mrs, Pd* qp_pd, uint32_t rkey) {
   return IBV_WC_SUCCESS;
 }
 
+const char* invalidate_mw_remotely(MrTable& mrs, Pd* qp_pd, uint32_t qpn, uint32_t rkey) {
+  MrView view;
+  if (!mrs.lookup(rkey, &view)) return "no window or region answers to that key";
+  if (!view.window) return "the key names a memory region, which emu0 never invalidates";
+  if (view.bound_qpn == 0) return "the key names a type 1 window";
+  if (view.pd != qp_pd) return "the window is of another PD";
+  if (!view.bound) return "the window is not bound";
+  if (view.bound_qpn != qpn) return "the window was bound through another QP";
+  if (!mrs.invalidate_window(rkey)) return "the window was freed meanwhile";
+  return nullptr;
+}
+
 }  // namespace emu

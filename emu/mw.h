@@ -51,5 +51,9 @@ ibv_wc_status bind_mw(MrTable& mrs, Mw& mw, Pd* qp_pd, uint32_t qpn, const MwBin
 // Executes IBV_WR_LOCAL_INV of `rkey` (a type 2 window of qp_pd); IBV_WC_SUCCESS or
 // IBV_WC_MW_BIND_ERR.
 ibv_wc_status invalidate_mw(MrTable& mrs, Pd* qp_pd, uint32_t rkey);
+// Executes the invalidation a SEND with Invalidate asks of the RC QP `qpn` of `qp_pd`: `rkey`
+// must name a bound type 2 window of that PD bound through that QP (IBA 10.6.7.2.3; type 1
+// windows and regions are never invalidated remotely). Returns nullptr, or why it refused.
+const char* invalidate_mw_remotely(MrTable& mrs, Pd* qp_pd, uint32_t qpn, uint32_t rkey);
 
 }  // namespace emu

@@ -33,11 +33,13 @@ bool opcode_allowed(ibv_qp_type type, ibv_wr_opcode op) {
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       return type == IBV_QPT_RC;
+    case IBV_WR_SEND_WITH_INV:
+      return type == IBV_QPT_RC;  // IBA has no UC or UD SEND with Invalidate
     case IBV_WR_BIND_MW:
     case IBV_WR_LOCAL_INV:
       return type != IBV_QPT_UD;  // memory windows (mw.h): connected QPs
     default:
-      return false;  // TSO, send with invalidate, driver-specific: not offered by emu0
+      return false;  // TSO, driver-specific: not offered by emu0
   }
 }
 
@@ -219,6 +221,12 @@ bool Requester::transmit_one_locked(SendWqe& w) {
   if (w.send_flags & IBV_SEND_SOLICITED) h.flags |= kFrameSolicited;
   if (!datagram && wants_ack_locked(w)) h.flags |= kFrameAckReq;
   switch (w.opcode) {
+    case IBV_WR_SEND_WITH_INV:
+      h.flags |= kFrameInvalidate;
+      h.imm = w.imm;  // ibv_send_wr's invalidate_rkey shares imm_data's place
+      h.op = FrameOp::kSend;
+      h.length = w.length;
+      break;
     case IBV_WR_SEND_WITH_IMM:
       h.flags |= kFrameImm;
       h.imm = w.imm;

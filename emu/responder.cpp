@@ -7,8 +7,10 @@
 #include <atomic>
 #include <cstring>
 
+#include "base/drop_counter.h"
 #include "emu/context.h"
 #include "emu/limits.h"
+#include "emu/mw.h"
 #include "emu/names.h"
 #include "emu/node.h"
 #include "emu/qp.h"
@@ -218,6 +220,23 @@ void Responder::respond_locked(Link& arrived_on, const FrameHeader& h, PayloadSo
 void Responder::respond_send_locked(Link& from, const FrameHeader& h, PayloadSource& payload) {
   const bool datagram = (h.flags & kFrameDatagram) != 0;
   const bool from_srq = qp_.srq_ != nullptr;
+  const bool invalidate = (h.flags & kFrameInvalidate) != 0;
+  if (invalidate && (datagram || (h.flags & kFrameImm) != 0)) {
+    // No UC or UD SEND with Invalidate exists, and its key takes the immediate's place. A
+    // datagram flood of them is logged once a second (an RC QP stops at the first).
+    static base::DropCounter malformed;
+    uint64_t unlogged = 0;
+    if (malformed.count_and_should_log(&unlogged)) {
+      spdlog::warn("QP {:#x}: SEND psn {} with Invalidate {}: malformed, refused{}", qp_.qpn_,
+                   h.psn, datagram ? "on an unreliable QP" : "and an immediate",
+                   base::unlogged_note(unlogged));
+    }
+    if (datagram) return;
+    reply_locked(from, h, FrameOp::kNak, NakCode::kInvalidRequest);
+    expected_psn_ = (h.psn + 1) & kPsnMask;
+    responder_error_locked(IBV_EVENT_QP_REQ_ERR);
+    return;
+  }
   RecvWqe srq_copy;
   const RecvWqe* wqe = next_recv_locked(&srq_copy);
   if (wqe == nullptr) {
@@ -262,6 +281,21 @@ void Responder::respond_send_locked(Link& from, const FrameHeader& h, PayloadSou
     return;
   }
   expected_psn_ = (h.psn + 1) & kPsnMask;
+  if (invalidate) {
+    // After the payload is committed: a retransmission must find the window still valid.
+    if (const char* why = invalidate_mw_remotely(qp_.node().mrs(), qp_.pd_, qp_.qpn_, h.imm)) {
+      // IBA class J (rxe alike): the receive completes in error and the QP stops; the
+      // requester learns it from an Invalid Request NAK.
+      spdlog::debug("QP {:#x}: SEND psn {} may not invalidate rkey {:#x}: {}", qp_.qpn_, h.psn,
+                    h.imm, why);
+      const uint64_t wr_id = wqe->wr_id;
+      pop_recv_locked();
+      qp_.completions_.complete_recv(wr_id, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0, &h, from_srq);
+      reply_locked(from, h, FrameOp::kNak, NakCode::kInvalidRequest);
+      qp_.to_error_locked();
+      return;
+    }
+  }
   // The ACK is handed to the transport (or owed) before the completion becomes visible: a
   // program that reaps the receive and exits at once must not take the requester's answer
   // with it (an owed one goes when its node does: Node::~Node).

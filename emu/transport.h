@@ -56,6 +56,9 @@ enum FrameFlags : uint8_t {
   // holds one sends it, at the latest, before the link's next answer, within a round of its
   // next progress() or its own thread's next look, and at send_held(). Never sent to the peer.
   kFrameMayHold = 1 << 5,
+  // RC SEND with Invalidate: imm carries the rkey the responder invalidates (as IB's IETH
+  // takes the place of ImmDt), so it never comes with kFrameImm.
+  kFrameInvalidate = 1 << 6,
 };
 
 // The most payload bytes a frame carries out of the sender's send queue itself (inline data,

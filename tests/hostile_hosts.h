@@ -71,6 +71,21 @@ struct Host {
     if (qp) qps.push_back(qp);
     return qp;
   }
+  // A QP of `type` brought up (RC and UC connected to `peer_qpn` at `peer`; UD at our own GID,
+  // with connect_qp's Q_Key) with one receive of the whole of `buf` posted; nullptr (a failure
+  // recorded) if any step fails. *mr_out, when given, is buf's region.
+  emu::Qp* qp_with_one_receive(ibv_qp_type type, std::vector<uint8_t>& buf, uint32_t peer_qpn = 0,
+                               const ibv_gid* peer = nullptr, emu::Mr** mr_out = nullptr) {
+    emu::Qp* qp = create_qp(type);
+    emu::Mr* mr = reg(buf.data(), buf.size());
+    if (qp == nullptr || mr == nullptr) return nullptr;
+    const ibv_gid at = peer != nullptr ? *peer : gid();
+    if (connect_qp(qp, peer_qpn, at) != 0) return nullptr;
+    ibv_sge sge = sge_of(buf.data(), static_cast<uint32_t>(buf.size()), mr);
+    EXPECT_EQ(post_recv_sges(qp, 1, &sge, 1), 0);
+    if (mr_out != nullptr) *mr_out = mr;
+    return qp;
+  }
   void tear_down() {
     if (!ctx) return;
     for (auto it = qps.rbegin(); it != qps.rend(); ++it) EXPECT_EQ(ctx->destroy_qp(*it), 0);

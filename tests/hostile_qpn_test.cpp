@@ -147,14 +147,9 @@ TEST(HostileDatagram, WrongQkeyConsumesNoReceive) {
   Host victim;
   victim.set_up("loopback");
   Attacker attacker("loopback");
-  emu::Qp* ud = victim.create_qp(IBV_QPT_UD);
-  ASSERT_NE(ud, nullptr);
-  ASSERT_EQ(emu_test::connect_qp(ud, 0, victim.gid()), 0);
   std::vector<uint8_t> buf(emu::kGrhBytes + 64, 0);
-  emu::Mr* mr = victim.reg(buf.data(), buf.size());
-  ASSERT_NE(mr, nullptr);
-  ibv_sge sge = emu_test::sge_of(buf.data(), static_cast<uint32_t>(buf.size()), mr);
-  ASSERT_EQ(emu_test::post_recv_sges(ud, 1, &sge, 1), 0);
+  emu::Qp* ud = victim.qp_with_one_receive(IBV_QPT_UD, buf);
+  ASSERT_NE(ud, nullptr);
 
   std::vector<uint8_t> msg = emu_test::pattern(64, 3);
   FrameHeader h{};

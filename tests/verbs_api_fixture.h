@@ -169,6 +169,27 @@ class VerbsApiRcPair : public VerbsApi {
     }
   }
 
+  // Both QPs through ibv_create_qp_ex with `send_ops` (the ibv_qp_ex work-request API); the
+  // capacities granted in granted_cap_. False (a failure recorded) when one is refused.
+  bool create_qps_ex(uint64_t send_ops) {
+    for (int i = 0; i < 2; ++i) {
+      ibv_qp_init_attr base = init_attr(i);
+      ibv_qp_init_attr_ex a{};
+      a.send_cq = base.send_cq;
+      a.recv_cq = base.recv_cq;
+      a.cap = base.cap;
+      a.qp_type = IBV_QPT_RC;
+      a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+      a.pd = pd_;
+      a.send_ops_flags = send_ops;
+      qp_[i] = ibv_create_qp_ex(ctx_, &a);
+      EXPECT_NE(qp_[i], nullptr) << "errno " << errno;
+      if (qp_[i] == nullptr) return false;
+      granted_cap_[i] = a.cap;
+    }
+    return true;
+  }
+
   // RESET -> INIT -> RTR -> RTS against the other QP, as ibv_rc_pingpong -g 0 does.
   void connect(ibv_qp* qp, uint32_t remote_qpn) {
     ibv_gid gid{};
@@ -219,6 +240,7 @@ class VerbsApiRcPair : public VerbsApi {
   ibv_cq* cq_[2] = {};
   ibv_mr* mr_[2] = {};
   ibv_qp* qp_[2] = {};
+  ibv_qp_cap granted_cap_[2] = {};
   ibv_srq* srq_ = nullptr;
   std::vector<uint8_t> buf_[2];
 };

@@ -236,19 +236,9 @@ TEST_F(VerbsApiRcPair, SrqCountsFollowTheDatWorkedExample) {
 }
 
 TEST_F(VerbsApiRcPair, QpExWorkRequestApi) {
-  for (int i = 0; i < 2; ++i) {
-    ibv_qp_init_attr base = init_attr(i);
-    ibv_qp_init_attr_ex a{};
-    a.send_cq = base.send_cq;
-    a.recv_cq = base.recv_cq;
-    a.cap = base.cap;
-    a.qp_type = IBV_QPT_RC;
-    a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-    a.pd = pd_;
-    a.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
-    qp_[i] = ibv_create_qp_ex(ctx_, &a);
-    ASSERT_NE(qp_[i], nullptr) << "errno " << errno;
-    EXPECT_GE(a.cap.max_inline_data, 64u);  // granted capacities are reported back
+  ASSERT_TRUE(create_qps_ex(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE));
+  for (const ibv_qp_cap& cap : granted_cap_) {
+    EXPECT_GE(cap.max_inline_data, 64u);  // granted capacities are reported back
   }
   connect_both();
   ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp_[0]);
@@ -277,7 +267,7 @@ TEST_F(VerbsApiRcPair, QpExWorkRequestApi) {
   EXPECT_STREQ(reinterpret_cast<char*>(buf_[1].data() + 512), "inline write");
   // An operation emu0 does not offer makes wr_complete fail and posts nothing.
   ibv_wr_start(qpx);
-  ibv_wr_send_inv(qpx, 1);
+  ibv_wr_send_tso(qpx, nullptr, 0, 0);
   EXPECT_EQ(ibv_wr_complete(qpx), EOPNOTSUPP);
   ibv_wr_start(qpx);
   ibv_wr_send(qpx);

@@ -32,7 +32,7 @@ constexpr uint64_t kSupportedOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WIT
                                    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                    IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                                    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_BIND_MW |
-                                   IBV_QP_EX_WITH_LOCAL_INV;
+                                   IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
 
 WrBatch& batch_of(ibv_qp_ex* qp) {
   return *to_emu(qp)->batch;
@@ -108,10 +108,11 @@ void wr_bind_mw(ibv_qp_ex* qp, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info
 void wr_local_inv(ibv_qp_ex* qp, uint32_t rkey) {
   if (ibv_send_wr* wr = begin_wr(qp, IBV_WR_LOCAL_INV)) wr->invalidate_rkey = rkey;
 }
-// Send with invalidate, TSO, XRC and atomic write: not offered by emu0.
-void wr_send_inv(ibv_qp_ex* qp, uint32_t) {
-  set_error(qp, EOPNOTSUPP);
+// An RC SEND that invalidates the peer's type 2 window `rkey` (emu/mw.h).
+void wr_send_inv(ibv_qp_ex* qp, uint32_t rkey) {
+  if (ibv_send_wr* wr = begin_wr(qp, IBV_WR_SEND_WITH_INV)) wr->invalidate_rkey = rkey;
 }
+// TSO, XRC and atomic write: not offered by emu0.
 void wr_send_tso(ibv_qp_ex* qp, void*, uint16_t, uint16_t) {
   set_error(qp, EOPNOTSUPP);
 }

@@ -23,6 +23,7 @@ using emu::kFrameDatagram;
 using emu::kFrameFetchAdd;
 using emu::kFrameImm;
 using emu::kFrameInlineBytes;
+using emu::kFrameInvalidate;
 using emu::kFrameMayHold;
 using emu::kFrameSolicited;
 using emu::Link;

@@ -18,7 +18,7 @@ namespace transports::shm {
 // 8: a record the consumer took can be revoked (kByReferenceRevoked): it finishes with a
 // compare-and-swap and drops the frame when that fails.
 // 9: the ring's control block tells how far the consumer has read (RingControl::consumed).
-inline constexpr uint32_t kProtocolVersion = 9;
+inline constexpr uint32_t kProtocolVersion = 10;
 
 // After the handshake a link's Unix socket carries SocketMessages, each sent whole by one
 // sendmsg. End of file without a goodbye means the peer died.

@@ -44,7 +44,7 @@ constexpr size_t kLaneHelloOffProof = 32;
 static_assert(kLaneHelloOffProof + kMacBytes == kLaneHelloBytes);
 
 constexpr uint8_t kKnownFlags =
-    kFrameImm | kFrameSolicited | kFrameDatagram | kFrameFetchAdd | kFrameAckReq;
+    kFrameImm | kFrameSolicited | kFrameDatagram | kFrameFetchAdd | kFrameAckReq | kFrameInvalidate;
 
 void put32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -88,7 +88,7 @@ void encode_hello(const Hello& hello, uint8_t out[kHelloBytes]) {
 const char* check_hello_prefix(const uint8_t in[kHelloPrefixBytes]) {
   if (get32(in + kHelloOffMagic) != kHelloMagic) return "bad HELLO magic (not an emurdma peer)";
   if (in[kHelloOffVersion] != kVersion) {
-    return "HELLO of another emurdma protocol version (this end speaks version 3): both ends "
+    return "HELLO of another emurdma protocol version (this end speaks version 4): both ends "
            "must run the same release";
   }
   if ((in[kHelloOffFlags] & ~kHelloHasSecret) != 0) return "unknown HELLO flags";

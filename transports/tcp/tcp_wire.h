@@ -18,7 +18,7 @@ inline constexpr uint32_t kLaneMagic = 0x4c554d45;     // "EMUL" on the wire
 inline constexpr uint32_t kProofMagic = 0x50554d45;    // "EMUP" on the wire
 inline constexpr uint32_t kWelcomeMagic = 0x57554d45;  // "EMUW" on the wire
 // 2: kFrameAckReq. 3: the authenticated handshake (nonces, proofs, WELCOME, lane proofs).
-inline constexpr uint8_t kVersion = 3;
+inline constexpr uint8_t kVersion = 4;
 inline constexpr size_t kFrameHeaderBytes = 72;
 // The largest payload a receiver accepts (and buffers): the largest message the device
 // advertises (2 GiB, emu/limits.h kMaxMsgSize); larger frames close the connection.
