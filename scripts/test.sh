@@ -45,7 +45,11 @@ if [[ -z "$sanitizers" && "${CI:-}" == "true" ]]; then
 fi
 if [[ "$sanitizers" == "1" ]]; then
   run_suite build-asan -DEMURDMA_ASAN=ON -DEMURDMA_UBSAN=ON -DEMURDMA_BENCH=OFF
-  TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}" run_suite build-tsan --exclude '^Mp' \
+  # Also out: the test that forks a child which then starts the engine's threads. TSan cannot
+  # follow a multi-threaded process across fork ("starting new threads after multi-threaded
+  # fork is not supported") and kills the child; the Release and ASan runs keep it.
+  TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}" run_suite build-tsan \
+    --exclude '^Mp|^VerbsApi\.AForkedChildOpensEmu0AfreshAndConnectsToItsParent$' \
     -DEMURDMA_TSAN=ON -DEMURDMA_BENCH=OFF
   fuzz_started=$SECONDS
   bash scripts/fuzz.sh "${EMURDMA_FUZZ_SECONDS:-15}"
