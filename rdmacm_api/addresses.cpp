@@ -19,7 +19,6 @@ namespace rdmacm_api {
 namespace {
 
 constexpr uint8_t kPort = 1;             // emu0 has one port
-constexpr uint8_t kHopLimit = 64;        // the default route metric the kernel copies
 constexpr uint8_t kPacketLifeTime = 16;  // the kernel's CMA_IBOE_PACKET_LIFETIME
 constexpr uint8_t kSelectorExactly = 2;  // IB_SA_EQ
 
@@ -214,7 +213,7 @@ RDMACM_EXPORT int rdma_resolve_route(rdma_cm_id* cm_id, int timeout_ms) {
   path.pkey = ib.pkey;
   path.reversible = 1;
   path.numb_path = 1;
-  path.hop_limit = kHopLimit;
+  path.hop_limit = kRouteHopLimit;
   path.traffic_class = id.options.tos.value_or(0);
   path.mtu_selector = kSelectorExactly;
   path.mtu = static_cast<uint8_t>(port.active_mtu);

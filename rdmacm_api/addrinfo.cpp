@@ -43,7 +43,7 @@ void to_addrinfo_hints(const rdma_addrinfo& rai, addrinfo* ai) {
   }
 }
 
-int copy_address(sockaddr** dst, socklen_t* dst_len, const sockaddr* src, socklen_t len) {
+int copy_address_out(sockaddr** dst, socklen_t* dst_len, const sockaddr* src, socklen_t len) {
   *dst = static_cast<sockaddr*>(std::malloc(len));
   if (*dst == nullptr) return fail(ENOMEM);
   std::memcpy(*dst, src, len);
@@ -78,10 +78,10 @@ int resolve(const char* node, const char* service, const rdma_addrinfo* hints, r
   if (ai->ai_flags & AI_PASSIVE) {
     rai->ai_flags = RAI_PASSIVE;
     if (ai->ai_canonname != nullptr) rai->ai_src_canonname = strdup(ai->ai_canonname);
-    ret = copy_address(&rai->ai_src_addr, &rai->ai_src_len, ai->ai_addr, ai->ai_addrlen);
+    ret = copy_address_out(&rai->ai_src_addr, &rai->ai_src_len, ai->ai_addr, ai->ai_addrlen);
   } else {
     if (ai->ai_canonname != nullptr) rai->ai_dst_canonname = strdup(ai->ai_canonname);
-    ret = copy_address(&rai->ai_dst_addr, &rai->ai_dst_len, ai->ai_addr, ai->ai_addrlen);
+    ret = copy_address_out(&rai->ai_dst_addr, &rai->ai_dst_len, ai->ai_addr, ai->ai_addrlen);
   }
   freeaddrinfo(ai);
   return ret;
@@ -125,10 +125,10 @@ RDMACM_EXPORT int rdma_getaddrinfo(const char* node, const char* service,
     rai->ai_port_space = hints->ai_port_space;
     if (hints->ai_dst_len != 0)
       ret =
-          copy_address(&rai->ai_dst_addr, &rai->ai_dst_len, hints->ai_dst_addr, hints->ai_dst_len);
+          copy_address_out(&rai->ai_dst_addr, &rai->ai_dst_len, hints->ai_dst_addr, hints->ai_dst_len);
   }
   if (ret == 0 && rai->ai_src_len == 0 && hints != nullptr && hints->ai_src_len != 0)
-    ret = copy_address(&rai->ai_src_addr, &rai->ai_src_len, hints->ai_src_addr, hints->ai_src_len);
+    ret = copy_address_out(&rai->ai_src_addr, &rai->ai_src_len, hints->ai_src_addr, hints->ai_src_len);
   if (ret != 0) {
     rdma_freeaddrinfo(rai);
     return ret;

@@ -16,11 +16,9 @@
 namespace rdmacm_api {
 namespace {
 
-constexpr uint8_t kHopLimit = 64;  // the route's, as rdma_resolve_route reports it
-
 // The whole private data field of the IB CM message that `m` stands for, as the kernel reports
 // it (it cannot tell how much the peer sent).
-size_t reported_private_data_length(cm::Type type) {
+size_t reported_sidr_private_data_length(cm::Type type) {
   return type == cm::Type::kUdReq ? kSidrRequestPrivateData : kSidrReplyPrivateData;
 }
 
@@ -33,7 +31,7 @@ EventRecord* datagram_event(Id& owner, rdma_cm_id* subject, rdma_cm_event_type t
   rdma_ud_param& ud = record->event.param.ud;
   ud.private_data = record->private_data;
   ud.private_data_len =
-      keep_private_data(*record, m->private_data, reported_private_data_length(m->type));
+      keep_private_data(*record, m->private_data, reported_sidr_private_data_length(m->type));
   if (m->type == cm::Type::kRej) return record;  // a rejection names no QP
   // The peer's QP: an address handle towards the GID it sent (emu0's GID names the peer's
   // process, which the address's own GID would not), its QPN and, in a reply, its QKEY.
@@ -42,7 +40,7 @@ EventRecord* datagram_event(Id& owner, rdma_cm_id* subject, rdma_cm_event_type t
   ah.is_global = 1;
   ah.grh.dgid = m->qp.gid;
   ah.grh.sgid_index = 0;
-  ah.grh.hop_limit = kHopLimit;
+  ah.grh.hop_limit = kRouteHopLimit;
   ah.grh.traffic_class = id.options.tos.value_or(0);
   ah.port_num = id.api.port_num;
   ud.qp_num = m->qp.qpn;

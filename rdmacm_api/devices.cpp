@@ -23,7 +23,7 @@ struct DeviceTable {
 };
 
 // Never destroyed: the contexts stay open for the process's life, as librdmacm's do until exit.
-DeviceTable& table() {
+DeviceTable& device_table() {
   static DeviceTable* t = new DeviceTable;
   return *t;
 }
@@ -33,7 +33,7 @@ constexpr const char* kSoftDevice = "emu0";
 }  // namespace
 
 int init_devices() {
-  DeviceTable& t = table();
+  DeviceTable& t = device_table();
   std::lock_guard lock(t.mutex);
   if (!t.opened) {
     // Real devices' contexts are the system librdmacm's when it serves them (delegation.h):
@@ -61,7 +61,7 @@ int init_devices() {
 }
 
 std::vector<ibv_context*> device_contexts() {
-  DeviceTable& t = table();
+  DeviceTable& t = device_table();
   std::lock_guard lock(t.mutex);
   std::vector<ibv_context*> contexts;
   for (const OpenDevice& d : t.devices) contexts.push_back(d.context);
@@ -77,7 +77,7 @@ ibv_context* emu_device() {
 }
 
 ibv_pd* default_pd(ibv_context* context) {
-  DeviceTable& t = table();
+  DeviceTable& t = device_table();
   std::lock_guard lock(t.mutex);
   for (OpenDevice& d : t.devices) {
     if (d.context != context) continue;

@@ -18,6 +18,10 @@
 
 namespace rdmacm_api {
 
+// The hop limit of every route rdma_resolve_route makes (the default route metric the kernel
+// copies), and so of the address handles made from one.
+inline constexpr uint8_t kRouteHopLimit = 64;
+
 class Connection;
 class Listener;
 

@@ -54,7 +54,7 @@ struct PortTable {
   }
 };
 
-PortTable& table() {
+PortTable& port_table() {
   static PortTable* t = new PortTable;  // never destroyed: ids may outlive static destruction
   return *t;
 }
@@ -69,7 +69,7 @@ int reserve_port(rdma_port_space ps, const sockaddr* addr, bool reuse_addr, bool
   copy_address(addr, &wanted.addr);
   wanted.reuse_addr = reuse_addr;
   wanted.af_only = af_only;
-  PortTable& t = table();
+  PortTable& t = port_table();
   std::lock_guard lock(t.mutex);
   const uint16_t ps16 = static_cast<uint16_t>(ps);
   std::unique_ptr<cm::PortReservation> fresh;
@@ -97,7 +97,7 @@ int reserve_port(rdma_port_space ps, const sockaddr* addr, bool reuse_addr, bool
 }
 
 std::unique_ptr<cm::PortReservation> take_netns_reservation(rdma_port_space ps, uint16_t port) {
-  PortTable& t = table();
+  PortTable& t = port_table();
   std::lock_guard lock(t.mutex);
   auto hold = t.netns.find({ps, port});
   if (hold == t.netns.end()) return nullptr;
@@ -117,7 +117,7 @@ PortReservation& PortReservation::operator=(PortReservation&& other) noexcept {
 
 void PortReservation::release() {
   if (token_ == 0) return;
-  PortTable& t = table();
+  PortTable& t = port_table();
   std::lock_guard lock(t.mutex);
   for (auto it = t.holders.begin(); it != t.holders.end(); ++it) {
     if (it->token != token_) continue;

@@ -14,15 +14,6 @@
 namespace emu_test {
 namespace {
 
-ibv_wc completion(uint64_t wr_id, uint32_t qp_num = 1) {
-  ibv_wc wc{};
-  wc.wr_id = wr_id;
-  wc.status = IBV_WC_SUCCESS;
-  wc.opcode = IBV_WC_SEND;
-  wc.qp_num = qp_num;
-  return wc;
-}
-
 std::vector<uint64_t> poll_ids(Cq* c, int n) {
   std::vector<uint64_t> ids;
   ibv_wc wc[8];

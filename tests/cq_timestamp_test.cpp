@@ -10,13 +10,6 @@
 namespace emu_test {
 namespace {
 
-ibv_wc completion(uint64_t wr_id) {
-  ibv_wc wc{};
-  wc.wr_id = wr_id;
-  wc.status = IBV_WC_SUCCESS;
-  return wc;
-}
-
 using CqTimestamps = EngineTest;
 
 TEST_F(CqTimestamps, EachCompletionCarriesTheTimeOfItsPushNotOfItsPoll) {

@@ -67,6 +67,16 @@ inline emu::QpInitAttr qp_init_attr(const QpOptions& o, Cq* default_cq) {
   return init;
 }
 
+// A successful send completion, as a test pushes it straight into a CQ.
+inline ibv_wc completion(uint64_t wr_id, uint32_t qp_num = 1) {
+  ibv_wc wc{};
+  wc.wr_id = wr_id;
+  wc.status = IBV_WC_SUCCESS;
+  wc.opcode = IBV_WC_SEND;
+  wc.qp_num = qp_num;
+  return wc;
+}
+
 inline ibv_qp_state state_of(Qp* qp) {
   ibv_qp_attr a{};
   emu::QpInitAttr init;

@@ -7,15 +7,13 @@
 #include "dat_api/core/entry_points.h"
 #include "dat_api/core/errors.h"
 #include "dat_api/core/ia.h"
+#include "dat_api/core/known_flags.h"
 #include "dat_api/core/log.h"
 #include "dat_api/core/pz.h"
 
 namespace dat_api {
 
 namespace {
-
-constexpr DAT_UINT32 kRemoteAtomicPriv = DAT_MEM_PRIV_EXTENSION_BASE;  // the IB extension's
-constexpr DAT_UINT32 kKnownPrivileges = DAT_MEM_PRIV_ALL_FLAG | kRemoteAtomicPriv;
 
 int access_of(DAT_MEM_PRIV_FLAGS privileges) {
   int access = 0;
@@ -96,7 +94,7 @@ DAT_RETURN lmr_create(DAT_IA_HANDLE ia_handle, DAT_MEM_TYPE mem_type, DAT_REGION
   }
   auto pz = Handles::get<Pz>(pz_handle);
   if (!pz || pz->ia() != ia) return invalid_handle(DAT_INVALID_HANDLE_PZ);
-  if ((raw(privileges) & ~uint64_t{kKnownPrivileges}) != 0) return invalid_arg(6);
+  if ((raw(privileges) & ~kKnownPrivileges) != 0) return invalid_arg(6);
   if (raw(va_type) == raw(DAT_VA_TYPE_ZB)) return dat_error(DAT_MODEL_NOT_SUPPORTED);  // no ZB
   if (raw(va_type) != raw(DAT_VA_TYPE_VA)) return invalid_arg(7);
   if (lmr_out == nullptr) return invalid_arg(8);

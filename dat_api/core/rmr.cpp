@@ -4,6 +4,7 @@
 #include <cerrno>
 
 #include "dat_api/core/errors.h"
+#include "dat_api/core/known_flags.h"
 #include "dat_api/core/log.h"
 #include "dat_api/ep/ep.h"
 
@@ -11,14 +12,8 @@ namespace dat_api {
 
 namespace {
 
-constexpr DAT_UINT32 kRemoteAtomicPriv = DAT_MEM_PRIV_EXTENSION_BASE;  // the IB extension's
-constexpr uint64_t kKnownPrivileges = DAT_MEM_PRIV_ALL_FLAG | kRemoteAtomicPriv;
 constexpr uint64_t kRemotePrivileges =
     DAT_MEM_PRIV_REMOTE_READ_FLAG | DAT_MEM_PRIV_REMOTE_WRITE_FLAG | kRemoteAtomicPriv;
-constexpr uint64_t kKnownCompletionFlags =
-    DAT_COMPLETION_SUPPRESS_FLAG | DAT_COMPLETION_SOLICITED_WAIT_FLAG |
-    DAT_COMPLETION_UNSIGNALLED_FLAG | DAT_COMPLETION_BARRIER_FENCE_FLAG |
-    DAT_COMPLETION_EVD_THRESHOLD_FLAG | DAT_COMPLETION_LMR_INVALIDATE_FENCE_FLAG;
 
 // A window grants remote access only: the local privileges of an RMR mean nothing to verbs.
 unsigned window_access(uint64_t privileges) {

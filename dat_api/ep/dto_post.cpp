@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dat_api/core/errors.h"
+#include "dat_api/core/known_flags.h"
 #include "dat_api/core/log.h"
 #include "dat_api/ep/dto.h"
 #include "dat_api/ep/ep.h"
@@ -17,11 +18,6 @@
 namespace dat_api {
 
 namespace {
-
-constexpr uint64_t kKnownCompletionFlags =
-    DAT_COMPLETION_SUPPRESS_FLAG | DAT_COMPLETION_SOLICITED_WAIT_FLAG |
-    DAT_COMPLETION_UNSIGNALLED_FLAG | DAT_COMPLETION_BARRIER_FENCE_FLAG |
-    DAT_COMPLETION_EVD_THRESHOLD_FLAG | DAT_COMPLETION_LMR_INVALIDATE_FENCE_FLAG;
 
 constexpr int kInlineSges = 32;
 

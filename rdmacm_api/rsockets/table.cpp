@@ -14,7 +14,7 @@ namespace rdmacm_api::rsockets {
 namespace {
 
 std::mutex table_mutex;
-std::unordered_map<int, SocketPtr>& table() {
+std::unordered_map<int, SocketPtr>& socket_table() {
   static auto* sockets = new std::unordered_map<int, SocketPtr>;  // outlives exit handlers
   return *sockets;
 }
@@ -23,8 +23,8 @@ std::unordered_map<int, SocketPtr>& table() {
 
 SocketPtr find_socket(int number) {
   std::lock_guard lock(table_mutex);
-  auto it = table().find(number);
-  return it == table().end() ? nullptr : it->second;
+  auto it = socket_table().find(number);
+  return it == socket_table().end() ? nullptr : it->second;
 }
 
 int add_socket(SocketPtr socket) {
@@ -32,13 +32,13 @@ int add_socket(SocketPtr socket) {
   if (fd < 0) return -1;
   socket->fd = fd;
   std::lock_guard lock(table_mutex);
-  table()[fd] = std::move(socket);
+  socket_table()[fd] = std::move(socket);
   return fd;
 }
 
 void remove_socket(int number) {
   std::lock_guard lock(table_mutex);
-  table().erase(number);
+  socket_table().erase(number);
 }
 
 Socket::~Socket() {
