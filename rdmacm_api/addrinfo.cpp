@@ -124,11 +124,12 @@ RDMACM_EXPORT int rdma_getaddrinfo(const char* node, const char* service,
     rai->ai_qp_type = hints->ai_qp_type;
     rai->ai_port_space = hints->ai_port_space;
     if (hints->ai_dst_len != 0)
-      ret =
-          copy_address_out(&rai->ai_dst_addr, &rai->ai_dst_len, hints->ai_dst_addr, hints->ai_dst_len);
+      ret = copy_address_out(&rai->ai_dst_addr, &rai->ai_dst_len, hints->ai_dst_addr,
+                             hints->ai_dst_len);
   }
   if (ret == 0 && rai->ai_src_len == 0 && hints != nullptr && hints->ai_src_len != 0)
-    ret = copy_address_out(&rai->ai_src_addr, &rai->ai_src_len, hints->ai_src_addr, hints->ai_src_len);
+    ret = copy_address_out(&rai->ai_src_addr, &rai->ai_src_len, hints->ai_src_addr,
+                           hints->ai_src_len);
   if (ret != 0) {
     rdma_freeaddrinfo(rai);
     return ret;
