@@ -218,6 +218,7 @@ bool Requester::transmit_one_locked(SendWqe& w) {
   h.src_qpn = qp_.qpn_;
   h.psn = w.psn;
   h.flags = datagram ? kFrameDatagram : 0;
+  if (type == IBV_QPT_UD) h.flags |= kFrameUd;
   if (w.send_flags & IBV_SEND_SOLICITED) h.flags |= kFrameSolicited;
   if (!datagram && wants_ack_locked(w)) h.flags |= kFrameAckReq;
   switch (w.opcode) {

@@ -59,6 +59,10 @@ enum FrameFlags : uint8_t {
   // RC SEND with Invalidate: imm carries the rkey the responder invalidates (as IB's IETH
   // takes the place of ImmDt), so it never comes with kFrameImm.
   kFrameInvalidate = 1 << 6,
+  // With kFrameDatagram: the sender is a UD QP (its frames carry qkey and src_qpn as IB's
+  // DETH does); a datagram without it comes from a UC QP. The engine needs no such flag (the
+  // receiving QP has a type); observers of frames do (the capture's BTH opcodes).
+  kFrameUd = 1 << 7,
 };
 
 // The most payload bytes a frame carries out of the sender's send queue itself (inline data,

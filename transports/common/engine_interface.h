@@ -26,6 +26,7 @@ using emu::kFrameInlineBytes;
 using emu::kFrameInvalidate;
 using emu::kFrameMayHold;
 using emu::kFrameSolicited;
+using emu::kFrameUd;
 using emu::Link;
 using emu::LocalPayload;
 using emu::NakCode;

@@ -44,7 +44,8 @@ constexpr size_t kLaneHelloOffProof = 32;
 static_assert(kLaneHelloOffProof + kMacBytes == kLaneHelloBytes);
 
 constexpr uint8_t kKnownFlags =
-    kFrameImm | kFrameSolicited | kFrameDatagram | kFrameFetchAdd | kFrameAckReq | kFrameInvalidate;
+    kFrameImm | kFrameSolicited | kFrameDatagram | kFrameFetchAdd | kFrameAckReq | kFrameInvalidate |
+    kFrameUd;
 
 void put32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
