@@ -277,6 +277,10 @@ class Link {
   // most of a second under load; the ACK timer takes that for slowness, not for a silent peer,
   // for a bounded time (Completer::peer_slow_locked). A slow path: asked when a timer expires.
   virtual bool frames_unread() { return false; }
+  // An owner of this link, for a transport that wraps another's links and keeps one alive
+  // while it holds frames of it (transports/observed/); nullptr when the link is not owned by
+  // a shared_ptr or is being destroyed.
+  virtual std::shared_ptr<Link> shared() { return nullptr; }
 
  private:
   const uint64_t id_;

@@ -44,8 +44,8 @@ struct Host {
   std::vector<emu::Qp*> qps;
   std::vector<emu::Mr*> mrs;
 
-  void set_up(const std::string& kind) {
-    auto t = make_hostile_test_transport(kind);
+  void set_up(const std::string& kind) { set_up_on(make_hostile_test_transport(kind)); }
+  void set_up_on(std::unique_ptr<emu::Transport> t) {
     ASSERT_NE(t, nullptr);
     node = std::make_unique<emu::Node>(std::move(t));
     ctx = std::make_unique<emu::Context>(*node);

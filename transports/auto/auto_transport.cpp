@@ -22,7 +22,7 @@ namespace {
 
 // The loopback link from this node to itself, seen under the node's own GID (a UD receive
 // reports the sender's GID: it must be the one the program knows).
-class SelfLink : public Link {
+class SelfLink : public Link, public std::enable_shared_from_this<SelfLink> {
  public:
   SelfLink(std::shared_ptr<Link> inner, const Gid& gid) : inner_(std::move(inner)), gid_(gid) {}
   bool send(const FrameHeader& h, const iovec* iov, size_t iovcnt) override {
@@ -31,6 +31,7 @@ class SelfLink : public Link {
   const Gid& peer() const override { return gid_; }
   bool up() const override { return inner_->up(); }
   bool farewell() const override { return inner_->farewell(); }
+  std::shared_ptr<Link> shared() override { return weak_from_this().lock(); }
   const Link* inner() const { return inner_.get(); }
 
  private:

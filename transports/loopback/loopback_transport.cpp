@@ -155,7 +155,7 @@ class Fabric {
   AnswerQueue answers_;
 };
 
-class LoopbackLink : public Link {
+class LoopbackLink : public Link, public std::enable_shared_from_this<LoopbackLink> {
  public:
   LoopbackLink(uint32_t src, uint32_t dst, const Gid& peer) : src_(src), dst_(dst), peer_(peer) {}
 
@@ -182,6 +182,7 @@ class LoopbackLink : public Link {
   }
   const Gid& peer() const override { return peer_; }
   bool up() const override { return Fabric::instance().node(dst_) != nullptr; }
+  std::shared_ptr<Link> shared() override { return weak_from_this().lock(); }
 
  private:
   uint32_t src_;

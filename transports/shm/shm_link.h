@@ -61,7 +61,7 @@ struct LinkSetup {
   bool peer_proved = false;  // the peer proved in the handshake that it can read our memory
 };
 
-class ShmLink : public Link {
+class ShmLink : public Link, public std::enable_shared_from_this<ShmLink> {
  public:
   ShmLink(LinkOwner& owner, LinkSetup setup);
   ~ShmLink() override;
@@ -75,6 +75,7 @@ class ShmLink : public Link {
   const Gid& peer() const override { return peer_; }
   bool up() const override { return up_.load(std::memory_order_acquire); }
   bool farewell() const override { return side_.farewell(); }
+  std::shared_ptr<Link> shared() override { return weak_from_this().lock(); }
 
   // Writes the held ACKs: all of them when `always`, else only those held before program
   // poll `polls_now` (they waited a whole poll).

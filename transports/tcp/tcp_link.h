@@ -127,6 +127,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   const Gid& peer() const override { return peer_; }
   bool up() const override { return up_.load(std::memory_order_acquire); }
   bool farewell() const override { return farewell_.load(std::memory_order_acquire); }
+  std::shared_ptr<Link> shared() override { return weak_from_this().lock(); }
   // The peer has left more than kBacklogBytes unread in our send queue (a relaxed load: the
   // engine asks on its delivery path).
   bool backlogged() const override {
