@@ -175,6 +175,7 @@ void Completer::on_ack_timer_locked(uint64_t token) {
     arm_ack_timer_locked();  // no retry spent, nothing sent again: the request is still unread
     return;
   }
+  qp_.counters_.add(QpCounter::local_ack_timeout_err);
   SendWqe& oldest = qp_.requester_.head();
   if (retries_left_ == 0) {
     spdlog::debug("QP {:#x}: local ACK timeout, retry_cnt {} exhausted", qp_.qpn_,
@@ -186,6 +187,7 @@ void Completer::on_ack_timer_locked(uint64_t token) {
   spdlog::debug("QP {:#x}: local ACK timeout, retransmitting from psn {} ({} retries left)",
                 qp_.qpn_, oldest.psn, retries_left_);
   ++ack_epoch_;
+  qp_.counters_.add(QpCounter::completer_retry_err);
   qp_.requester_.go_back_to_head();  // the oldest unanswered request goes again
   qp_.requester_.transmit_locked();  // arms the timer again
 }
@@ -217,6 +219,7 @@ void Completer::handle_nak_locked(const FrameHeader& h) {
   SendWqe& w = requester.head();
   switch (h.nak) {
     case NakCode::kReceiverNotReady:
+      qp_.counters_.add(QpCounter::rcvd_rnr_err);
       if (qp_.attr_.rnr_retry != 7) {  // 7 means retry for ever
         if (rnr_retries_left_ == 0) {
           fail_locked(w, IBV_WC_RNR_RETRY_EXC_ERR);
@@ -243,6 +246,7 @@ void Completer::handle_nak_locked(const FrameHeader& h) {
         return;
       }
       --retries_left_;
+      qp_.counters_.add(QpCounter::completer_retry_err);
       requester.go_back_to_head();
       // Local ACK timeout: 4.096 us * 2^timeout.
       schedule_retry_locked(std::chrono::nanoseconds(uint64_t{4096} << qp_.attr_.timeout));

@@ -2,6 +2,7 @@
 
 #include "emu/cq.h"
 #include "emu/qp.h"
+#include "emu/stat_page.h"
 
 namespace emu {
 
@@ -29,8 +30,47 @@ ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) {
 
 }  // namespace
 
+void CompletionWriter::count_send(const SendWqe& w, ibv_wc_status status) {
+  ObjectCounters<QpCounter>& c = qp_.counters_;
+  if (w.opcode == IBV_WR_SEND || w.opcode == IBV_WR_SEND_WITH_IMM ||
+      w.opcode == IBV_WR_SEND_WITH_INV) {
+    c.add(QpCounter::rdma_sends);  // every SEND retired, whatever its status (as rxe counts)
+  }
+  switch (status) {
+    case IBV_WC_SUCCESS:
+      return;
+    case IBV_WC_WR_FLUSH_ERR:
+      c.add(QpCounter::req_cqe_flush_error);
+      return;
+    case IBV_WC_RETRY_EXC_ERR:
+      c.add(QpCounter::retry_exceeded_err);
+      break;
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+      c.add(QpCounter::retry_rnr_exceeded_err);
+      break;
+    case IBV_WC_REM_ACCESS_ERR:
+      c.add(QpCounter::req_remote_access_errors);
+      break;
+    case IBV_WC_REM_INV_REQ_ERR:
+      c.add(QpCounter::req_remote_invalid_request);
+      break;
+    case IBV_WC_REM_OP_ERR:
+      c.add(QpCounter::req_remote_operation_errors);
+      break;
+    default:
+      break;
+  }
+  c.add(QpCounter::req_cqe_error);
+}
+
+void CompletionWriter::count_written(ibv_wc_status status) {
+  if (static_cast<uint32_t>(status) < kWcStatuses) qp_.counters_.add_at(kFirstWcCounter + status);
+}
+
 void CompletionWriter::complete_send(const SendWqe& w, ibv_wc_status status, uint32_t byte_len) {
+  count_send(w, status);
   if (status == IBV_WC_SUCCESS && !w.signaled) return;
+  count_written(status);
   ibv_wc wc{};
   wc.wr_id = w.wr_id;
   wc.status = status;
@@ -42,6 +82,14 @@ void CompletionWriter::complete_send(const SendWqe& w, ibv_wc_status status, uin
 
 void CompletionWriter::complete_recv(uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode,
                                      uint32_t byte_len, const FrameHeader* h, bool from_srq) {
+  ObjectCounters<QpCounter>& c = qp_.counters_;
+  if (status == IBV_WC_SUCCESS) {
+    c.add(QpCounter::rdma_recvs);
+  } else {
+    c.add(status == IBV_WC_WR_FLUSH_ERR ? QpCounter::resp_cqe_flush_error
+                                        : QpCounter::resp_cqe_error);
+  }
+  count_written(status);
   ibv_wc wc{};
   wc.wr_id = wr_id;
   wc.status = status;

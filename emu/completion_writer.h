@@ -28,6 +28,11 @@ class CompletionWriter {
                      const FrameHeader* h, bool from_srq);
 
  private:
+  // The QP's counters: a send WR retired (its class of error, rdma_sends), a completion written
+  // (wc_<status>).
+  void count_send(const SendWqe& wqe, ibv_wc_status status);
+  void count_written(ibv_wc_status status);
+
   Qp& qp_;
 };
 

@@ -407,6 +407,7 @@ int Context::destroy_srq(Srq* srq) {
   // and the memory goes when the context closes.
   srq->pd()->use_count.fetch_sub(1);
   async_events_.forget(srq);  // its queued events (SRQ_LIMIT_REACHED) go with it
+  srq->stop_counting();
   retired_srqs_.emplace_back(srq);
   --srq_count_;
   return 0;

@@ -16,7 +16,11 @@
 namespace emu {
 
 Cq::Cq(Context& context, uint32_t capacity, CompChannel* channel, void* cq_context)
-    : context_(context), channel_(channel), cq_context_(cq_context), ring_(new Ring(capacity)) {}
+    : context_(context),
+      channel_(channel),
+      cq_context_(cq_context),
+      ring_(new Ring(capacity)),
+      counters_(context.node().stats(), context.node().next_object_id(), capacity) {}
 
 Cq::~Cq() {
   delete ring_.load();
@@ -100,6 +104,7 @@ int Cq::req_notify(bool solicited_only) {
   // The program is about to wait for an event: the transport stops leaving work to its polls
   // (held answers go now), and, below, what they left unread is read.
   context_.node().send_held();
+  counters_.add_shared(CqCounter::cq_armed);
   int want = solicited_only ? 2 : 1;
   // A request for any completion overrides a solicited-only one, never the reverse.
   int current = armed_.load(std::memory_order_relaxed);
@@ -138,6 +143,7 @@ bool Cq::push(const ibv_wc& wc, Srq* srq, bool solicited) {
     note_completion(this);
   } else {
     // Lost: the first loss raises the one CQ_ERR (and says so), later ones are dropped quietly.
+    counters_.add_shared(CqCounter::cq_overrun);
     if (!overflowed && !overflowed_.exchange(true)) {
       spdlog::error("CQ {} overflowed (capacity {}): completion of wr_id {} lost",
                     static_cast<void*>(this), capacity(), wc.wr_id);

@@ -18,6 +18,7 @@
 #include "base/mpsc_ring.h"
 #include "base/spin_lock.h"
 #include "emu/objects.h"
+#include "emu/stat_page.h"
 
 namespace emu {
 
@@ -104,6 +105,11 @@ class Cq : public ApiHandle {
   std::atomic<int> armed_{0};
   std::atomic<bool> overflowed_{false};
   bool stamps_ = false;  // enable_timestamps()
+  // Slow paths only (an overrun, an arming), by any thread.
+  ObjectCounters<CqCounter> counters_;
+
+ public:
+  const std::atomic<uint64_t>* counter_values() const { return counters_.values(); }
 };
 
 }  // namespace emu

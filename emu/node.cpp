@@ -23,6 +23,7 @@ constexpr uint32_t kGenerationMask = (1u << (24 - kSlotBits)) - 1;
 Node::Node(std::unique_ptr<Transport> transport)
     : transport_(std::move(transport)),
       gid_(transport_->local_gid()),
+      stats_(StatPage::create(gid_, transport_->name())),
       mrs_(kMaxMr),
       qps_(new std::atomic<Qp*>[kMaxQp]),
       qp_generation_(kMaxQp, 0) {
@@ -132,7 +133,20 @@ void Node::on_frame(Link& from, const FrameHeader& header, PayloadSource& payloa
   from.send(r, nullptr, 0);
 }
 
+std::shared_ptr<Link> Node::link_to(const Gid& peer) {
+  std::shared_ptr<Link> link = transport_->connect(peer);
+  if (link != nullptr && stats_ != nullptr) {
+    std::lock_guard lock(links_seen_mutex_);
+    if (std::find(links_seen_.begin(), links_seen_.end(), link->id()) == links_seen_.end()) {
+      links_seen_.push_back(link->id());
+      count(DeviceCounter::link_up);
+    }
+  }
+  return link;
+}
+
 void Node::drop_unanswered(const FrameHeader& header) {
+  count(DeviceCounter::unknown_qpn_unanswered);
   if (unknown_qpn_answers_dropped_.count_and_should_log()) {
     spdlog::warn(
         "a peer that reads nothing sends requests to QPs that cannot take them (QPN {:#x}): "
@@ -142,6 +156,7 @@ void Node::drop_unanswered(const FrameHeader& header) {
 }
 
 void Node::drop_foreign_frame(const FrameHeader& header) {
+  count(DeviceCounter::foreign_frames_dropped);
   if (foreign_frames_dropped_.count_and_should_log()) {
     spdlog::warn(
         "frame for QP {:#x} from QP {:#x} on a link to another node or from another QP than the "
@@ -151,6 +166,7 @@ void Node::drop_foreign_frame(const FrameHeader& header) {
 }
 
 void Node::ignore_answer(IgnoredAnswer why, uint32_t qpn, const FrameHeader& header) {
+  count(DeviceCounter::answers_ignored);
   base::DropCounter& counter = answers_ignored_[static_cast<int>(why)];
   uint64_t unlogged = 0;
   if (!counter.count_and_should_log(&unlogged)) return;
@@ -188,6 +204,7 @@ uint64_t Node::payload_room(Link& from, const FrameHeader& header) {
 }
 
 void Node::on_link_down(Link& link) {
+  count(DeviceCounter::link_downed);
   // A peer that ended in order (farewell) is silence, as on hardware: only the QPs' own timers
   // (RC local ACK timeout) turn it into an error. Otherwise the QPs on the link go to error
   // with QP_FATAL (Qp::on_link_down).

@@ -20,6 +20,7 @@
 #include "base/drop_counter.h"
 #include "base/spin_lock.h"
 #include "emu/mr_table.h"
+#include "emu/stat_page.h"
 #include "emu/transport.h"
 
 namespace emu {
@@ -44,7 +45,7 @@ class Node : public FrameSink {
   // transport must stop reading (before memory is freed, or when work requests end in error
   // and the program may free their buffers), a program's poll that found nothing, and held
   // answers sent because the program is about to block.
-  std::shared_ptr<Link> link_to(const Gid& peer) { return transport_->connect(peer); }
+  std::shared_ptr<Link> link_to(const Gid& peer);
   uint64_t register_memory(const void* addr, size_t length) {
     return transport_->register_memory(addr, length);
   }
@@ -56,6 +57,10 @@ class Node : public FrameSink {
   void send_held() { transport_->send_held(); }
   Gid gid() const { return gid_; }
   MrTable& mrs() { return mrs_; }
+  // The node's counters (emu/stat_page.h); null when counting is off (EMURDMA_COUNTERS=0).
+  StatPage* stats() { return stats_.get(); }
+  // A number for a CQ or SRQ in the stat page (QPs are known by their QPN).
+  uint32_t next_object_id() { return next_object_id_.fetch_add(1, std::memory_order_relaxed); }
 
   // QP numbers: 24 bits, the table slot in the low bits and a generation above it, so that a
   // frame for a destroyed QP never reaches the QP that reuses its slot.
@@ -135,6 +140,13 @@ class Node : public FrameSink {
 
   std::unique_ptr<Transport> transport_;
   Gid gid_;
+  std::unique_ptr<StatPage> stats_;
+  std::atomic<uint32_t> next_object_id_{1};
+  void count(DeviceCounter c) {
+    if (stats_) DeviceCounters(stats_->device()).add_shared(c);
+  }
+  std::mutex links_seen_mutex_;
+  std::vector<uint64_t> links_seen_;  // ids of the links link_to returned (link_up)
   MrTable mrs_;
 
   std::unique_ptr<std::atomic<Qp*>[]> qps_;

@@ -49,6 +49,7 @@ Qp::Qp(Context& context, Pd* pd, const QpInitAttr& init)
       srq_(init.srq),
       qp_context_(init.qp_context),
       sq_sig_all_(init.sq_sig_all),
+      counters_(context.node().stats(), 0, static_cast<uint32_t>(init.qp_type)),
       requester_(*this, round_up_pow2(init.cap.max_send_wr)) {
   cap_.max_send_wr = init.cap.max_send_wr == 0 ? 0 : requester_.slots();
   cap_.max_send_sge = std::max<uint32_t>(init.cap.max_send_sge, 1);
@@ -258,6 +259,11 @@ void Qp::on_frame(Link& from, const FrameHeader& h, PayloadSource& payload) {
     }
   }
   completer_.restart_ack_timer();  // the peer is alive (completer.cpp)
+  counters_.add(QpCounter::rcvd_pkts);
+  if (h.op == FrameOp::kSend || h.op == FrameOp::kWrite || h.op == FrameOp::kReadResponse) {
+    counters_.add(QpCounter::rcvd_bytes, payload.size());
+  }
+  counters_.add(is_request(h.op) ? QpCounter::rcvd_requests : QpCounter::rcvd_answers);
   switch (h.op) {
     case FrameOp::kSend:
     case FrameOp::kWrite:

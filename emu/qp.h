@@ -30,6 +30,7 @@
 #include "emu/objects.h"
 #include "emu/requester.h"
 #include "emu/responder.h"
+#include "emu/stat_page.h"
 #include "emu/transport.h"
 #include "emu/wqe.h"
 
@@ -48,7 +49,12 @@ class Qp : public ApiHandle {
   static int check_init_attr(const QpInitAttr& init);
 
   uint32_t qpn() const { return qpn_; }
-  void set_qpn(uint32_t qpn) { qpn_ = qpn; }
+  void set_qpn(uint32_t qpn) {
+    qpn_ = qpn;
+    counters_.set_id(qpn);
+  }
+  // This QP's counters (emu/counters.h), for the extension call; null when counting is off.
+  const std::atomic<uint64_t>* counter_values() const { return counters_.values(); }
   ibv_qp_type type() const { return type_; }
   ibv_qp_state state() const { return state_.load(std::memory_order_acquire); }
   Pd* pd() const { return pd_; }
@@ -133,6 +139,16 @@ class Qp : public ApiHandle {
   bool sq_sig_all_;
   ibv_qp_cap cap_{};
   uint32_t qpn_ = 0;
+  // Written under lock_ (every role counts there).
+  ObjectCounters<QpCounter> counters_;
+  // A frame this QP hands to a link: counted as sent (payload bytes: requests and READ
+  // responses carry them; a READ request's length is what it asks for).
+  void count_sent(const FrameHeader& h, bool retransmission) {
+    counters_.add(QpCounter::sent_pkts);
+    if (h.op != FrameOp::kReadRequest) counters_.add(QpCounter::sent_bytes, h.length);
+    counters_.add(is_request(h.op) ? QpCounter::sent_requests : QpCounter::sent_answers);
+    if (retransmission) counters_.add(QpCounter::retransmitted_pkts);
+  }
 
   base::SpinLock lock_;
   std::atomic<ibv_qp_state> state_{IBV_QPS_RESET};

@@ -300,6 +300,7 @@ bool Requester::transmit_one_locked(SendWqe& w) {
     qp_.node().defer_send(qp_.qpn_);
     return false;
   }
+  qp_.count_sent(h, next_ < sent_high_);
   if (datagram) {
     // UC and UD are never acknowledged: the message is on the wire, the WR is done (the
     // transport keeps no reference to a datagram's payload once send() returns).

@@ -60,6 +60,23 @@ void Responder::reply_locked(Link& to, const FrameHeader& request, FrameOp op, N
   for (size_t i = 0; i < iovcnt; ++i) r.length += static_cast<uint32_t>(iov[i].iov_len);
   // Answers are never refused by a transport (transport.h), so this cannot be lost.
   to.send(r, iov, iovcnt);
+  qp_.count_sent(r, false);
+  switch (nak) {
+    case NakCode::kReceiverNotReady:
+      qp_.counters_.add(QpCounter::send_rnr_err);
+      break;
+    case NakCode::kRemoteAccess:
+      qp_.counters_.add(QpCounter::resp_remote_access_errors);
+      break;
+    case NakCode::kInvalidRequest:
+      qp_.counters_.add(QpCounter::resp_invalid_request);
+      break;
+    case NakCode::kRemoteOperation:
+      qp_.counters_.add(QpCounter::resp_remote_operation_errors);
+      break;
+    default:
+      break;
+  }
 }
 
 void Responder::acknowledge_locked(Link& to, const FrameHeader& h) {
@@ -91,6 +108,7 @@ void Responder::send_owed_ack_locked() {
   r.dst_qpn = qp_.attr_.dest_qp_num;
   r.psn = owed_ack_psn_;
   link->send(r, nullptr, 0);
+  qp_.count_sent(r, false);
 }
 
 void Responder::on_owed_ack_timer_locked() {
@@ -177,8 +195,12 @@ void Responder::respond_locked(Link& arrived_on, const FrameHeader& h, PayloadSo
   }
   if (qp_.type_ == IBV_QPT_RC) {
     int32_t d = psn_diff(h.psn, expected_psn_);
-    if (d > 0) return;  // behind a refused message: dropped, the requester goes back to it
+    if (d > 0) {
+      qp_.counters_.add(QpCounter::out_of_seq_request);
+      return;  // behind a refused message: dropped, the requester goes back to it
+    }
     if (d < 0) {
+      qp_.counters_.add(QpCounter::duplicate_request);
       // A duplicate: the requester retransmitted (its ACK timeout, or go-back-N after an RNR
       // NAK) a request already executed here, whose answer it has not seen.
       switch (h.op) {
@@ -204,12 +226,15 @@ void Responder::respond_locked(Link& arrived_on, const FrameHeader& h, PayloadSo
       respond_send_locked(from, h, payload);
       break;
     case FrameOp::kWrite:
+      qp_.counters_.add(QpCounter::rx_write_requests);
       respond_write_locked(from, h, payload);
       break;
     case FrameOp::kReadRequest:
+      qp_.counters_.add(QpCounter::rx_read_requests);
       if (qp_.type_ == IBV_QPT_RC) respond_read_locked(from, h);
       break;
     case FrameOp::kAtomicRequest:
+      qp_.counters_.add(QpCounter::rx_atomic_requests);
       if (qp_.type_ == IBV_QPT_RC) respond_atomic_locked(from, h);
       break;
     default:
@@ -241,6 +266,7 @@ void Responder::respond_send_locked(Link& from, const FrameHeader& h, PayloadSou
   const RecvWqe* wqe = next_recv_locked(&srq_copy);
   if (wqe == nullptr) {
     if (datagram) {
+      qp_.counters_.add(QpCounter::out_of_buffer);
       reply_locked(from, h, FrameOp::kAck, NakCode::kNone);  // UD/UC: dropped
     } else {
       reply_locked(from, h, FrameOp::kNak, NakCode::kReceiverNotReady);

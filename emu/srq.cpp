@@ -18,7 +18,8 @@ Srq::Srq(Context& context, Pd* pd, uint32_t max_wr, uint32_t max_sge, void* srq_
       srq_context_(srq_context),
       slots_(new RecvWqe[max_wr]),
       capacity_(max_wr),
-      max_wr_(max_wr) {}
+      max_wr_(max_wr),
+      counters_(context.node().stats(), context.node().next_object_id(), max_wr) {}
 
 int Srq::post_recv(const ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   for (; wr != nullptr; wr = wr->next) {
@@ -40,6 +41,7 @@ int Srq::post_recv(const ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     slot.num_sge = static_cast<uint32_t>(wr->num_sge);
     for (int i = 0; i < wr->num_sge; ++i) slot.sge[i] = wr->sg_list[i];
     ++available_;
+    counters_.add(SrqCounter::srq_posted);
   }
   return 0;
 }
@@ -55,6 +57,7 @@ bool Srq::take(RecvWqe* out) {
   head_ = (head_ + 1) % capacity_;
   --available_;
   taken_.fetch_add(1, std::memory_order_relaxed);
+  counters_.add(SrqCounter::srq_taken);
   if (limit_ != 0 && available_ < limit_) fire_limit_locked();
   return true;
 }
@@ -80,6 +83,7 @@ void Srq::fire_limit_locked() {
   spdlog::debug("SRQ {}: limit {} reached, {} buffers left", static_cast<void*>(this), limit_,
                 available_);
   limit_ = 0;
+  counters_.add(SrqCounter::srq_limit_reached);
   context_.raise(AsyncEvent{IBV_EVENT_SRQ_LIMIT_REACHED, nullptr, nullptr, this, 0});
 }
 
@@ -113,6 +117,7 @@ int Srq::modify(const ibv_srq_attr& attr, int mask) {
     capacity_ = new_max;
     head_ = 0;
     max_wr_ = new_max;
+    counters_.add(SrqCounter::srq_resize);
   }
   if (arm) {
     limit_ = new_limit;

@@ -11,9 +11,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "base/spin_lock.h"
 #include "emu/objects.h"
+#include "emu/stat_page.h"
 #include "emu/wqe.h"
 
 namespace emu {
@@ -53,6 +55,14 @@ class Srq : public ApiHandle {
 
   std::atomic<int> use_count{0};  // QPs attached
 
+  // Its counters (emu/counters.h), for the extension call; null when counting is off.
+  const std::atomic<uint64_t>* counter_values() const { return counters_.values(); }
+  // ibv_destroy_srq: the SRQ is retired, not freed (context.cpp); it counts no more.
+  void stop_counting() {
+    std::lock_guard lock(lock_);
+    counters_.retire();
+  }
+
  private:
   void fire_limit_locked();
 
@@ -70,6 +80,7 @@ class Srq : public ApiHandle {
   uint32_t limit_ = 0;              // 0 = not armed
   std::atomic<uint32_t> taken_{0};  // taken by QPs, not yet reaped
   LongestReceive longest_receive_;
+  ObjectCounters<SrqCounter> counters_;  // under lock_
 };
 
 }  // namespace emu
