@@ -60,7 +60,9 @@ inline std::vector<ibv_wc> poll_n(ibv_cq* cq, int n) {
 
 // RESET -> INIT -> RTR -> RTS towards QP `remote_qpn` at `remote_gid`, as ibv_rc_pingpong
 // -g 0 does; false at the first refusal (usable where gtest's assertions are not: a child).
-inline bool rc_to_rts(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid) {
+// timeout and retry_cnt as ibv_modify_qp(3) takes them (14: ~67 ms).
+inline bool rc_to_rts(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid,
+                      uint8_t timeout = 14, uint8_t retry_cnt = 7) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
@@ -83,8 +85,8 @@ inline bool rc_to_rts(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid
     return false;
   a = ibv_qp_attr{};
   a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
+  a.timeout = timeout;
+  a.retry_cnt = retry_cnt;
   a.rnr_retry = 7;
   a.max_rd_atomic = 1;
   return ibv_modify_qp(qp, &a,

@@ -26,11 +26,22 @@
  * a real HCA's context, EINVAL for NULL.
  * Our librdmacm.so.1 sends the first in its DREQ and reports the peer's DREQ once the second
  * reached it, so that a disconnect never overtakes the data sent before it (as on a wire).
+ *
+ * emu_query_counters: the counters of emu0 (docs/usage.md, "Counters": the same ones
+ * `emurdma stat` shows), of the device (scope EMU_COUNTERS_DEVICE, object NULL: the node's own
+ * counters, then every QP's, CQ's and SRQ's summed, those destroyed included) or of one object
+ * (EMU_COUNTERS_QP, _CQ, _SRQ: object is the struct ibv_qp *, ibv_cq * or ibv_srq *). out
+ * receives up to *count {name, value} pairs (names are static strings); *count is set to the
+ * number of counters of the scope. 0; ENOSPC when out is given but *count was too small (out
+ * then holds the first *count-as-given ones); EOPNOTSUPP on a real HCA; ENODATA when emu0
+ * counts nothing (EMURDMA_COUNTERS=0, or the object found no free counter slot); EINVAL for a
+ * NULL context or count, an unknown scope, or an object missing or of another context.
  */
 #ifndef EMURDMA_VERBS_H
 #define EMURDMA_VERBS_H
 
 #include <infiniband/verbs.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -48,6 +59,19 @@ int emu_query_srq_counts(struct ibv_srq* srq, struct emu_srq_counts* out);
 void* emu_system_library(const char* soname);
 int emu_query_qp_psns(struct ibv_context* context, uint32_t qp_num, uint32_t* after_sent,
                       uint32_t* expected);
+
+struct emu_counter {
+  const char* name;
+  uint64_t value;
+};
+enum emu_counter_scope {
+  EMU_COUNTERS_DEVICE = 0,
+  EMU_COUNTERS_QP = 1,
+  EMU_COUNTERS_CQ = 2,
+  EMU_COUNTERS_SRQ = 3,
+};
+int emu_query_counters(struct ibv_context* context, int scope, void* object,
+                       struct emu_counter* out, size_t* count);
 
 #ifdef __cplusplus
 }
