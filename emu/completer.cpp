@@ -18,6 +18,15 @@ namespace emu {
 void Completer::retire_head_locked(ibv_wc_status status, uint32_t byte_len) {
   Requester& requester = qp_.requester_;
   SendWqe& w = requester.head();
+  if (status == IBV_WC_SUCCESS && qp_.faults_ != nullptr) [[unlikely]] {
+    // The plan fails this WR here (wc-error): as if the QP had, the rest is flushed.
+    status = qp_.faults_->wc_error(qp_.qpn_, true);
+    if (status != IBV_WC_SUCCESS) {
+      qp_.node().release_payloads(Transport::Release::kCopy, qp_.qpn());
+      fail_locked(w, status);
+      return;
+    }
+  }
   // A request that ends in error (retries exhausted, a NAK) may still sit in a transport's
   // queue with later ones: the program may free its buffer once it sees the completion.
   if (status != IBV_WC_SUCCESS) qp_.node().release_payloads(Transport::Release::kCopy, qp_.qpn());

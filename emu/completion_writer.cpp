@@ -82,6 +82,12 @@ void CompletionWriter::complete_send(const SendWqe& w, ibv_wc_status status, uin
 
 void CompletionWriter::complete_recv(uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode,
                                      uint32_t byte_len, const FrameHeader* h, bool from_srq) {
+  // The plan fails this receive here (wc-error): as if the QP had, the rest is flushed below.
+  bool forced = false;
+  if (status == IBV_WC_SUCCESS && qp_.faults_ != nullptr) [[unlikely]] {
+    status = qp_.faults_->wc_error(qp_.qpn_, false);
+    forced = status != IBV_WC_SUCCESS;
+  }
   ObjectCounters<QpCounter>& c = qp_.counters_;
   if (status == IBV_WC_SUCCESS) {
     c.add(QpCounter::rdma_recvs);
@@ -110,6 +116,7 @@ void CompletionWriter::complete_recv(uint64_t wr_id, ibv_wc_status status, ibv_w
     solicited = (h->flags & kFrameSolicited) != 0;
   }
   qp_.recv_cq_->push(wc, from_srq ? qp_.srq_ : nullptr, solicited);
+  if (forced) qp_.to_error_locked();
 }
 
 }  // namespace emu

@@ -19,6 +19,7 @@
 
 #include "base/drop_counter.h"
 #include "base/spin_lock.h"
+#include "emu/engine_faults.h"
 #include "emu/mr_table.h"
 #include "emu/stat_page.h"
 #include "emu/transport.h"
@@ -59,6 +60,10 @@ class Node : public FrameSink {
   MrTable& mrs() { return mrs_; }
   // The node's counters (emu/stat_page.h); null when counting is off (EMURDMA_COUNTERS=0).
   StatPage* stats() { return stats_.get(); }
+  // The engine's half of a fault plan, or null (emu/engine_faults.h). Set before the first QP
+  // is created: QPs keep the pointer.
+  void set_faults(std::unique_ptr<EngineFaults> faults) { faults_ = std::move(faults); }
+  EngineFaults* faults() const { return faults_.get(); }
   // A number for a CQ or SRQ in the stat page (QPs are known by their QPN).
   uint32_t next_object_id() { return next_object_id_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -141,6 +146,7 @@ class Node : public FrameSink {
   std::unique_ptr<Transport> transport_;
   Gid gid_;
   std::unique_ptr<StatPage> stats_;
+  std::unique_ptr<EngineFaults> faults_;
   std::atomic<uint32_t> next_object_id_{1};
   void count(DeviceCounter c) {
     if (stats_) DeviceCounters(stats_->device()).add_shared(c);

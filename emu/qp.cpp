@@ -50,6 +50,7 @@ Qp::Qp(Context& context, Pd* pd, const QpInitAttr& init)
       qp_context_(init.qp_context),
       sq_sig_all_(init.sq_sig_all),
       counters_(context.node().stats(), 0, static_cast<uint32_t>(init.qp_type)),
+      faults_(context.node().faults()),
       requester_(*this, round_up_pow2(init.cap.max_send_wr)) {
   cap_.max_send_wr = init.cap.max_send_wr == 0 ? 0 : requester_.slots();
   cap_.max_send_sge = std::max<uint32_t>(init.cap.max_send_sge, 1);
@@ -91,6 +92,12 @@ int Qp::bind_mw(ibv_mw* mw, const ibv_mw_bind& bind) {
 }
 
 int Qp::post_send_impl(const ibv_send_wr* wr, ibv_send_wr** bad_wr, bool type1_bind) {
+  if (faults_ != nullptr && wr != nullptr) [[unlikely]] {
+    if (const int forced = faults_->post_error(qpn_, true)) {
+      if (bad_wr) *bad_wr = const_cast<ibv_send_wr*>(wr);
+      return forced;
+    }
+  }
   int err = 0;
   {
     std::lock_guard lock(lock_);
@@ -114,6 +121,12 @@ int Qp::post_send_impl(const ibv_send_wr* wr, ibv_send_wr** bad_wr, bool type1_b
 }
 
 int Qp::post_recv(const ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  if (faults_ != nullptr && wr != nullptr) [[unlikely]] {
+    if (const int forced = faults_->post_error(qpn_, false)) {
+      if (bad_wr) *bad_wr = const_cast<ibv_recv_wr*>(wr);
+      return forced;
+    }
+  }
   if (srq_ != nullptr) {
     if (bad_wr) *bad_wr = const_cast<ibv_recv_wr*>(wr);
     return EINVAL;  // a QP attached to an SRQ has no receive queue of its own

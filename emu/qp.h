@@ -26,6 +26,7 @@
 #include "base/spin_lock.h"
 #include "emu/completer.h"
 #include "emu/completion_writer.h"
+#include "emu/engine_faults.h"
 #include "emu/limits.h"
 #include "emu/objects.h"
 #include "emu/requester.h"
@@ -141,6 +142,7 @@ class Qp : public ApiHandle {
   uint32_t qpn_ = 0;
   // Written under lock_ (every role counts there).
   ObjectCounters<QpCounter> counters_;
+  EngineFaults* const faults_;  // the node's, or null: no plan
   // A frame this QP hands to a link: counted as sent (payload bytes: requests and READ
   // responses carry them; a READ request's length is what it asks for).
   void count_sent(const FrameHeader& h, bool retransmission) {

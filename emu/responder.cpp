@@ -124,6 +124,8 @@ void Responder::reset_locked() {
 }
 
 const RecvWqe* Responder::next_recv_locked(RecvWqe* srq_copy) {
+  if (qp_.faults_ != nullptr && qp_.faults_->force_rnr(qp_.qpn_)) [[unlikely]]
+    return nullptr;
   if (qp_.srq_ != nullptr) return qp_.srq_->take(srq_copy) ? srq_copy : nullptr;
   return qp_.rq_->front();
 }
