@@ -94,6 +94,8 @@ TEST(FaultSpec, KeysComeInTheOrderWrittenAndAnActionNeedNoOperand) {
             "EMURDMA_FAULTS rule 1 \"link-down after=10 for=50ms link=1\" (line 1): link-down "
             "takes no key \"for\" (its keys: after, link)");
   EXPECT_NE(r.need_fraction().find("link-down needs a fraction"), std::string::npos);
+  EXPECT_NE(r.unknown_key({}).find("link-down takes no key \"after\" (it takes none)"),
+            std::string::npos);
 }
 
 TEST(FaultSpec, RefusesMalformedRulesNamingTheWord) {
@@ -194,6 +196,8 @@ TEST_F(FaultSpecFile, AFileThatCannotBeReadIsAnError) {
                 "directory");
   EXPECT_EQ(fault_spec_from_value("@", "EMURDMA_FAULTS").error,
             "EMURDMA_FAULTS=@: '@' names no file (write @/path/to/plan)");
+  EXPECT_EQ(fault_spec_from_value("@/", "EMURDMA_FAULTS").error,
+            "EMURDMA_FAULTS=@/: cannot read the plan file: Is a directory");
   write(std::string((1 << 20) + 1, '#'));
   EXPECT_EQ(fault_spec_from_value("@" + path_, "EMURDMA_FAULTS").error,
             "EMURDMA_FAULTS=@" + path_ + ": the plan file is larger than 1 MiB: not a plan");
