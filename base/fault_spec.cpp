@@ -179,9 +179,16 @@ std::string FaultRule::unknown_key(std::initializer_list<std::string_view> allow
     for (std::string_view a : allowed) known = known || kv.first == a;
     if (known) continue;
     std::string list;
-    for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-    return where() + ": " + action + " takes no key " + quoted(kv.first) +
-           (list.empty() ? std::string(" (it takes none)") : " (its keys: " + list + ")");
+    // Appended piece by piece: GCC 12's LTO warns (wrongly) about operator+ chains here.
+    for (std::string_view a : allowed) (list.empty() ? list : list.append(", ")).append(a);
+    std::string message = where();
+    message.append(": ").append(action).append(" takes no key ").append(quoted(kv.first));
+    if (list.empty()) {
+      message.append(" (it takes none)");
+    } else {
+      message.append(" (its keys: ").append(list).append(")");
+    }
+    return message;
   }
   return {};
 }
@@ -272,6 +279,27 @@ std::optional<std::chrono::nanoseconds> parse_bare_millis(std::string_view text)
 std::optional<std::chrono::nanoseconds> parse_millis(std::string_view text) {
   if (!text.ends_with("ms")) return std::nullopt;
   return parse_bare_millis(text.substr(0, text.size() - 2));
+}
+
+constexpr uint64_t kMaxScopeQpn = 0xFFFFFF;  // QP numbers are 24 bits
+
+std::string fault_rule_scope(const FaultRule& r, std::optional<uint32_t>* link,
+                             std::optional<uint32_t>* qp) {
+  if (const std::string* v = r.key("link")) {
+    const std::optional<uint64_t> n = parse_unsigned(*v);
+    if (!n || *n > UINT32_MAX) {
+      return r.where() + ": link=" + *v + " is not a link number (0 for the first link)";
+    }
+    *link = static_cast<uint32_t>(*n);
+  }
+  if (const std::string* v = r.key("qp")) {
+    const std::optional<uint64_t> n = parse_unsigned(*v);
+    if (!n || *n > kMaxScopeQpn) {
+      return r.where() + ": qp=" + *v + " is not a QP number (24 bits, decimal or 0x hex)";
+    }
+    *qp = static_cast<uint32_t>(*n);
+  }
+  return {};
 }
 
 }  // namespace base

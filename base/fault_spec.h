@@ -67,4 +67,10 @@ std::optional<std::chrono::nanoseconds> parse_millis(std::string_view text);
 // the same number without its unit ("250", as in `ms=250`).
 std::optional<std::chrono::nanoseconds> parse_bare_millis(std::string_view text);
 
+// The scope keys any rule may carry, link=<n> (a link's ordinal in the process) and qp=<qpn>
+// (a QP number: 24 bits, decimal or 0x hex), into *link and *qp (left unset when absent); an
+// error message naming the rule when a value is not such a number.
+std::string fault_rule_scope(const FaultRule& rule, std::optional<uint32_t>* link,
+                             std::optional<uint32_t>* qp);
+
 }  // namespace base

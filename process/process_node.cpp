@@ -1,6 +1,7 @@
 #include "process/process_node.h"
 
 #include <pthread.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -9,17 +10,30 @@
 #include <mutex>
 #include <system_error>
 
+#include "base/log.h"
+#include "process/fault_plan.h"
 #include "transports/from_environment.h"
 
 namespace process {
 
 namespace {
 
-std::unique_ptr<emu::Transport> transport_or_throw() {
-  auto t = transports::transport_from_environment();
+// The process's node: its transport (observed when a plan or a capture asks), the engine's
+// half of the fault plan.
+std::unique_ptr<emu::Node> build_node() {
+  base::init_logging();
+  FaultPlan plan = fault_plan_from_environment();
+  if (!plan.error.empty()) {
+    spdlog::error("{}: the fault plan is refused, so emu0 cannot be opened (docs/usage.md)",
+                  plan.error);
+    throw std::system_error(EINVAL, std::generic_category(), "the fault plan is refused");
+  }
+  auto t = transports::transport_from_environment(std::move(plan.link));
   // Only a refused secret gives none (logged with the variable and the reason).
   if (!t) throw std::system_error(EACCES, std::generic_category(), "the job's secret is refused");
-  return t;
+  auto node = std::make_unique<emu::Node>(std::move(t));
+  node->set_faults(std::move(plan.engine));  // before any QP: they keep the pointer
+  return node;
 }
 
 // The node and the process that built it. A forked child inherits the parent's node without
@@ -67,7 +81,7 @@ emu::Node& node() {
   std::lock_guard lock(h.build_mutex);
   if (emu::Node* n = h.current.load(std::memory_order_acquire)) return *n;
   // A throw leaves the node unbuilt: the next call tries again (the environment may be fixed).
-  auto built = std::make_unique<emu::Node>(transport_or_throw());
+  auto built = build_node();
   h.owner = ::getpid();
   h.current.store(built.get(), std::memory_order_release);
   static NodeAtExit at_exit;

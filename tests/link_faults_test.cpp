@@ -72,12 +72,6 @@ std::vector<std::string> verdicts(LinkFaults& f, uint32_t ordinal, int frames) {
   return out;
 }
 
-TEST(FaultLinks, AnUnknownActionIsAnErrorNamingTheActions) {
-  EXPECT_EQ(plan_refusal("seed=1; dorp 5%"),
-            "EMURDMA_FAULTS rule 2 \"dorp 5%\" (line 1): unknown action \"dorp\" (actions: drop, "
-            "dup, delay, reorder, link-down, rnr, post-error, wc-error, event)");
-}
-
 TEST(FaultLinks, RefusesLinkRulesNamingTheRuleAndTheWord) {
   const std::pair<const char*, const char*> cases[] = {
       {"drop", "drop needs a fraction, the share it applies to (e.g. \"drop 5%\")"},
@@ -114,40 +108,6 @@ TEST(FaultLinks, RefusesLinkRulesNamingTheRuleAndTheWord) {
     const std::string error = plan_refusal(std::string("drop 1%; ") + rule);
     const std::string where = std::string("EMURDMA_FAULTS rule 2 \"") + rule + "\" (line 1): ";
     EXPECT_EQ(error.substr(0, where.size()), where) << error;
-    EXPECT_NE(error.find(why), std::string::npos) << rule << " -> " << error;
-  }
-}
-
-TEST(FaultLinks, EngineRulesAreCheckedNowAndLeftToTheEngine) {
-  for (const char* rule :
-       {"rnr 1%", "rnr 0.5% qp=0x12", "post-error 1% errno=ENOMEM",
-        "wc-error 2% status=IBV_WC_REM_ACCESS_ERR link=0", "event QP_FATAL at=100ms",
-        "event SRQ_LIMIT_REACHED at=1ms qp=7", "event PORT_ERR at=0.5ms"}) {
-    LinkFaultsBuild b = build(std::string("seed=3; ") + rule);
-    EXPECT_EQ(b.error, "") << rule;
-    EXPECT_EQ(b.faults, nullptr) << rule << ": no link rule, no link faults";
-    EXPECT_EQ(b.seed, 3u);
-  }
-  const std::pair<const char*, const char*> cases[] = {
-      {"rnr", "rnr needs a fraction"},
-      {"rnr 1% ms=5", "rnr takes no key \"ms\" (its keys: link, qp)"},
-      {"post-error 1%", "post-error needs errno=<name>"},
-      {"post-error 1% errno=EWHAT", "errno=EWHAT is not one of ENOMEM, EINVAL, EAGAIN"},
-      {"post-error 1% status=IBV_WC_FATAL_ERR", "post-error takes no key \"status\""},
-      {"wc-error 1%", "wc-error needs status=<name>"},
-      {"wc-error 1% status=IBV_WC_SUCCESS", "status=IBV_WC_SUCCESS is not one of IBV_WC_LOC_LEN"},
-      {"wc-error 1% status=IBV_WC_FATAL_ERR qp=0x1000000", "qp=0x1000000 is not a QP number"},
-      {"event at=5ms", "event needs one of QP_FATAL, SRQ_LIMIT_REACHED, PORT_ERR"},
-      {"event 5% at=5ms", "event needs one of QP_FATAL, SRQ_LIMIT_REACHED, PORT_ERR, not \"5%\""},
-      {"event BOOM at=5ms", "not \"BOOM\""},
-      {"event QP_FATAL", "event needs at=<T>ms, when it is delivered"},
-      {"event QP_FATAL at=5", "at=5 is not a time in milliseconds"},
-      {"event QP_FATAL at=5ms for=1ms", "event takes no key \"for\" (its keys: at, link, qp)"},
-  };
-  for (const auto& [rule, why] : cases) {
-    const std::string error = plan_refusal(rule);
-    EXPECT_EQ(error.find(std::string("EMURDMA_FAULTS rule 1 \"") + rule + "\" (line 1): "), 0u)
-        << error;
     EXPECT_NE(error.find(why), std::string::npos) << rule << " -> " << error;
   }
 }

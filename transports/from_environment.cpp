@@ -8,12 +8,33 @@
 #include "base/log.h"
 #include "transports/auto/auto_transport.h"
 #include "transports/loopback/loopback_transport.h"
+#include "transports/observed/observed_transport.h"
 #include "transports/tcp/tcp_secret.h"
 
 namespace transports {
 
-std::unique_ptr<emu::Transport> transport_from_environment() {
+namespace {
+
+std::unique_ptr<emu::Transport> observed(std::unique_ptr<emu::Transport> t,
+                                         std::unique_ptr<LinkFaultPolicy> link_faults) {
+  if (!link_faults) return t;
+  return std::make_unique<ObservedTransport>(std::move(t), nullptr, std::move(link_faults));
+}
+
+std::unique_ptr<emu::Transport> chosen_transport();
+
+}  // namespace
+
+std::unique_ptr<emu::Transport> transport_from_environment(
+    std::unique_ptr<LinkFaultPolicy> link_faults) {
   base::init_logging();
+  auto t = chosen_transport();
+  return t ? observed(std::move(t), std::move(link_faults)) : nullptr;
+}
+
+namespace {
+
+std::unique_ptr<emu::Transport> chosen_transport() {
   // A secret that is set but refused is a job misconfigured: no transport at all (not even
   // loopback) rather than one that cannot reach the job's other processes, or reaches them
   // unauthenticated.
@@ -43,5 +64,7 @@ std::unique_ptr<emu::Transport> transport_from_environment() {
       want);
   return transports::loopback::make_loopback_transport();
 }
+
+}  // namespace
 
 }  // namespace transports

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "transports/common/engine_interface.h"
+#include "transports/observed/fault_policy.h"
 
 namespace transports {
 
@@ -14,6 +15,11 @@ namespace transports {
 // then to loopback). But a secret that is set and refused (EMURDMA_SECRET_FILE unreadable,
 // open to others, too short; EMURDMA_SECRET too short) gives nullptr, with a log line naming
 // the variable and the reason, whatever EMURDMA_TRANSPORT says.
-std::unique_ptr<emu::Transport> transport_from_environment();
+// link_faults: the link half of the process's fault plan (EMURDMA_FAULTS, read by the
+// composition root), or null. With it, or with a capture (EMURDMA_PCAP), the transport is
+// wrapped in the observing transport (transports/observed/observed_transport.h); otherwise
+// nothing is in the way of a frame.
+std::unique_ptr<emu::Transport> transport_from_environment(
+    std::unique_ptr<LinkFaultPolicy> link_faults = nullptr);
 
 }  // namespace transports

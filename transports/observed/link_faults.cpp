@@ -8,7 +8,6 @@
 #include <random>
 
 #include "base/log.h"
-#include "transports/observed/engine_fault_rules.h"
 
 namespace transports {
 
@@ -16,8 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Kind = LinkFaultRule::Kind;
-
-constexpr uint64_t kMaxQpn = 0xFFFFFF;  // QP numbers are 24 bits
 
 struct LinkAction {
   std::string_view word;
@@ -88,7 +85,7 @@ std::string parse_link_down(const base::FaultRule& r, LinkFaultRule* out) {
 
 std::string parse_link_rule(const base::FaultRule& r, Kind kind, LinkFaultRule* out) {
   out->kind = kind;
-  if (std::string e = fault_rule_scope(r, &out->link, &out->qp); !e.empty()) return e;
+  if (std::string e = base::fault_rule_scope(r, &out->link, &out->qp); !e.empty()) return e;
   if (kind == Kind::kLinkDown) {
     if (std::string e = r.unknown_key({"after", "at", "for", "link", "qp"}); !e.empty()) return e;
     return parse_link_down(r, out);
@@ -247,23 +244,10 @@ uint32_t LinkFaults::links() const {
   return static_cast<uint32_t>(links_.size());
 }
 
-std::string fault_rule_scope(const base::FaultRule& r, std::optional<uint32_t>* link,
-                             std::optional<uint32_t>* qp) {
-  if (const std::string* v = r.key("link")) {
-    const std::optional<uint64_t> n = base::parse_unsigned(*v);
-    if (!n || *n > UINT32_MAX) {
-      return r.where() + ": link=" + *v + " is not a link number (0 for the first link)";
-    }
-    *link = static_cast<uint32_t>(*n);
-  }
-  if (const std::string* v = r.key("qp")) {
-    const std::optional<uint64_t> n = base::parse_unsigned(*v);
-    if (!n || *n > kMaxQpn) {
-      return r.where() + ": qp=" + *v + " is not a QP number (24 bits, decimal or 0x hex)";
-    }
-    *qp = static_cast<uint32_t>(*n);
-  }
-  return {};
+std::vector<std::string_view> link_fault_actions() {
+  std::vector<std::string_view> out;
+  for (const LinkAction& a : kLinkActions) out.push_back(a.word);
+  return out;
 }
 
 bool is_link_fault_action(std::string_view action) {
@@ -290,18 +274,6 @@ LinkFaultRules link_fault_rules(const base::FaultSpec& plan) {
 LinkFaultsBuild link_faults_from_plan(const base::FaultSpec& plan) {
   LinkFaultRules link = link_fault_rules(plan);
   if (!link.error.empty()) return {nullptr, std::move(link.error), 0};
-  for (const base::FaultRule& r : plan.rules) {
-    if (is_link_fault_action(r.action)) continue;
-    if (!is_engine_fault_action(r.action)) {
-      std::string words;
-      for (const LinkAction& a : kLinkActions) words += std::string(a.word) + ", ";
-      for (std::string_view a : kEngineFaultActions) words += std::string(a) + ", ";
-      words.resize(words.size() - 2);
-      return {nullptr, r.where() + ": unknown action \"" + r.action + "\" (actions: " + words + ")",
-              0};
-    }
-    if (std::string e = check_engine_fault_rule(r); !e.empty()) return {nullptr, std::move(e), 0};
-  }
   if (plan.rules.empty()) return {nullptr, {}, plan.seed.value_or(0)};
   const uint64_t seed = plan.seed ? *plan.seed : seed_from_clock();
   base::init_logging();

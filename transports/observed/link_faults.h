@@ -22,15 +22,9 @@
 
 #include "base/fault_spec.h"
 #include "transports/common/engine_interface.h"
+#include "transports/observed/fault_policy.h"
 
 namespace transports {
-
-struct FaultVerdict {
-  bool drop = false;                  // lose the frame
-  bool duplicate = false;             // deliver it, then a copy of it
-  bool reorder = false;               // hold it; deliver it after the link's next inbound frame
-  std::chrono::nanoseconds delay{0};  // hold it this long, then deliver it
-};
 
 // One link rule of a plan, as the plan's words mean it (link_faults.cpp parses them).
 struct LinkFaultRule {
@@ -45,7 +39,7 @@ struct LinkFaultRule {
   std::optional<std::chrono::nanoseconds> down_for;  // kLinkDown for=<T>ms: none = for ever
 };
 
-class LinkFaults {  // thread-safe
+class LinkFaults final : public LinkFaultPolicy {  // thread-safe
  public:
   LinkFaults(uint64_t seed, std::vector<LinkFaultRule> rules);
   ~LinkFaults();
@@ -57,10 +51,10 @@ class LinkFaults {  // thread-safe
   // reorder unset: a held frame is reordered anyway). A frame of a link that is down is
   // dropped (counted as lost_down, not dropped).
   FaultVerdict inbound(uint32_t ordinal, const emu::FrameHeader& h,
-                       std::chrono::steady_clock::time_point now);
+                       std::chrono::steady_clock::time_point now) override;
   // Whether a frame this process sends is lost: its link is down (a window of a link-down rule).
   bool outbound_lost(uint32_t ordinal, const emu::FrameHeader& h,
-                     std::chrono::steady_clock::time_point now);
+                     std::chrono::steady_clock::time_point now) override;
 
   // Per link: inbound frames seen; of them dropped, duplicated, delayed, reordered; frames lost
   // to link-down windows, inbound and outbound. Zero for a link never seen.
@@ -84,14 +78,9 @@ class LinkFaults {  // thread-safe
   std::vector<std::unique_ptr<LinkState>> links_;
 };
 
-// The scope keys any rule may carry, link=<n> (a link ordinal) and qp=<qpn> (decimal or 0x hex,
-// 24 bits), into *link and *qp (left unset when absent); an error message naming the rule when
-// a value is not a number.
-std::string fault_rule_scope(const base::FaultRule& rule, std::optional<uint32_t>* link,
-                             std::optional<uint32_t>* qp);
-
-// The link actions a plan may name (the engine's are engine_fault_rules.h's).
+// The link actions a plan may name (the engine's are emu/engine_fault_rules.h's).
 bool is_link_fault_action(std::string_view action);
+std::vector<std::string_view> link_fault_actions();
 
 // A plan's link rules, checked (unknown keys and values refused, naming the rule); `error`
 // empty when they are all right. Rules of other actions are left out, unchecked.
@@ -106,9 +95,9 @@ struct LinkFaultsBuild {
   std::string error;                   // the plan refused: emu0 is not to be opened
   uint64_t seed = 0;                   // the plan's seed, or the one drawn from the clock
 };
-// The whole plan checked (link rules here; engine rules through check_engine_fault_rule; any
-// other action word refused), and its link half built. With no seed in the plan one is taken
-// from the clock. Logs the seed (spdlog info), with how to repeat the run.
+// The plan's link rules checked (other actions are left to the engine, emu/engine_fault_rules.h;
+// the composition root refuses a word neither knows), and its link half built. With no seed in
+// the plan one is taken from the clock. Logs the seed (spdlog info), with how to repeat the run.
 LinkFaultsBuild link_faults_from_plan(const base::FaultSpec& plan);
 // The same from EMURDMA_FAULTS (the plan or @file): nothing, and no error, when it is unset.
 LinkFaultsBuild link_faults_from_environment();

@@ -191,6 +191,9 @@ void ObservedTransport::deliver_held(HeldFrame& frame) {
 }
 
 bool ObservedTransport::direct_target(Link& from, const FrameHeader& header, DirectTarget* target) {
+  // A frame the plan may still lose or hold must not have written its payload into the
+  // target before that is decided: it goes through the transport's buffer instead.
+  if (faults_) return false;
   FrameSink* sink = sink_.load(std::memory_order_acquire);
   return sink != nullptr && sink->direct_target(wrapper_of(from), header, target);
 }
