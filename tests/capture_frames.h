@@ -14,7 +14,8 @@ namespace capture_test {
 
 inline constexpr size_t kIp = 14, kUdp = 54, kBth = 62, kExt = 74;
 
-// A frame, its GIDs and its payload kept together, so that TappedFrame's pointers stay valid.
+// A frame, its GIDs and its payload kept together, so that TappedFrame's pointers stay valid
+// (moving keeps them; a copy shares the original's payload until its split() or inbound()).
 struct Frame {
   emu::Gid local, peer;
   emu::FrameHeader header{};
