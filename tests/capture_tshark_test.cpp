@@ -68,9 +68,11 @@ std::string first_values(const std::string& line) {
 }
 
 // Every malformed packet and every expert item of severity error or worse (syntax checked on
-// 4.0.17: it finds the "Illegal checksum value (0)" of a zero UDP checksum over IPv6).
+// 4.0.17: it finds the "Illegal checksum value (0)" of a zero UDP checksum over IPv6), UDP
+// checksums verified (a wrong one is such an item; a cut record's cannot be verified).
 std::string complaints(const std::string& path) {
   return run_command(std::string(kTshark) + path +
+                     " -o udp.check_checksum:TRUE"
                      " -Y '_ws.malformed || _ws.expert.severity >= \"error\"' 2>/dev/null");
 }
 
