@@ -15,6 +15,8 @@ packages=(
   python3-pyverbs
   # MPI over emu0 (tests/mpi): both MPIs of Debian with their compiler wrappers.
   openmpi-bin libopenmpi-dev mpich libmpich-dev python3-mpi4py
+  # The capture's tests (EMURDMA_PCAP) read their pcapng files back with tshark.
+  tshark
 )
 
 missing=()
@@ -34,5 +36,10 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
+# wireshark-common asks whether non-superusers may capture packets; noninteractive takes the
+# default (no), and the preseed says so explicitly: nothing here captures, tests only read files.
+if [[ " ${missing[*]} " == *" tshark "* ]]; then
+  echo 'wireshark-common wireshark-common/install-setuid boolean false' | debconf-set-selections
+fi
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
