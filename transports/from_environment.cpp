@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "transports/auto/auto_transport.h"
+#include "transports/capture/capture_tap.h"
 #include "transports/loopback/loopback_transport.h"
 #include "transports/observed/observed_transport.h"
 #include "transports/tcp/tcp_secret.h"
@@ -17,8 +18,9 @@ namespace {
 
 std::unique_ptr<emu::Transport> observed(std::unique_ptr<emu::Transport> t,
                                          std::unique_ptr<LinkFaultPolicy> link_faults) {
-  if (!link_faults) return t;
-  return std::make_unique<ObservedTransport>(std::move(t), nullptr, std::move(link_faults));
+  std::unique_ptr<FrameTap> tap = capture::tap_from_environment();  // EMURDMA_PCAP
+  if (!link_faults && !tap) return t;  // nothing observes: nothing is in the way
+  return std::make_unique<ObservedTransport>(std::move(t), std::move(tap), std::move(link_faults));
 }
 
 std::unique_ptr<emu::Transport> chosen_transport();
