@@ -209,6 +209,23 @@ TEST_F(DatCounters, ARejectIsCounted) {
   ASSERT_DAT(DAT_SUCCESS, dat_psp_free(psp));
 }
 
+// A connect nobody answers (the PSP is gone) is a CM error, counted as refused.
+TEST_F(DatCounters, ARefusedConnectIsACmError) {
+  DAT_CONN_QUAL qual = 0;
+  DAT_PSP_HANDLE psp = DAT_HANDLE_NULL;
+  ASSERT_DAT(DAT_SUCCESS, dat_psp_create_any(ia_, &qual, cr_evd_, DAT_PSP_CONSUMER_FLAG, &psp));
+  ASSERT_DAT(DAT_SUCCESS, dat_psp_free(psp));  // the port is free again: nobody listens
+  DAT_IA_ATTR ia_attr{};
+  ASSERT_DAT(DAT_SUCCESS, dat_ia_query(ia_, nullptr, DAT_IA_FIELD_ALL, &ia_attr, 0, nullptr));
+  ASSERT_DAT(DAT_SUCCESS, dat_ep_connect(client_.ep, ia_attr.ia_address_ptr, qual, kWait, 0,
+                                         nullptr, DAT_QOS_BEST_EFFORT, DAT_CONNECT_DEFAULT_FLAG));
+  EXPECT_EQ(Next(client_.conn_evd).event_number, DAT_CONNECTION_EVENT_NON_PEER_REJECTED);
+  EXPECT_EQ(Count(ia_, DCNT_IA_CM_ERR), 1u);
+  EXPECT_EQ(Count(ia_, DCNT_IA_CM_ERR_REFUSED), 1u);
+  EXPECT_EQ(Count(ia_, DCNT_IA_CM_REQ_TX), 0u);  // no channel: the REQ never left
+  EXPECT_EQ(Count(client_.ep, DCNT_EP_CONNECT), 1u);
+}
+
 // Dequeues (found or not), the CQ polls behind them, waits and the sleeps they took.
 TEST_F(DatCounters, EvdsCountDequeuesPollsAndWaits) {
   DAT_EVENT e{};
