@@ -95,6 +95,7 @@ DAT_RETURN connect(const std::shared_ptr<Ep>& ep, const tcp::endpoint& to, DAT_C
     }
     return invalid_handle(DAT_INVALID_HANDLE_IA);
   }
+  ep->counters.add(DCNT_EP_CONNECT);
   return DAT_SUCCESS;
 }
 
@@ -256,6 +257,7 @@ DAT_RETURN ep_disconnect(DAT_EP_HANDLE ep_handle, DAT_CLOSE_FLAGS flags) {
     }
   }
   if (!connection) return DAT_SUCCESS;
+  ep->counters.add(DCNT_EP_DISCONNECT);
   bool posted = false;
   if (established) {
     posted = connection->service().post(

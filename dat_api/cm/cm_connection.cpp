@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cm/cm_handshake.h"
+#include "dat_api/cm/cm_counters.h"
 #include "dat_api/cm/cm_qp.h"
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/log.h"
@@ -45,6 +46,8 @@ bool Connection::deliver(std::initializer_list<DAT_EP_STATE> from, DAT_EP_STATE 
   if (!expected) return false;
   e->state = to;
   if (flush) ep_qp_to_error_locked(*e);
+  // Counted before the event is visible: a consumer that saw it reads the count.
+  cm_count_event(service_->ia().counters, event, role_ == Role::kActive);
   if (e->connect_evd) {
     DAT_EVENT ev{};
     ev.event_number = event;
@@ -105,6 +108,7 @@ void Connection::connect_attempt(const asio::ip::tcp::endpoint& to, cm::Message 
     self->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
     self->open_channel(cm::Channel::Role::kActive);
     self->phase_ = Phase::kRequested;  // the channel holds the REQ back until the handshake
+    cm_count_message(self->service_->ia().counters, request, true);
     self->channel_->start_active(std::move(request));
   });
 }
@@ -136,6 +140,7 @@ void Connection::on_rep(const cm::Message& m) {
         e->state = DAT_EP_STATE_CONNECTED;
         e->broken_reported = false;  // a new connection can break again
         established = true;
+        cm_count_event(service_->ia().counters, DAT_CONNECTION_EVENT_ESTABLISHED, true);
         if (e->connect_evd) {
           DAT_EVENT ev{};
           ev.event_number = DAT_CONNECTION_EVENT_ESTABLISHED;
@@ -273,16 +278,21 @@ void Connection::close_socket() {
 }
 
 void Connection::send(const cm::Message& m) {
-  if (channel_) channel_->send(m);
+  if (!channel_) return;
+  // Counted before it leaves: the peer may read its own count of it before ours returns.
+  cm_count_message(service_->ia().counters, m, true);
+  channel_->send(m);
 }
 
 void Connection::send_last(const cm::Message& m) {
   if (!channel_) return;
+  cm_count_message(service_->ia().counters, m, true);
   channel_->send(m);
   channel_->close_after_write();
 }
 
 void Connection::on_message(const cm::Message& m) {
+  cm_count_message(service_->ia().counters, m, false);
   switch (phase_) {
     case Phase::kRequested:  // active, waiting for the answer
       if (m.type == cm::Type::kRep && !ud) {
@@ -345,6 +355,8 @@ void Connection::on_message(const cm::Message& m) {
     case Phase::kClosed:
       return;
   }
+  service_->ia().counters.add(DCNT_IA_CM_ERR);
+  service_->ia().counters.add(DCNT_IA_CM_ERR_UNEXPECTED);
   cm::log_refusal("unexpected frame " + std::to_string(static_cast<int>(m.type)) + " in phase " +
                   std::to_string(static_cast<int>(phase_)) + " from " + peer_text() +
                   "; closing the connection");

@@ -368,8 +368,11 @@ void CmService::on_request(const std::shared_ptr<Connection>& connection) {
       std::lock_guard<std::mutex> guard(mutex_);
       crs_.push_back(cr);
     }
+    ia_->counters.add(DCNT_IA_SP_CR);  // before the event can be seen
     posted = sp->evd->post(ev);
     if (!posted) {
+      ia_->counters.add(DCNT_IA_CM_ERR);
+      ia_->counters.add(DCNT_IA_CM_ERR_REQ_FULLQ);
       // The EVD's queue is the service point's backlog (dat_psp_create): full means refused.
       log_warn("CM: request on conn_qual {} refused: the service point's EVD is full",
                sp->conn_qual);

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "dat_api/cm/cm_connection.h"
+#include "dat_api/cm/cm_counters.h"
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/log.h"
 
@@ -44,6 +45,7 @@ void Connection::post_ud_event(int number, DAT_IB_EXT_TYPE type, bool with_ah,
     ev.event_data.connect_event_data.private_data = peer_private_data.data();
   }
   ext_ud_connection_event(type, ah, peer.qpn, peer_ia_address, this, &ev);
+  cm_count_event(service_->ia().counters, number, role() == Role::kActive);  // before it shows
   if (!e->connect_evd->post(ev)) {
     log_warn("CM: connect EVD of EP {} full, UD event 0x{:x} lost", e->handle(),
              static_cast<unsigned>(number));

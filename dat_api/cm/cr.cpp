@@ -99,6 +99,7 @@ DAT_RETURN cr_accept(DAT_CR_HANDLE h, DAT_EP_HANDLE ep_handle, DAT_COUNT private
     }
     return invalid_handle(DAT_INVALID_HANDLE_IA);  // the IA is closing
   }
+  service.ia().counters.add(DCNT_IA_SP_CR_ACCEPTED);
   return DAT_SUCCESS;
 }
 
@@ -121,6 +122,7 @@ DAT_RETURN cr_reject(DAT_CR_HANDLE h, DAT_COUNT private_data_size, const DAT_PVO
   connection->service().post([connection, pd = std::move(pd)]() mutable {
     connection->send_reject(cm::RejectReason::kConsumerDefined, std::move(pd));
   });
+  connection->service().ia().counters.add(DCNT_IA_SP_CR_REJECTED);
   return DAT_SUCCESS;
 }
 

@@ -44,6 +44,7 @@ DAT_RETURN create(const std::shared_ptr<Ia>& ia, uint16_t port, const std::share
     DAT_HANDLE handle = ia->closed ? DAT_HANDLE_NULL : Handles::publish(psp, ia->provider());
     if (handle != DAT_HANDLE_NULL) {
       ia->add_child(psp);
+      ia->counters.add(port == 0 ? DCNT_IA_PSP_CREATE_ANY : DCNT_IA_PSP_CREATE);
       evd->users.fetch_add(1);  // dat_evd_free refuses it while the PSP lives
       *out = handle;
       if (bound != nullptr) *bound = bound_port;

@@ -114,6 +114,15 @@ void Evd::pop_locked(DAT_EVENT* out) {
 }
 
 bool Evd::post(const DAT_EVENT& event) {
+  // DCNT_EVD_CONN_CALLBACK: the connection manager's events (requests, connection events,
+  // the UD exchange's), what dapl counts in its CM callback.
+  const int number = event.event_number;
+  if (number == DAT_CONNECTION_REQUEST_EVENT ||
+      (number >= DAT_CONNECTION_EVENT_ESTABLISHED && number <= DAT_CONNECTION_EVENT_UNREACHABLE) ||
+      (number >= DAT_IB_UD_CONNECTION_REQUEST_EVENT &&
+       number <= DAT_IB_UD_CONNECTION_ERROR_EVENT)) {
+    counters.add(DCNT_EVD_CONN_CALLBACK);
+  }
   bool posted;
   {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -151,6 +160,8 @@ void Evd::harvest_locked(Notices* notices) {
       log_warn("EVD {}: ibv_poll_cq failed", handle());
       return;
     }
+    counters.add(DCNT_EVD_DEQUEUE_POLL);
+    if (n > 0) counters.add(DCNT_EVD_DEQUEUE_POLL_FOUND);
     for (int i = 0; i < n; ++i) {
       auto it = bindings_.find(wcs[i].qp_num);
       if (it == bindings_.end()) continue;  // a QP destroyed since (dat_ep_free, dat_ep_reset)
@@ -209,10 +220,14 @@ void Evd::harvest() {
 void Evd::drain_channel() {
   ibv_cq* cq = nullptr;
   void* context = nullptr;
-  while (ibv_get_cq_event(channel_, &cq, &context) == 0) ibv_ack_cq_events(cq, 1);
+  while (ibv_get_cq_event(channel_, &cq, &context) == 0) {
+    ibv_ack_cq_events(cq, 1);
+    counters.add(DCNT_EVD_DTO_CALLBACK);  // one completion notification of the CQ
+  }
 }
 
 DAT_RETURN Evd::dequeue(DAT_EVENT* out) {
+  counters.add(DCNT_EVD_DEQUEUE);
   pump_if_async(*this);
   Notices notices;
   DAT_RETURN result = DAT_SUCCESS;
@@ -227,8 +242,10 @@ DAT_RETURN Evd::dequeue(DAT_EVENT* out) {
       // `while (dat_evd_dequeue(...) == DAT_QUEUE_EMPTY)`); other EVDs the error-class code.
       result =
           cq_ != nullptr ? static_cast<DAT_RETURN>(DAT_QUEUE_EMPTY) : dat_error(DAT_QUEUE_EMPTY);
+      counters.add(DCNT_EVD_DEQUEUE_NOT_FOUND);
     } else {
       pop_locked(out);
+      counters.add(DCNT_EVD_DEQUEUE_FOUND);
     }
   }
   deliver(notices);
@@ -240,6 +257,7 @@ DAT_RETURN Evd::wait(DAT_TIMEOUT timeout, DAT_COUNT threshold, DAT_EVENT* out, D
   const bool infinite = timeout == DAT_TIMEOUT_INFINITE;
   const Clock::time_point deadline = Clock::now() + std::chrono::microseconds(timeout);
 
+  counters.add(DCNT_EVD_WAIT);
   pump_if_async(*this);
   Notices notices;
   std::unique_lock<std::mutex> lock(mutex_);
@@ -287,8 +305,10 @@ DAT_RETURN Evd::wait(DAT_TIMEOUT timeout, DAT_COUNT threshold, DAT_EVENT* out, D
     deliver(notices);
     notices.count = 0;
     pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {channel_ != nullptr ? channel_->fd : -1, POLLIN, 0}};
+    counters.add(DCNT_EVD_WAIT_BLOCKED);  // the waiter sleeps
     int n = ppoll(fds, channel_ != nullptr ? 2 : 1, tsp, nullptr);
     int poll_errno = errno;
+    if (n > 0) counters.add(DCNT_EVD_WAIT_NOTIFY);  // woken by an event, not the timeout
     if (n > 0 && (fds[0].revents & POLLIN) != 0) {
       uint64_t value = 0;
       if (read(wake_fd_, &value, sizeof(value)) < 0 && errno != EAGAIN) {

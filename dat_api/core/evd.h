@@ -70,6 +70,9 @@ class Evd : public Object {
   void harvest();
 
   std::atomic<int> users{0};  // the IA (as its async EVD), EPs and PSPs using it
+  // The EVD's counters of the IB counter extension (core/counters.h): waits, dequeues, CQ
+  // polls, connection events and completion notifications.
+  EvdCounters counters;
 
   // --- CNO (H3: dat_api/core/cno.h; these are defined in cno.cpp) ---
   // The CNO this EVD notifies: an event that arrives while the EVD is enabled and nobody waits

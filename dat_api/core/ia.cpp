@@ -255,12 +255,15 @@ void Ia::build_provider_attrs() {
 
 void Ia::add_child(const std::shared_ptr<Object>& child) {
   children_.push_back(child);
+  count_child(counters, child->kind(), true);
 }
 
 void Ia::remove_child(const Object* child) {
-  children_.erase(std::remove_if(children_.begin(), children_.end(),
-                                 [child](const auto& c) { return c.get() == child; }),
-                  children_.end());
+  const auto end = std::remove_if(children_.begin(), children_.end(),
+                                  [child](const auto& c) { return c.get() == child; });
+  // Counted once: a child some other path already removed is not freed twice.
+  if (end != children_.end()) count_child(counters, child->kind(), false);
+  children_.erase(end, children_.end());
 }
 
 std::shared_ptr<Evd> Ia::async_evd() const {
@@ -309,6 +312,7 @@ void Ia::pump_async_events() {
       qp_context = ev.element.qp != nullptr ? ev.element.qp->qp_context : nullptr;
     }
     ibv_ack_async_event(&ev);
+    count_async_error(type);
 
     switch (type) {
       case IBV_EVENT_SRQ_LIMIT_REACHED: {
@@ -357,6 +361,26 @@ void Ia::pump_async_events() {
         break;
     }
   }
+}
+
+void Ia::count_async_error(ibv_event_type type) {
+  switch (type) {
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_PATH_MIG_ERR:
+      counters.add(DCNT_IA_ASYNC_QP_ERROR);
+      break;
+    case IBV_EVENT_CQ_ERR:
+      counters.add(DCNT_IA_ASYNC_CQ_ERROR);
+      break;
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_DEVICE_FATAL:
+      break;
+    default:  // informational events (limits, last WQE, port changes) are not errors
+      return;
+  }
+  counters.add(DCNT_IA_ASYNC_ERROR);
 }
 
 void Ia::start_async_thread() {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "base/job_secret.h"
+#include "dat_api/core/counters.h"
 #include "dat_api/core/handles.h"
 #include "dat_api/core/provider.h"
 
@@ -118,8 +119,14 @@ class Ia : public Object {
   void start_async_thread();
   void stop_async_thread();
 
+  // The IA's counters of the IB counter extension (core/counters.h): its children created and
+  // freed, connection requests, asynchronous errors, the connection manager's messages.
+  IaCounters counters;
+
  private:
   void async_loop();
+  // DCNT_IA_ASYNC_*: every verbs error event, and which of them name a QP or a CQ.
+  void count_async_error(ibv_event_type type);
 
   const IaConfig* config_;
   ibv_context* context_;

@@ -1,7 +1,6 @@
 #include "dat_api/core/srq_counts.h"
 
-#include <dlfcn.h>
-
+#include "dat_api/core/verbs_extension.h"
 #include "verbs_api/emurdma_verbs.h"
 
 namespace dat_api {
@@ -10,15 +9,7 @@ namespace {
 using QueryFn = decltype(&emu_query_srq_counts);
 
 QueryFn resolve() {
-  // Looked up, not linked: the system libibverbs has no such symbol. Asked of the loaded
-  // libibverbs.so.1 itself, because the registry may have loaded us (and so it) without
-  // RTLD_GLOBAL, which keeps it out of RTLD_DEFAULT's scope.
-  static QueryFn fn = [] {
-    void* lib = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
-    void* sym = dlsym(lib != nullptr ? lib : RTLD_DEFAULT, "emu_query_srq_counts");
-    if (lib != nullptr) dlclose(lib);  // drops the reference NOLOAD took; the library stays
-    return reinterpret_cast<QueryFn>(sym);
-  }();
+  static QueryFn fn = reinterpret_cast<QueryFn>(verbs_extension_symbol("emu_query_srq_counts"));
   return fn;
 }
 }  // namespace

@@ -52,6 +52,25 @@ bool from_receive_queue(const Ep& ep, const ibv_wc& wc, bool recv_role, bool req
   return (wc.wr_id & kSendWrTag) == 0;
 }
 
+// DCNT_EP_RECV_*: a successful receive by kind (datagram, send with immediate data, RDMA
+// write with immediate data, plain send) and its bytes as verbs reports them.
+static_assert(DCNT_EP_RECV_DATA == DCNT_EP_RECV + 1 &&
+              DCNT_EP_RECV_UD_DATA == DCNT_EP_RECV_UD + 1 &&
+              DCNT_EP_RECV_IMM_DATA == DCNT_EP_RECV_IMM + 1 &&
+              DCNT_EP_RECV_RDMA_IMM_DATA == DCNT_EP_RECV_RDMA_IMM + 1);
+void count_receive(Ep& ep, const ibv_wc& wc) {
+  int kind = DCNT_EP_RECV;
+  if (ep_is_ud(ep)) {
+    kind = DCNT_EP_RECV_UD;
+  } else if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    kind = DCNT_EP_RECV_RDMA_IMM;
+  } else if ((wc.wc_flags & IBV_WC_WITH_IMM) != 0) {
+    kind = DCNT_EP_RECV_IMM;
+  }
+  ep.counters.add(kind);
+  ep.counters.add(kind + 1, wc.byte_len);  // each kind's _DATA counter follows it
+}
+
 }  // namespace
 
 bool dto_completion_event(Ep& ep, const ibv_wc& wc, bool recv_role, bool request_role,
@@ -73,6 +92,7 @@ bool dto_completion_event(Ep& ep, const ibv_wc& wc, bool recv_role, bool request
     d.user_cookie = cookie;
     d.status = dto_status(wc.status);
     d.transfered_length = ok ? wc.byte_len : 0;
+    if (ok) count_receive(ep, wc);
     d.operation = DAT_DTO_RECEIVE;
     d.rmr_context = 0;
     if (ok && (wc.wc_flags & IBV_WC_WITH_INV) != 0) {

@@ -71,6 +71,48 @@ DAT_RETURN post_error(int err) {
 
 }  // namespace
 
+namespace {
+
+// DCNT_EP_POST_*: the kind of a posted request and, where the enum has one (the counter that
+// follows the kind's), its bytes.
+static_assert(DCNT_EP_POST_SEND_DATA == DCNT_EP_POST_SEND + 1 &&
+              DCNT_EP_POST_SEND_UD_DATA == DCNT_EP_POST_SEND_UD + 1 &&
+              DCNT_EP_POST_WRITE_DATA == DCNT_EP_POST_WRITE + 1 &&
+              DCNT_EP_POST_WRITE_IMM_DATA == DCNT_EP_POST_WRITE_IMM + 1 &&
+              DCNT_EP_POST_READ_DATA == DCNT_EP_POST_READ + 1);
+void count_request(Ep& ep, ibv_wr_opcode opcode, bool ud, uint64_t bytes) {
+  int kind = 0;
+  bool with_data = true;
+  switch (opcode) {
+    case IBV_WR_SEND:
+      kind = ud ? DCNT_EP_POST_SEND_UD : DCNT_EP_POST_SEND;
+      break;
+    case IBV_WR_RDMA_WRITE:
+      kind = DCNT_EP_POST_WRITE;
+      break;
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      kind = DCNT_EP_POST_WRITE_IMM;
+      break;
+    case IBV_WR_RDMA_READ:
+      kind = DCNT_EP_POST_READ;
+      break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      kind = DCNT_EP_POST_CMP_SWAP;
+      with_data = false;
+      break;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      kind = DCNT_EP_POST_FETCH_ADD;
+      with_data = false;
+      break;
+    default:
+      return;
+  }
+  ep.counters.add(kind);
+  if (with_data) ep.counters.add(kind + 1, bytes);
+}
+
+}  // namespace
+
 bool dto_known_flag_bits(uint64_t bits) {
   return (bits & ~kKnownCompletionFlags) == 0;
 }
@@ -137,7 +179,10 @@ DAT_RETURN post_request(const std::shared_ptr<Ep>& ep, const Request& q, const R
   }
   ibv_send_wr* bad = nullptr;
   int err = ibv_post_send(ep->qp, &wr, &bad);
-  if (err == 0) return DAT_SUCCESS;
+  if (err == 0) {
+    count_request(*ep, q.opcode, ud, record.length);
+    return DAT_SUCCESS;
+  }
   ep->send_ring.unpush();
   return post_error(err);
 }
@@ -288,6 +333,8 @@ DAT_RETURN ep_post_recv(DAT_EP_HANDLE h, DAT_COUNT num_segments, DAT_LMR_TRIPLET
     return post_error(err);
   }
   ep->recv_posted = true;
+  ep->counters.add(DCNT_EP_POST_RECV);
+  ep->counters.add(DCNT_EP_POST_RECV_DATA, sges.total());
   return DAT_SUCCESS;
 }
 

@@ -180,6 +180,10 @@ class Ep : public Object {
   // DAT_ASYNC_ERROR_EP_BROKEN was posted for the current connection's QP (ep_report_broken).
   bool broken_reported = false;
   bool freed = false;  // dat_ep_free ran: the users counts are given back
+  // The EP's counters of the IB counter extension (core/counters.h): connects, disconnects,
+  // posts and receive completions by kind with their bytes. Atomic: counted without ep.mutex
+  // by the harvest.
+  EpCounters counters;
 
   // ---- UD endpoints (DAT_IB_SERVICE_TYPE_UD; ext_ud*.cpp, cm_ud.cpp) ----
   // Fixed at creation, before the QP exists (the service type cannot be modified): the

@@ -22,6 +22,9 @@ std::vector<std::pair<const char*, std::string>> ext_provider_attrs(const ibv_de
       // Unreliable datagram endpoints (DAT_IB_SERVICE_TYPE_UD, dat_ib_post_send_ud; the
       // connection manager's UD exchange): every device with UD QPs, as emu0.
       {DAT_IB_ATTR_UD, "TRUE"},
+      // The counter extension (dat_ib_query_counters and the rest: ext_counters.cpp), as the
+      // OpenFabrics provider built with counters advertises it.
+      {DAT_IB_ATTR_COUNTERS, "TRUE"},
   };
 }
 

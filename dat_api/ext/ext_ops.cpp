@@ -10,6 +10,7 @@
 #include "dat_api/core/errors.h"
 #include "dat_api/ep/dto.h"
 #include "dat_api/ep/ep.h"
+#include "dat_api/ext/ext_counters.h"
 #include "dat_api/ext/ib_extensions.h"
 
 namespace dat_api {
@@ -90,12 +91,14 @@ DAT_RETURN ext_extension_op(DAT_HANDLE handle, DAT_EXTENDED_OP op, va_list args)
     case DAT_IB_UD_CM_FREE_OP:
     case DAT_IB_UD_AH_FREE_OP:
       break;
+    // The counters (advertised: DAT_COUNTERS) take an IA, EP or EVD: ext_counters.cpp.
     case DAT_IB_QUERY_COUNTERS_OP:
+      return ext_query_counters(handle, args);
     case DAT_IB_PRINT_COUNTERS_OP:
+      return ext_print_counters(handle, args);
     case DAT_IB_START_COUNTERS_OP:
     case DAT_IB_STOP_COUNTERS_OP:
-      // Not advertised (no DAT_IB_ATTR_COUNTERS attribute): consumers check it first.
-      return not_implemented();
+      return ext_start_stop_counters(handle, args);
     default:
       // Collectives (not advertised either) and numbers the extension does not define.
       if (op >= DAT_IB_COLLECTIVE_CREATE_MEMBER_OP && op <= DAT_IB_COLLECTIVE_BARRIER_OP) {

@@ -25,7 +25,8 @@
 #                    print "IB extension test - ... PASSED" (our provider advertises the IB
 #                    extensions: "IB extension not supported" fails the test). A client that connected
 #                    before the server's PSP existed (dtestx's own race) restarts both, up to 5
-#                    times.
+#                    times. With -p (print counters) each side also shows its counters queried
+#                    and printed, non-zero where it had traffic (expect_dtestx_counters).
 #     dtestsrq       server `dtestsrq -P IA -p PORT ARGS`, client adds `-h SERVER`: both print
 #                    "ALL <n> CONNECTED" (n from -c, default 1) and "DAPL RC SRQ Test Complete."
 #     dapltest-trans server `dapltest -T S -D IA -n PORT`, client `dapltest -T T -s SERVER -D IA
@@ -389,20 +390,56 @@ expect() { # expect <log> <ERE> <what>
     status=1
   }
 }
+# The lines a program printed itself: not the library's log lines, nor the provider's counter
+# lines (dat_ib_print_counters: " DCNT_<name> = <value>", whose names hold ERR).
+program_lines() {
+  grep -vE '^\[emurdma|^ DCNT_[A-Z_]+ = [0-9]+$' "$1"
+}
 refuse() { # refuse <ERE> <what>: no line the programs printed may match (the library's own
   # log lines, "[emurdma <level>] ..." and "[emurdma-dat <level>] ..." and
   # "[emurdma-cm <level>] ...", are left out)
   local log
   for log in "${logs[@]}"; do
-    if grep -vE '^\[emurdma' "$log" | grep -qE -- "$1"; then
+    if program_lines "$log" | grep -qE -- "$1"; then
       echo "run_dat_program: $(basename "$log" .log) output shows $2:" >&2
-      grep -vE '^\[emurdma' "$log" | grep -E -- "$1" | head -5 | sed 's/^/  /' >&2
+      program_lines "$log" | grep -E -- "$1" | head -5 | sed 's/^/  /' >&2
       status=1
     fi
   done
 }
 # The words the programs use for a failure (dtest*, dapltest).
 readonly kErrorRe='[Ee]rror|ERR[: ]|FAIL|[Ff]ailed|[Cc]ould not|[Cc]ouldn.t|[Cc]annot|[Uu]nexpected|[Ii]nvalid|bad (dis)?connection event|MISMATCH|[Ww]arning'
+
+# dtestx -p: each side queried (one "Cntrs:" line of values per object) and printed (" NAME =
+# value" lines) its counters: the IA's, EP[0]'s and its EVDs'; the counters of what both sides
+# did (objects created, each kind of post and receive, EVD waits and CQ polls) are non-zero,
+# and so are those of each side's part of the connection. dtestx prints them before it frees
+# anything, so frees and disconnect messages may still read 0.
+expect_nonzero() { # expect_nonzero <log> <counter names...>
+  local log=$1 name
+  shift
+  for name in "$@"; do
+    expect "$log" "^ $name = [1-9][0-9]*\$" "a non-zero $name"
+  done
+}
+expect_dtestx_counters() {
+  local log
+  for log in "${logs[@]}"; do
+    expect "$log" 'IA Cntrs:( [0-9]+)+$' "the IA's counters (dat_ib_query_counters)"
+    expect "$log" 'EP\[0\] Cntrs:( [0-9]+)+$' "EP[0]'s counters"
+    expect "$log" 'DTO_EVD Cntrs:( [0-9]+)+$' "the DTO EVD's counters"
+    expect_nonzero "$log" DCNT_IA_PZ_CREATE DCNT_IA_LMR_CREATE DCNT_IA_EVD_CREATE \
+      DCNT_IA_EP_CREATE DCNT_EP_POST_SEND DCNT_EP_POST_SEND_DATA DCNT_EP_POST_RECV \
+      DCNT_EP_POST_RECV_DATA DCNT_EP_POST_WRITE_IMM DCNT_EP_POST_WRITE_IMM_DATA \
+      DCNT_EP_POST_CMP_SWAP DCNT_EP_POST_FETCH_ADD DCNT_EP_RECV DCNT_EP_RECV_DATA \
+      DCNT_EP_RECV_RDMA_IMM DCNT_EP_RECV_RDMA_IMM_DATA DCNT_EVD_WAIT DCNT_EVD_DEQUEUE_POLL_FOUND
+  done
+  expect_nonzero "$server_log" DCNT_IA_PSP_CREATE DCNT_IA_CM_LISTEN DCNT_IA_SP_CR \
+    DCNT_IA_SP_CR_ACCEPTED DCNT_IA_CM_REQ_RX DCNT_IA_CM_REP_TX DCNT_IA_CM_RTU_RX \
+    DCNT_IA_CM_PASSIVE_EST DCNT_EVD_CONN_CALLBACK
+  expect_nonzero "$client_log" DCNT_EP_CONNECT DCNT_IA_CM_REQ_TX DCNT_IA_CM_REP_RX \
+    DCNT_IA_CM_RTU_TX DCNT_IA_CM_ACTIVE_EST DCNT_EVD_CONN_CALLBACK
+}
 
 # expect_bytes <label> <bytes>: the client's "Total <label> : <MB> MB" line (dapltest prints
 # bytes / 10^6 with two decimals, truncated) shows the bytes all threads should have moved.
@@ -487,6 +524,7 @@ case "$program" in
     for log in "${logs[@]}"; do
       expect "$log" 'IB extension test - .* test PASSED' "'IB extension test - ... PASSED'"
     done
+    [[ " ${args[*]} " == *" -p "* ]] && expect_dtestx_counters
     refuse "$kErrorRe" "an error"
     ;;
   dtestsrq)
