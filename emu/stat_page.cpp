@@ -154,7 +154,11 @@ StatPage::StatPage(uint8_t* base, size_t size, std::string path)
 
 StatPage::~StatPage() {
   ::munmap(base_, size_);
-  if (!path_.empty()) ::unlink(path_.c_str());
+  // EMURDMA_STAT_KEEP=1: the last counts stay for a look after the process (a CI job's
+  // post-mortem, a test's check); `emurdma stat --clean` removes them.
+  const char* keep = std::getenv("EMURDMA_STAT_KEEP");
+  const bool kept = keep != nullptr && std::string(keep) == "1";
+  if (!path_.empty() && !kept) ::unlink(path_.c_str());
 }
 
 void StatPage::write_header(const Gid& gid, const std::string& transport) {

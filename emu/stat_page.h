@@ -8,7 +8,8 @@
 // Each object kind (the device, QPs, CQs, SRQs) has an array of slots; an object takes one at
 // creation (a slow path, under a mutex), and at destruction its counts join the kind's retired
 // totals, so that device-wide sums (retired + live slots) never go back. The file is sparse:
-// only the slots used take memory. It is removed when the node ends.
+// only the slots used take memory. It is removed when the node ends, unless
+// EMURDMA_STAT_KEEP=1.
 #pragma once
 
 #include <atomic>

@@ -20,8 +20,9 @@
 # Exit: the runner's (0 pass, 1 fail, 77 skipped), or 1 when the plan was not seen in force.
 # The runner kills every process it started on every path; this script starts none itself.
 #
-# Still to come with issue 25's `emurdma stat`: the retransmissions the plan caused, read from
-# the counters, must be above zero (the issue's "retransmissions visible in emurdma stat").
+# The processes keep their stat pages (EMURDMA_STAT_KEEP=1, in a directory of this run): the
+# retransmissions the plan caused, as `emurdma stat --json` reads them after the run, must be
+# above zero (a plan that loses frames and no frame sent again proves the faults did nothing).
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -52,7 +53,9 @@ case "$runner" in
 esac
 
 out="$(mktemp "${TMPDIR:-/tmp}/emurdma_faults.XXXXXX")" || fail "mktemp failed"
-trap 'rm -f "$out"' EXIT
+stats="$(mktemp -d "${TMPDIR:-/tmp}/emurdma_faults_stat.XXXXXX")" || fail "mktemp failed"
+trap 'rm -f "$out"; rm -rf "$stats"' EXIT
+export EMURDMA_STAT_DIR="$stats" EMURDMA_STAT_KEEP=1
 
 # info: the plan's one line per process (its seed) is shown; the runners leave the library's
 # own "[emurdma ...]" lines out of their error checks.
@@ -66,5 +69,13 @@ in_force=$(grep -cE '^[a-z]+\| \[emurdma info\] EMURDMA_FAULTS: [0-9]+ rules?, s
 if ((in_force < processes)); then
   fail "the plan was in force in $in_force of the $processes processes (no 'EMURDMA_FAULTS: ... seed=' line from the others): was EMURDMA_FAULTS read?"
 fi
+# Every process's counters, summed: retransmitted requests and, per process, its pages.
+read -r pages resent < <(python3 "$here/../../scripts/emurdma_stat.py" --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)["processes"]
+print(len(d), sum(p["device"]["retransmitted_pkts"] for p in d))')
+echo "run_faults: emurdma stat: $pages stat pages, retransmitted_pkts $resent in all" >&2
+((pages >= processes)) || fail "emurdma stat found $pages stat pages for $processes processes"
+((resent > 0)) || fail "no request was sent again: the plan's losses were not seen by RC"
 echo "run_faults: PASS under the plan ($in_force processes showed it in force)" >&2
 exit 0
