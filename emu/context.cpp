@@ -60,9 +60,13 @@ bool within_profile(const QpInitAttr& init) {
 
 }  // namespace
 
-Context::Context(Node& node) : node_(node) {}
+Context::Context(Node& node) : node_(node) {
+  node_.add_context(this);
+}
 
-Context::~Context() = default;
+Context::~Context() {
+  node_.remove_context(this);
+}
 
 const ibv_device_attr& Context::device_attr() {
   return active_profile().attr;

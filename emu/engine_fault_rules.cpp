@@ -112,8 +112,9 @@ class PlanEngineFaults final : public EngineFaults {
     int errno_value = 0;
     ibv_wc_status status = IBV_WC_SUCCESS;
   };
-  PlanEngineFaults(uint64_t seed, std::vector<Rule> rules)
-      : random_(seed), rules_(std::move(rules)) {}
+  PlanEngineFaults(uint64_t seed, std::vector<Rule> rules, std::vector<Event> events)
+      : random_(seed), rules_(std::move(rules)), events_(std::move(events)) {}
+  std::vector<Event> events() const override { return events_; }
 
   bool force_rnr(uint32_t qpn) override { return first(Rule::Kind::kRnr, qpn) != nullptr; }
   int post_error(uint32_t qpn, bool) override {
@@ -141,18 +142,31 @@ class PlanEngineFaults final : public EngineFaults {
   std::mutex mutex_;
   std::mt19937_64 random_;
   const std::vector<Rule> rules_;
+  const std::vector<Event> events_;
 };
+
+ibv_event_type event_type(std::string_view name) {
+  if (name == "QP_FATAL") return IBV_EVENT_QP_FATAL;
+  if (name == "SRQ_LIMIT_REACHED") return IBV_EVENT_SRQ_LIMIT_REACHED;
+  return IBV_EVENT_PORT_ERR;  // the three kEvents, checked
+}
 
 }  // namespace
 
 std::unique_ptr<EngineFaults> engine_faults_from_plan(const base::FaultSpec& plan, uint64_t seed) {
   std::vector<PlanEngineFaults::Rule> rules;
+  std::vector<EngineFaults::Event> events;
   for (const base::FaultRule& r : plan.rules) {
-    if (!is_engine_fault_action(r.action) || r.action == "event") continue;
+    if (!is_engine_fault_action(r.action)) continue;
+    std::optional<uint32_t> link, qp;
+    base::fault_rule_scope(r, &link, &qp);
+    if (r.action == "event") {
+      events.push_back({event_type(r.operand), *base::parse_millis(*r.key("at")), qp});
+      continue;
+    }
     PlanEngineFaults::Rule rule{};
     rule.fraction = r.fraction.value_or(0);
-    std::optional<uint32_t> link;
-    base::fault_rule_scope(r, &link, &rule.qp);
+    rule.qp = qp;
     if (r.action == "rnr") {
       rule.kind = PlanEngineFaults::Rule::Kind::kRnr;
     } else if (r.action == "post-error") {
@@ -165,9 +179,10 @@ std::unique_ptr<EngineFaults> engine_faults_from_plan(const base::FaultSpec& pla
     }
     rules.push_back(rule);
   }
-  if (rules.empty()) return nullptr;
+  if (rules.empty() && events.empty()) return nullptr;
   // Not the links' streams: the engine's own, from the same seed.
-  return std::make_unique<PlanEngineFaults>(seed ^ 0x656e67696e65ull, std::move(rules));
+  return std::make_unique<PlanEngineFaults>(seed ^ 0x656e67696e65ull, std::move(rules),
+                                            std::move(events));
 }
 
 }  // namespace emu

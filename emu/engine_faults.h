@@ -8,7 +8,10 @@
 
 #include <infiniband/verbs.h>
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 namespace emu {
 
@@ -25,6 +28,18 @@ class EngineFaults {
   // the QP had failed there (it goes to the error state and its other WRs are flushed);
   // IBV_WC_SUCCESS: it completes as usual.
   virtual ibv_wc_status wc_error(uint32_t qpn, bool send) = 0;
+
+  // Async events the plan delivers once, `at` after the node started (emu0 opened):
+  // IBV_EVENT_QP_FATAL (the QPs, or the one `qp` names, go to the error state as on a fatal
+  // error), IBV_EVENT_SRQ_LIMIT_REACHED (raised for the SRQs of those QPs, their limits
+  // unchanged), IBV_EVENT_PORT_ERR (raised on every open context, port 1; the port stays
+  // active: the plan tests a program's handling of the event).
+  struct Event {
+    ibv_event_type type;
+    std::chrono::nanoseconds at;
+    std::optional<uint32_t> qp;
+  };
+  virtual std::vector<Event> events() const { return {}; }
 };
 
 }  // namespace emu

@@ -6,7 +6,9 @@
 #include <random>
 
 #include "base/log.h"
+#include "emu/context.h"
 #include "emu/limits.h"
+#include "emu/names.h"
 #include "emu/poll_demand.h"
 #include "emu/qp.h"
 
@@ -58,7 +60,73 @@ Node::~Node() {
   }
   timer_cv_.notify_all();
   progress_thread_.join();
+  if (fault_events_thread_.joinable()) {
+    {
+      std::lock_guard lock(fault_events_mutex_);
+      fault_events_stop_ = true;
+    }
+    fault_events_cv_.notify_all();
+    fault_events_thread_.join();
+  }
   transport_->set_sink(nullptr);
+}
+
+void Node::set_faults(std::unique_ptr<EngineFaults> faults) {
+  faults_ = std::move(faults);
+  if (faults_ == nullptr) return;
+  std::vector<EngineFaults::Event> events = faults_->events();
+  if (events.empty()) return;
+  fault_events_thread_ = std::thread(
+      [this, events = std::move(events)]() mutable { deliver_fault_events(std::move(events)); });
+}
+
+void Node::deliver_fault_events(std::vector<EngineFaults::Event> events) {
+  const Clock::time_point start = Clock::now();
+  std::sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.at < b.at; });
+  for (const EngineFaults::Event& e : events) {
+    std::unique_lock lock(fault_events_mutex_);
+    if (fault_events_cv_.wait_until(lock, start + e.at, [&] { return fault_events_stop_; })) return;
+    lock.unlock();
+    deliver(e);
+  }
+}
+
+void Node::deliver(const EngineFaults::Event& e) {
+  spdlog::info("EMURDMA_FAULTS: delivering {}{}", event_name(e.type),
+               e.qp ? fmt::format(" to QP {:#x}", *e.qp) : std::string());
+  if (e.type == IBV_EVENT_PORT_ERR) {
+    std::lock_guard lock(contexts_mutex_);
+    for (Context* c : contexts_)
+      c->raise(AsyncEvent{IBV_EVENT_PORT_ERR, nullptr, nullptr, nullptr, 1});
+    return;
+  }
+  std::vector<Srq*> raised;
+  for (uint32_t slot = 0; slot < kMaxQp; ++slot) {
+    Qp* found = qps_[slot].load(std::memory_order_acquire);
+    if (found == nullptr) continue;
+    const uint32_t qpn = found->qpn();
+    if (e.qp && *e.qp != qpn) continue;
+    with_qp(qpn, [&](Qp& qp) {
+      if (e.type == IBV_EVENT_QP_FATAL) {
+        qp.fatal(IBV_EVENT_QP_FATAL);
+      } else if (Srq* srq = qp.srq();
+                 srq != nullptr && std::find(raised.begin(), raised.end(), srq) == raised.end()) {
+        // An SRQ outlives the QPs attached to it (use_count): safe while this one is held.
+        raised.push_back(srq);
+        qp.context().raise(AsyncEvent{IBV_EVENT_SRQ_LIMIT_REACHED, nullptr, nullptr, srq, 0});
+      }
+    });
+  }
+}
+
+void Node::add_context(Context* context) {
+  std::lock_guard lock(contexts_mutex_);
+  contexts_.push_back(context);
+}
+
+void Node::remove_context(Context* context) {
+  std::lock_guard lock(contexts_mutex_);
+  contexts_.erase(std::remove(contexts_.begin(), contexts_.end(), context), contexts_.end());
 }
 
 uint32_t Node::register_qp(Qp* qp) {

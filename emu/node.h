@@ -26,6 +26,7 @@
 
 namespace emu {
 
+class Context;
 class Qp;
 
 class Node : public FrameSink {
@@ -62,8 +63,11 @@ class Node : public FrameSink {
   StatPage* stats() { return stats_.get(); }
   // The engine's half of a fault plan, or null (emu/engine_faults.h). Set before the first QP
   // is created: QPs keep the pointer.
-  void set_faults(std::unique_ptr<EngineFaults> faults) { faults_ = std::move(faults); }
+  void set_faults(std::unique_ptr<EngineFaults> faults);
   EngineFaults* faults() const { return faults_.get(); }
+  // The open contexts (for events raised on all of them: a fault plan's PORT_ERR).
+  void add_context(Context* context);
+  void remove_context(Context* context);
   // A number for a CQ or SRQ in the stat page (QPs are known by their QPN).
   uint32_t next_object_id() { return next_object_id_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -147,6 +151,15 @@ class Node : public FrameSink {
   Gid gid_;
   std::unique_ptr<StatPage> stats_;
   std::unique_ptr<EngineFaults> faults_;
+  // The plan's async events, delivered by a thread of their own at their times.
+  void deliver_fault_events(std::vector<EngineFaults::Event> events);
+  void deliver(const EngineFaults::Event& event);
+  std::mutex fault_events_mutex_;
+  std::condition_variable fault_events_cv_;
+  bool fault_events_stop_ = false;
+  std::thread fault_events_thread_;
+  std::mutex contexts_mutex_;
+  std::vector<Context*> contexts_;
   std::atomic<uint32_t> next_object_id_{1};
   void count(DeviceCounter c) {
     if (stats_) DeviceCounters(stats_->device()).add_shared(c);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/fault_spec.h"
+#include "emu/engine_fault_rules.h"
 #include "tests/hostile_hosts.h"
 #include "transports/observed/link_faults.h"
 #include "transports/observed/observed_transport.h"
@@ -124,6 +125,62 @@ TEST(FaultSeed, TheSameSeedGivesTheSameCountersOnARepeatedSingleThreadedRun) {
   EXPECT_EQ(first, second);
   // The plan did something: requests were sent again, duplicates were seen.
   EXPECT_GT(first[static_cast<size_t>(emu::QpCounter::retransmitted_pkts)], 0u);
+}
+
+}  // namespace
+}  // namespace emu_test
+
+namespace emu_test {
+namespace {
+
+// The next async event of host h within 5 s (type 0xff: none came).
+emu::AsyncEvent next_event(Host& h) {
+  emu::AsyncEvent e{};
+  e.type = static_cast<ibv_event_type>(0xff);
+  if (h.ctx->async_events().wait(5000)) h.ctx->async_events().get(&e);
+  return e;
+}
+
+TEST(FaultEvents, ThePlansAsyncEventsArriveAtTheirTimes) {
+  base::FaultSpecParse parsed = base::parse_fault_spec(
+      "seed=1; event PORT_ERR at=20ms; event SRQ_LIMIT_REACHED at=40ms; event QP_FATAL at=60ms",
+      "EMURDMA_FAULTS");
+  ASSERT_EQ(parsed.error, "");
+  Host host;
+  auto node = std::make_unique<emu::Node>(make_hostile_test_transport("loopback"));
+  node->set_faults(emu::engine_faults_from_plan(parsed.spec, 1));
+  host.node = std::move(node);
+  host.ctx = std::make_unique<emu::Context>(*host.node);
+  ASSERT_EQ(host.ctx->alloc_pd(&host.pd), 0);
+  ASSERT_EQ(host.ctx->create_cq(16, nullptr, nullptr, 0, &host.cq), 0);
+  ibv_srq_init_attr srq_init{};
+  srq_init.attr.max_wr = 4;
+  srq_init.attr.max_sge = 1;
+  emu::Srq* srq = nullptr;
+  ASSERT_EQ(host.ctx->create_srq(host.pd, srq_init, &srq), 0);
+  emu::QpInitAttr init = rc_qp_init(host.cq, host.cq, 4);
+  init.srq = srq;
+  emu::Qp* qp = nullptr;
+  ASSERT_EQ(host.ctx->create_qp(host.pd, init, &qp), 0);
+  ASSERT_EQ(connect_qp(qp, qp->qpn(), host.gid()), 0);
+
+  const emu::AsyncEvent port = next_event(host);
+  EXPECT_EQ(port.type, IBV_EVENT_PORT_ERR);
+  EXPECT_EQ(port.port_num, 1);
+  const emu::AsyncEvent limit = next_event(host);
+  EXPECT_EQ(limit.type, IBV_EVENT_SRQ_LIMIT_REACHED);
+  EXPECT_EQ(limit.srq, srq);
+  const emu::AsyncEvent fatal = next_event(host);
+  EXPECT_EQ(fatal.type, IBV_EVENT_QP_FATAL);
+  EXPECT_EQ(fatal.qp, qp);
+  EXPECT_EQ(state_of_qp(qp), IBV_QPS_ERR);
+
+  EXPECT_EQ(host.ctx->destroy_qp(qp), 0);
+  EXPECT_EQ(host.ctx->destroy_srq(srq), 0);
+  EXPECT_EQ(host.ctx->destroy_cq(host.cq), 0);
+  EXPECT_EQ(host.ctx->dealloc_pd(host.pd), 0);
+  host.ctx.reset();
+  host.node.reset();
 }
 
 }  // namespace
