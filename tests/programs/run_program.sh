@@ -3,7 +3,7 @@
 # scripts/emurdma and checks its result. One ctest entry per call (tests/programs/CMakeLists.txt).
 #
 #   run_program.sh --mode shm|tcp|netns --check KIND [--pair] [--limit S] [--wrapper PATH]
-#                  [--build-dir DIR] -- PROGRAM [ARGS...]
+#                  [--build-dir DIR] [--capture-check ARG]... -- PROGRAM [ARGS...]
 #
 #   --mode shm     EMURDMA_TRANSPORT=shm, both processes on this host
 #   --mode tcp     EMURDMA_TRANSPORT=tcp, both processes on this host (127.0.0.1)
@@ -21,6 +21,11 @@
 #                  perftest  the client prints a result row; no completion error on either side
 #                  perftest-all  as perftest, plus a result row for every size 2 .. 2^23 (-a)
 #   --limit S      every process is killed after S seconds (default 55): a hang is a failure
+#   --capture-check ARG  (with --pair; repeated: the words of a command) capture on: each side
+#                  runs with EMURDMA_PCAP=<fresh temp dir of its own>/cap-%p.pcapng (removed with
+#                  the run's other files on every path); once both programs have exited and
+#                  passed, the command runs with SERVER_DIR SERVER_LOG CLIENT_DIR CLIENT_LOG
+#                  appended, and its failure fails the test (tests/capture/run_capture.sh).
 #
 # Exit: 0 pass, 1 fail, 77 skipped (netns without root / ip netns). Every process started is
 # killed on every path (own process group each, plus `timeout`); namespaces are removed.
@@ -36,6 +41,7 @@ wrapper="$here/../../scripts/emurdma"
 # shellcheck source=../netns/two_namespaces.sh
 source "$here/../netns/two_namespaces.sh"
 build_dir=""
+capture_check=()
 
 fail() {
   echo "run_program: FAIL: $*" >&2
@@ -54,6 +60,7 @@ while (($# > 0)); do
     --limit) limit="$2"; shift 2 ;;
     --wrapper) wrapper="$2"; shift 2 ;;
     --build-dir) build_dir="$2"; shift 2 ;;
+    --capture-check) capture_check+=("$2"); shift 2 ;;
     --) shift; break ;;
     *) fail "unknown argument '$1'" ;;
   esac
@@ -64,6 +71,7 @@ case "$mode" in shm | tcp | netns) ;; *) fail "--mode must be shm, tcp or netns"
 case "$check" in devices | devinfo | pingpong | perftest | perftest-all) ;;
   *) fail "--check must be devices, devinfo, pingpong, perftest or perftest-all" ;; esac
 [[ $limit =~ ^[0-9]+$ ]] || fail "--limit must be a number of seconds"
+((${#capture_check[@]} == 0 || pair == 1)) || fail "--capture-check needs --pair"
 [[ -x $wrapper ]] || fail "wrapper $wrapper is not executable"
 [[ -n $build_dir ]] && export EMURDMA_BUILD_DIR="$build_dir"
 command -v "${program[0]}" >/dev/null ||
@@ -101,12 +109,12 @@ remaining() {
 
 # start <log> <netns or ""> <EMURDMA_TCP_ADDR or ""> ARGS...: starts the program through the
 # wrapper in a process group of its own, killed by timeout after the remaining time; its pid
-# (= process group id) in $last_pid. stdbuf makes the program's stdout line-buffered, so
+# (= process group id) in $last_pid. With $pcap set, the process captures to it (EMURDMA_PCAP). stdbuf makes the program's stdout line-buffered, so
 # that what it printed before a hang is in its log when it is killed.
 start() {
   local log=$1 ns=$2 addr=$3
   shift 3
-  local cmd=(timeout -k 3 "$(remaining)" env ${addr:+EMURDMA_TCP_ADDR=$addr}
+  local cmd=(timeout -k 3 "$(remaining)" env ${addr:+EMURDMA_TCP_ADDR=$addr} ${pcap:+EMURDMA_PCAP=$pcap}
     "$wrapper" run --transport "$transport" -- stdbuf -oL "$@")
   if [[ -n $ns ]]; then
     setsid ip netns exec "$ns" "${cmd[@]}" >"$log" 2>&1 </dev/null &
@@ -114,7 +122,7 @@ start() {
     setsid "${cmd[@]}" >"$log" 2>&1 </dev/null &
   fi
   pgids+=("$!")
-  echo "+ [${ns:-host}] EMURDMA_TRANSPORT=$transport${addr:+ EMURDMA_TCP_ADDR=$addr} emurdma run -- $*" >&2
+  echo "+ [${ns:-host}] EMURDMA_TRANSPORT=$transport${addr:+ EMURDMA_TCP_ADDR=$addr}${pcap:+ EMURDMA_PCAP=$pcap} emurdma run -- $*" >&2
   last_pid=$!
 }
 
@@ -170,6 +178,9 @@ status=0
 wait_status=0
 server_log="$tmp/server.log"
 client_log="$tmp/client.log"
+pcap=""
+server_capture="$tmp/server-capture"
+client_capture="$tmp/client-capture"
 if ((pair == 0)); then
   start "$client_log" "$ns_a" "$addr_a" "${program[@]}"
   pid=$last_pid
@@ -185,6 +196,10 @@ if ((pair == 0)); then
   logs=("$client_log")
 else
   port="$(pick_port)" || exit 1
+  if ((${#capture_check[@]} > 0)); then
+    mkdir "$server_capture" || fail "mkdir $server_capture"
+    pcap="$server_capture/cap-%p.pcapng"
+  fi
   start "$server_log" "$ns_a" "$addr_a" "${program[@]}" -p "$port"
   server_pid=$last_pid
   # The server is ready when it accepts the client's connection: the client is retried for a
@@ -194,6 +209,11 @@ else
   attempts=0
   while :; do
     ((++attempts))
+    if ((${#capture_check[@]} > 0)); then
+      # A fresh directory each attempt: only the client that ran holds a file there.
+      rm -rf "$client_capture" && mkdir "$client_capture" || fail "mkdir $client_capture"
+      pcap="$client_capture/cap-%p.pcapng"
+    fi
     start "$client_log" "$ns_b" "$addr_b" "${program[@]}" -p "$port" "$server_host"
     client_pid=$last_pid
     if ! wait_for "$client_pid" $((limit + 5)); then
@@ -285,6 +305,17 @@ case "$check" in
     fi
     ;;
 esac
+
+# --- capture --------------------------------------------------------------------------------
+if ((${#capture_check[@]} > 0)); then
+  if ((status == 0)); then
+    echo "+ ${capture_check[*]} $server_capture $server_log $client_capture $client_log" >&2
+    "${capture_check[@]}" "$server_capture" "$server_log" "$client_capture" "$client_log" ||
+      { echo "run_program: the capture check failed" >&2; status=1; }
+  else
+    echo "run_program: the capture was not checked: the run failed before" >&2
+  fi
+fi
 
 echo "run_program: $( ((status == 0)) && echo PASS || echo FAIL ) (mode $mode, $((SECONDS - start_s)) s)" >&2
 exit "$status"
