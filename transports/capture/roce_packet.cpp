@@ -30,7 +30,11 @@ class Fields {
   void u24(uint32_t v) { u8(static_cast<uint8_t>(v >> 16)), u16(static_cast<uint16_t>(v)); }
   void u32(uint32_t v) { u16(static_cast<uint16_t>(v >> 16)), u16(static_cast<uint16_t>(v)); }
   void u64(uint64_t v) { u32(static_cast<uint32_t>(v >> 32)), u32(static_cast<uint32_t>(v)); }
-  void raw(const void* v, size_t n) { std::memcpy(p_, v, n), p_ += n; }
+  void raw(const void* v, size_t n) {
+    if (n == 0) return;  // an empty payload's pointer may be null, which memcpy may not take
+    std::memcpy(p_, v, n);
+    p_ += n;
+  }
   uint8_t* at() const { return p_; }
 
  private:

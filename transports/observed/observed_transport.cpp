@@ -55,8 +55,13 @@ ObservedTransport::ObservedTransport(std::unique_ptr<Transport> inner,
 ObservedTransport::~ObservedTransport() {
   inner_->set_sink(nullptr);
   held_.stop();
-  // The inner transport goes first (its threads deliver through this object), then the
-  // wrappers and the tap.
+  // The wrappers let go of their inner links before the inner transport goes: a link must not
+  // outlive its transport (a TCP link's timers live in the transport's io_context), as the
+  // transport's own table of links does not. The tap goes last.
+  {
+    std::lock_guard lock(links_mutex_);
+    links_.clear();
+  }
   inner_.reset();
 }
 
