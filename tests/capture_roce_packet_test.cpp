@@ -83,7 +83,9 @@ void expect_common(const Frame& f, const RocePacket& p, uint8_t opcode, size_t e
   EXPECT_EQ(be24(b, kBth + 9), f.header.psn & 0xFFFFFF);
   const size_t at = kExt + ext_len;
   // memcmp's arguments must not be null, even for 0 bytes (an empty payload's data() may be).
-  if (n != 0) EXPECT_EQ(0, std::memcmp(&b[at], f.payload.data(), n)) << "payload";
+  if (n != 0) {
+    EXPECT_EQ(0, std::memcmp(&b[at], f.payload.data(), n)) << "payload";
+  }
   for (size_t i = 0; i < pad; ++i) EXPECT_EQ(b[at + n + i], 0) << "pad";
 }
 
