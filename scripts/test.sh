@@ -37,6 +37,11 @@ run_suite() {
 
 stage_times=()
 
+# Test runners kill programs (a hang, the end of a server), and a killed process leaves its
+# stat page in /dev/shm (docs/usage.md, "Counters"): removed at the end, pass or fail, so that
+# runs do not pile them up (about 12 KiB each; a container's /dev/shm may be 64 MiB).
+trap 'python3 scripts/emurdma_stat.py --clean >/dev/null 2>&1 || true' EXIT
+
 ctest_args=("$@")
 run_suite "${BUILD_DIR:-build}"
 
@@ -54,9 +59,5 @@ if [[ "$sanitizers" == "1" ]]; then
   bash scripts/fuzz.sh "${EMURDMA_FUZZ_SECONDS:-15}"
   stage_times+=("fuzz: $((SECONDS - fuzz_started)) s")
 fi
-# Test runners kill programs (a hang, the end of a server), and a killed process leaves its
-# stat page in /dev/shm (docs/usage.md, "Counters"): removed here, so that runs do not pile
-# them up (about 12 KiB each; a container's /dev/shm may be 64 MiB).
-python3 scripts/emurdma_stat.py --clean >/dev/null || true
 echo "== stage times (total $SECONDS s):"
 printf '==   %s\n' "${stage_times[@]}"
