@@ -4,10 +4,10 @@
 # The netns leg runs the same TCP transport as the tcp leg; what it adds is two hosts' addresses
 # (GIDs from another namespace's interface, the CM gateway's dial with the job secret, routes).
 # That is proved by one program per way of connecting, not by every program again: in CI the
-# 60 netns entries (about 7 minutes of a CI machine's two cores) shrink to the ones listed here,
+# netns entries (about 7 minutes of a CI machine's two cores) shrink to the ones listed here,
 # each the representative of what crosses the namespaces differently:
 # - out-of-band TCP exchange of GIDs (rdma-core's pingpongs, perftest): RC and UD pingpongs, a
-#   bandwidth sweep of every size, an atomic;
+#   bandwidth sweep of every size, an atomic, 128 QPs on one connection (own queues, one SRQ);
 # - rdma_cm across hosts (perftest -R, rping, udaddy's SIDR, rsockets);
 # - DAT's CM (dtest, its secret variant, dtestx's UD extension, dapltest's transactions);
 # - UCX's own address exchange (one RC and one UD transport).
@@ -22,6 +22,7 @@ option(EMURDMA_NETNS_ALL "every program test also across two network namespaces 
 set(EMURDMA_NETNS_IN_CI
     Programs.ibv_rc_pingpong Programs.ibv_ud_pingpong_e Programs.ib_write_bw_a
     Programs.ib_atomic_bw_cas Programs.ib_send_bw_srq_R Programs.ib_read_lat_R
+    Programs.ib_send_bw_q128 Programs.ib_send_bw_srq_q128
     DatPrograms.dtest DatPrograms.dtestcm_secret DatPrograms.dtestx_ud
     DatPrograms.dapltest_trans_rdma
     RdmaCmPrograms.rping RdmaCmPrograms.udaddy RdmaCmPrograms.rstream
