@@ -4,7 +4,7 @@
 #   bench <metric> <unit> <higher|lower> <label>=<value> ...
 # where "higher"/"lower" says which direction is better.
 #
-# Usage: scripts/bench.sh rings|engine|transports|verbs|cm|middleware
+# Usage: scripts/bench.sh rings|engine|transports|verbs|cm|floors|middleware
 #   rings   two-thread SPSC throughput of emu::SpscRing against boost::lockfree::spsc_queue
 #           (uint64_t elements, same capacity, medians of repetitions). The summary uses the
 #           capacity in RING_BENCH_CAPACITY (default 1024; the benchmark has 1024 and 4096).
@@ -39,6 +39,10 @@
 #           connections established per second = the count / cmtime's "connect" step (the
 #           client's first rdma_connect to its last ESTABLISHED). Ours only (cmtime needs an
 #           RDMA device). A failed run prints <label>=failed.
+#   floors  what this machine allows without emurdma (scripts/bench_floors.sh): one-way
+#           latency through a shared cache line and of a bare TCP ping-pong, memcpy,
+#           process_vm_readv and a bulk TCP stream of 1 MiB, medians of the rounds. The
+#           transports lines carry the same floors as floor=<v> beside ours=.
 #   middleware  our MPI ping-pong (tests/mpi) over emu0 through Open MPI (libfabric verbs, UCX)
 #           and MPICH (UCX), beside the same program over UCX's own shared memory and TCP:
 #           scripts/bench_middleware.sh says how.
@@ -55,6 +59,7 @@ usage() {
   echo "          qperf; latency in us (one way = round trip / 2), bandwidth in GB/s (10^9 B/s)" >&2
   echo "  verbs   transports, plus perftest over emu0 (ib_send_lat, ib_write_bw) as perftest=" >&2
   echo "  cm      rdma_cm connections established per second (cmtime) over shm and tcp" >&2
+  echo "  floors  what the machine allows without emurdma (cache line, TCP, memcpy, CMA)" >&2
   echo "  middleware  MPI ping-pong over emu0 (Open MPI, MPICH) beside UCX's shm and TCP" >&2
 }
 
@@ -179,6 +184,8 @@ if [[ ! $bench_rounds =~ ^[1-9][0-9]*$ ]]; then
 fi
 transports_tmp=""
 transport_bench_ok=0
+# shellcheck source=bench_floors.sh
+source "$repo/scripts/bench_floors.sh"
 server_pid=""
 
 # A port for the next server, spread by our PID so that two runs on one host do not collide.
@@ -422,6 +429,7 @@ readonly kUcxShm="posix,sysv,cma,self"
 shm_lat_8B() {
   case $1 in
     ours) ours_figure lat_8B_us shm lat --size 8 --iters 200000 ;;
+    floor) floor_figure cacheline ;;
     fi_shm_pingpong) fi_pingpong_us shm rdm 8 100000 ;;
     ucx_tag_lat) ucx_perftest_figure "$kUcxShm" tag_lat 8 200000 latency ;;
     perftest) perftest_figure shm ib_send_lat 8 100000 ;;
@@ -438,6 +446,7 @@ shm_lat_64B() {
 shm_bw_1MiB() {
   case $1 in
     ours) ours_figure bw_1048576B_GBps shm bw --size 1048576 --window 32 --seconds 2 ;;
+    floor) floor_figure vm_readv ;;
     ucx_tag_bw) ucx_perftest_figure "$kUcxShm" tag_bw 1048576 5000 bandwidth ;;
     perftest) perftest_figure shm ib_write_bw 1048576 5000 ;;
   esac
@@ -450,11 +459,13 @@ shm_bw_1MiB_shared() {
       ours_figure bw_1048576B_GBps shm bw --size 1048576 --window 32 --seconds 2 --memory shared
       ;;
     ucx_put_bw) ucx_perftest_figure "$kUcxShm" ucp_put_bw 1048576 20000 bandwidth ;;
+    floor) floor_figure memcpy ;;
   esac
 }
 tcp_lat_8B() {
   case $1 in
     ours) ours_figure lat_8B_us tcp lat --size 8 --iters 100000 ;;
+    floor) floor_figure tcp ;;
     fi_tcp_pingpong) fi_pingpong_us tcp msg 8 20000 ;;
     ucx_tag_lat) ucx_perftest_figure tcp tag_lat 8 20000 latency ;;
     qperf_tcp_lat) qperf_figure tcp_lat 8 ;;
@@ -465,6 +476,7 @@ tcp_lat_8B() {
 tcp_bw_1MiB() {
   case $1 in
     ours) ours_figure bw_1048576B_GBps tcp bw --size 1048576 --window 32 --seconds 2 ;;
+    floor) floor_figure tcp_stream ;;
     ucx_tag_bw) ucx_perftest_figure tcp tag_bw 1048576 3000 bandwidth ;;
     ucx_put_bw) ucx_perftest_figure tcp ucp_put_bw 1048576 3000 bandwidth ;;
     qperf_tcp_bw) qperf_figure tcp_bw 1M ;;
@@ -504,14 +516,14 @@ bench_transports() {
   # and tcp providers (rdm over ofi_rxm against shm's rdm, msg against tcp's msg).
   local perftest=() fi_verbs=()
   if ((with_perftest)); then perftest=(perftest) fi_verbs=(fi_verbs_pingpong); fi
-  compare shm_lat_8B_us us lower shm_lat_8B ours ours_counters_off fi_shm_pingpong ucx_tag_lat "${perftest[@]}" \
+  compare shm_lat_8B_us us lower shm_lat_8B ours ours_counters_off floor fi_shm_pingpong ucx_tag_lat "${perftest[@]}" \
     "${fi_verbs[@]}"
   compare shm_lat_64B_us us lower shm_lat_64B ours fi_shm_pingpong ucx_tag_lat
-  compare shm_bw_1MiB_GBps GB/s higher shm_bw_1MiB ours ours_counters_off ucx_tag_bw "${perftest[@]}"
-  compare shm_bw_1MiB_shared_GBps GB/s higher shm_bw_1MiB_shared ours ucx_put_bw
-  compare tcp_lat_8B_us us lower tcp_lat_8B ours ours_counters_off fi_tcp_pingpong ucx_tag_lat qperf_tcp_lat \
+  compare shm_bw_1MiB_GBps GB/s higher shm_bw_1MiB ours ours_counters_off floor ucx_tag_bw "${perftest[@]}"
+  compare shm_bw_1MiB_shared_GBps GB/s higher shm_bw_1MiB_shared ours floor ucx_put_bw
+  compare tcp_lat_8B_us us lower tcp_lat_8B ours ours_counters_off floor fi_tcp_pingpong ucx_tag_lat qperf_tcp_lat \
     "${perftest[@]}" "${fi_verbs[@]}"
-  compare tcp_bw_1MiB_GBps GB/s higher tcp_bw_1MiB ours ours_counters_off ucx_tag_bw ucx_put_bw qperf_tcp_bw \
+  compare tcp_bw_1MiB_GBps GB/s higher tcp_bw_1MiB ours ours_counters_off floor ucx_tag_bw ucx_put_bw qperf_tcp_bw \
     "${perftest[@]}"
 
   # The SRQ rate is the engine's, measured between two processes: over shm, or over tcp when
@@ -572,6 +584,7 @@ case "${1:-}" in
   transports) bench_transports 0 ;;
   verbs) bench_transports 1 ;;
   cm) bench_cm ;;
+  floors) bench_floors ;;
   middleware)
     build
     bash scripts/bench_middleware.sh build
