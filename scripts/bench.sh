@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # Builds emurdma and runs one of its benchmarks, printing the figures. The last line printed
 # by each subcommand is a one-line summary that other tools parse:
 #   bench <metric> <unit> <higher|lower> <label>=<value> ...
 # where "higher"/"lower" says which direction is better.
 #
-# Usage: scripts/bench.sh rings|engine|transports|verbs|cm|floors|middleware
+# Usage: scripts/bench.sh rings|engine|transports|verbs|cm|floors|sweep|middleware
 #   rings   two-thread SPSC throughput of emu::SpscRing against boost::lockfree::spsc_queue
 #           (uint64_t elements, same capacity, medians of repetitions). The summary uses the
 #           capacity in RING_BENCH_CAPACITY (default 1024; the benchmark has 1024 and 4096).
@@ -31,6 +32,8 @@
 #           names its test; a tool that fails prints <label>=failed, ours prints ours=n/a when
 #           its transport is not available, and the run goes on. ours_counters_off= is ours
 #           again with EMURDMA_COUNTERS=0 (no counting: what the counters cost, issue 25).
+#           floor= is the machine's (see floors). shm_rate_8B_Mmsgs and tcp_rate_8B_Mmsgs:
+#           8-byte messages streamed, millions a second (scripts/bench_rates.sh).
 #           Prints several bench lines.
 #   cm      the connection rate of rdma_cm over emu0: cmtime (rdmacm-utils) as a server and a
 #           client process through scripts/emurdma (tests/rdmacm_programs/run_pair.sh), over
@@ -43,6 +46,10 @@
 #           latency through a shared cache line and of a bare TCP ping-pong, memcpy,
 #           process_vm_readv and a bulk TCP stream of 1 MiB, medians of the rounds. The
 #           transports lines carry the same floors as floor=<v> beside ours=.
+#   sweep   latency (8 B .. 64 KiB) and bandwidth (8 B .. 4 MiB) by powers of 4, over shm and
+#           TCP, ours beside perftest over emu0, ucx_perftest, fi_pingpong and the floor:
+#           build/bench/sweep.csv and log-log plots build/bench/sweep_*.png (gnuplot-nox),
+#           bench lines for a few sizes (scripts/bench_sweep.sh).
 #   middleware  our MPI ping-pong (tests/mpi) over emu0 through Open MPI (libfabric verbs, UCX)
 #           and MPICH (UCX), beside the same program over UCX's own shared memory and TCP:
 #           scripts/bench_middleware.sh says how.
@@ -60,6 +67,7 @@ usage() {
   echo "  verbs   transports, plus perftest over emu0 (ib_send_lat, ib_write_bw) as perftest=" >&2
   echo "  cm      rdma_cm connections established per second (cmtime) over shm and tcp" >&2
   echo "  floors  what the machine allows without emurdma (cache line, TCP, memcpy, CMA)" >&2
+  echo "  sweep   latency and bandwidth by size, every tool and the floor: CSV and PNG plots" >&2
   echo "  middleware  MPI ping-pong over emu0 (Open MPI, MPICH) beside UCX's shm and TCP" >&2
 }
 
@@ -184,8 +192,14 @@ if [[ ! $bench_rounds =~ ^[1-9][0-9]*$ ]]; then
 fi
 transports_tmp=""
 transport_bench_ok=0
+# shellcheck source=bench_peers.sh
+source "$repo/scripts/bench_peers.sh"
 # shellcheck source=bench_floors.sh
 source "$repo/scripts/bench_floors.sh"
+# shellcheck source=bench_rates.sh
+source "$repo/scripts/bench_rates.sh"
+# shellcheck source=bench_sweep.sh
+source "$repo/scripts/bench_sweep.sh"
 server_pid=""
 
 # A port for the next server, spread by our PID so that two runs on one host do not collide.
@@ -269,61 +283,6 @@ figure_or_failed() {
   echo failed
 }
 
-# fi_pingpong <provider> <endpoint type> <size> <iterations> [emu0 transport]: one-way latency
-# in us. Its "usec/xfer" is the run's time over 2 x iterations transfers, i.e. half a round
-# trip. With a transport, both sides run through scripts/emurdma over it (libfabric's verbs
-# provider on our libibverbs.so.1 and librdmacm.so.1, domain emu0).
-fi_pingpong_us() {
-  local provider=$1 ep_type=$2 size=$3 iters=$4 transport=${5:-} port
-  port="$(next_port)"
-  local common=(-p "$provider" -e "$ep_type" -S "$size" -I "$iters")
-  # No "--" after the wrapper's options: peer_run splits server from client at the first one.
-  local run=(fi_pingpong)
-  if [[ -n $transport ]]; then
-    run=(env EMURDMA_DEVICES=soft scripts/emurdma run --transport "$transport" fi_pingpong)
-    common+=(-d emu0)
-  fi
-  peer_run "$port" "${run[@]}" "${common[@]}" -B "$port" -- \
-    "${run[@]}" "${common[@]}" -P "$port" 127.0.0.1 | awk -v size="$size" '
-      { for (i = 1; i <= NF; ++i) if ($i == "usec/xfer") col = i }
-      col && $1 == size && NF >= col { v = $col }
-      END { if (v != "") print v }' | figure_or_failed "fi_pingpong ${common[*]}"
-}
-
-# ucx_perftest <UCX_TLS> <test> <size> <iterations> <latency|bandwidth>: the "Final:" line's
-# overall (whole-run mean) latency in us (ping-pong tests report half a round trip), or its
-# overall bandwidth, which ucx_perftest prints in MiB/s, converted to GB/s.
-ucx_perftest_figure() {
-  local tls=$1 test=$2 size=$3 iters=$4 what=$5 port
-  port="$(next_port)"
-  peer_run "$port" env UCX_TLS="$tls" ucx_perftest -p "$port" -- \
-    env UCX_TLS="$tls" ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$iters" \
-    -w $((iters / 10 + 1)) | awk -v what="$what" '
-      $1 == "Final:" && NF >= 9 {
-        if (what == "latency") printf "%.3f\n", $5
-        else printf "%.3f\n", $7 * 1048576 / 1e9
-      }' | figure_or_failed "UCX_TLS=$tls ucx_perftest -t $test -s $size"
-}
-
-# qperf <test> <size>: tcp_lat's one-way latency in us, or tcp_bw in GB/s (qperf prints SI
-# units: GB/sec = 10^9 bytes/s). Two seconds per test.
-qperf_figure() {
-  local test=$1 size=$2 port data_port
-  port="$(next_port)"
-  data_port="$(next_port)"
-  peer_run "$port" qperf --listen_port "$port" -- \
-    qperf 127.0.0.1 --listen_port "$port" --ip_port "$data_port" -t 2 -m "$size" "$test" |
-    awk '
-      $1 == "latency" && $2 == "=" {
-        s = ($4 == "ns") ? 1e-3 : ($4 == "us") ? 1 : ($4 == "ms") ? 1e3 : ($4 == "sec") ? 1e6 : 0
-        if (s) printf "%.3f\n", $3 * s
-      }
-      $1 == "bw" && $2 == "=" {
-        s = ($4 == "KB/sec") ? 1e-6 : ($4 == "MB/sec") ? 1e-3 : ($4 == "GB/sec") ? 1 : 0
-        if (s) printf "%.3f\n", $3 * s
-      }' | figure_or_failed "qperf -m $size $test"
-}
-
 # ours <transport> <transport_bench arguments>: the "result <name> <value>" lines of our tool,
 # or nothing when it failed (its reasons are on stderr).
 ours() {
@@ -351,23 +310,6 @@ result_of() {
 bench_transports_cleanup() {
   stop_server
   [[ -n $transports_tmp ]] && rm -rf "$transports_tmp"
-}
-
-# perftest over emu0 (scripts/bench.sh verbs): PROGRAM at SIZE bytes over TRANSPORT, server and
-# client through scripts/emurdma. Latency tests print t_avg (perftest's lat tests report one
-# way, half a round trip); bandwidth tests print BW average, MiB/s in perftest, here GB/s.
-perftest_figure() {
-  local transport=$1 program=$2 size=$3 iters=$4 port
-  port="$(next_port)"
-  # No "--" after the wrapper's options: peer_run splits server from client at the first one.
-  local run=(scripts/emurdma run --transport "$transport" "$program" -x 0 -F -s "$size"
-    -n "$iters" -p "$port")
-  peer_run "$port" "${run[@]}" -- "${run[@]}" 127.0.0.1 |
-    awk -v size="$size" -v lat="${program: -3}" '
-      $1 == size && $2 ~ /^[0-9]+$/ && NF >= 5 {
-        if (lat == "lat") printf "%.3f\n", $6
-        else printf "%.3f\n", $4 * 1048576 / 1e9
-      }' | figure_or_failed "$program -s $size over $transport"
 }
 
 # ours_figure <result name> <transport> <transport_bench arguments>: that one result of ours,
@@ -525,6 +467,7 @@ bench_transports() {
     "${perftest[@]}" "${fi_verbs[@]}"
   compare tcp_bw_1MiB_GBps GB/s higher tcp_bw_1MiB ours ours_counters_off floor ucx_tag_bw ucx_put_bw qperf_tcp_bw \
     "${perftest[@]}"
+  bench_rates "${perftest[@]}"
 
   # The SRQ rate is the engine's, measured between two processes: over shm, or over tcp when
   # shm is not available here (a note line says so).
@@ -585,6 +528,7 @@ case "${1:-}" in
   verbs) bench_transports 1 ;;
   cm) bench_cm ;;
   floors) bench_floors ;;
+  sweep) bench_sweep ;;
   middleware)
     build
     bash scripts/bench_middleware.sh build

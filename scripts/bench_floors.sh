@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154  # kToolTimeout and the like are bench.sh's
 # The machine's floors for scripts/bench.sh (sourced by it): what two processes on this host can
 # do without emurdma, measured by build/tests/bench/floor_bench (tests/bench/floor_bench.cpp).
 #   cacheline   one-way latency through one shared cache line: the floor of shm latency
@@ -10,21 +10,24 @@
 # 1 MiB shared within 10 % of memcpy, 1 MiB private within 10 % of vm_readv, TCP 1 MiB within
 # 15 % of tcp_stream.
 
-# floor_figure <mode>: one figure of floor_bench, or "failed" (its message on stderr).
+# floor_figure <mode> [size]: one figure of floor_bench (at its default size: 8 B for the
+# latencies, 1 MiB for the rest), or "failed" (its message on stderr).
 floor_figure() {
   local bin=build/tests/bench/floor_bench out
+  local size=()
+  [[ -n ${2:-} ]] && size=(--size "$2")
   if [[ ! -x $bin ]]; then
     echo "bench: $bin was not built (is EMURDMA_BENCH on?)" >&2
     echo failed
     return
   fi
-  if ! out="$(timeout "$kToolTimeout" "$bin" "$1")"; then
-    echo "bench: floor_bench $1 failed" >&2
+  if ! out="$(timeout "$kToolTimeout" "$bin" "$1" "${size[@]}")"; then
+    echo "bench: floor_bench $1 ${size[*]} failed" >&2
     echo failed
     return
   fi
   echo "bench: floor $out" >&2
-  awk '{ print $2 }' <<<"$out"
+  awk '{ printf "%.3f\n", $3 }' <<<"$out"
 }
 
 # The figure functions of bench.sh's compare for the floors alone.

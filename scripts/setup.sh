@@ -17,6 +17,8 @@ packages=(
   openmpi-bin libopenmpi-dev mpich libmpich-dev python3-mpi4py
   # The capture's tests (EMURDMA_PCAP) read their pcapng files back with tshark.
   tshark
+  # scripts/bench.sh sweep draws its plots with gnuplot (the build without X).
+  gnuplot-nox
 )
 
 missing=()
