@@ -5,7 +5,7 @@
 #   bench <metric> <unit> <higher|lower> <label>=<value> ...
 # where "higher"/"lower" says which direction is better.
 #
-# Usage: scripts/bench.sh rings|engine|transports|verbs|cm|floors|sweep|middleware
+# Usage: scripts/bench.sh rings|engine|transports|verbs|cm|floors|sweep|scale|middleware
 #   rings   two-thread SPSC throughput of emu::SpscRing against boost::lockfree::spsc_queue
 #           (uint64_t elements, same capacity, medians of repetitions). The summary uses the
 #           capacity in RING_BENCH_CAPACITY (default 1024; the benchmark has 1024 and 4096).
@@ -50,6 +50,9 @@
 #           TCP, ours beside perftest over emu0, ucx_perftest, fi_pingpong and the floor:
 #           build/bench/sweep.csv and log-log plots build/bench/sweep_*.png (gnuplot-nox),
 #           bench lines for a few sizes (scripts/bench_sweep.sh).
+#   scale   1, 100, 1,000 and 10,000 QPs between two processes over shm, one SRQ: setup time
+#           per QP (median, p99), memory per QP, the message rate against one QP's
+#           (scripts/bench_scale.sh).
 #   middleware  our MPI ping-pong (tests/mpi) over emu0 through Open MPI (libfabric verbs, UCX)
 #           and MPICH (UCX), beside the same program over UCX's own shared memory and TCP:
 #           scripts/bench_middleware.sh says how.
@@ -68,6 +71,7 @@ usage() {
   echo "  cm      rdma_cm connections established per second (cmtime) over shm and tcp" >&2
   echo "  floors  what the machine allows without emurdma (cache line, TCP, memcpy, CMA)" >&2
   echo "  sweep   latency and bandwidth by size, every tool and the floor: CSV and PNG plots" >&2
+  echo "  scale   1 to 10,000 QPs: setup time, memory per QP, message rate against one QP" >&2
   echo "  middleware  MPI ping-pong over emu0 (Open MPI, MPICH) beside UCX's shm and TCP" >&2
 }
 
@@ -200,6 +204,8 @@ source "$repo/scripts/bench_floors.sh"
 source "$repo/scripts/bench_rates.sh"
 # shellcheck source=bench_sweep.sh
 source "$repo/scripts/bench_sweep.sh"
+# shellcheck source=bench_scale.sh
+source "$repo/scripts/bench_scale.sh"
 server_pid=""
 
 # A port for the next server, spread by our PID so that two runs on one host do not collide.
@@ -529,6 +535,7 @@ case "${1:-}" in
   cm) bench_cm ;;
   floors) bench_floors ;;
   sweep) bench_sweep ;;
+  scale) bench_scale ;;
   middleware)
     build
     bash scripts/bench_middleware.sh build

@@ -64,7 +64,9 @@ uint64_t run_for(double seconds, uint64_t batch, Step step, double* elapsed) {
 }
 
 // Steps per clock read: about a millisecond's worth at the size's expected speed.
-uint64_t batch_for(size_t size) { return size >= (size_t{1} << 20) ? 1 : (size_t{1} << 20) / size; }
+uint64_t batch_for(size_t size) {
+  return size >= (size_t{1} << 20) ? 1 : (size_t{1} << 20) / size;
+}
 
 // --- cacheline ------------------------------------------------------------------------------
 
@@ -77,8 +79,7 @@ struct alignas(64) SeqLine {
 
 double cacheline_us(size_t size, double seconds) {
   const size_t slot = (size + 63) / 64 * 64 + sizeof(SeqLine);
-  void* mem =
-      mmap(nullptr, 2 * slot, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* mem = mmap(nullptr, 2 * slot, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) die("mmap");
   char* ping_data = static_cast<char*>(mem);
   char* pong_data = ping_data + slot;
