@@ -25,7 +25,8 @@ bench_scale() {
     fig[rss/$n]="$(result_of "$lines" "qp_rss_${n}qp_bytes_per_qp")"
     fig[shm/$n]="$(result_of "$lines" "qp_shm_${n}qp_bytes_per_qp")"
     fig[ratio/$n]="$(result_of "$lines" "srq_rate_${n}qp_vs_1qp")"
-    fig[rate/$n]="$(result_of "$lines" "srq_rate_${n}qp_Mmsgps")"
+    # With one QP, srq_rate_1qp_Mmsgps is printed twice (the one-QP phase and the N-QP one).
+    fig[rate/$n]="$(result_of "$lines" "srq_rate_${n}qp_Mmsgps" | tail -n 1)"
   done
   local metric what unit direction line
   for metric in "qp_setup_median_us setup_median us lower" "qp_setup_p99_us setup_p99 us lower" \
