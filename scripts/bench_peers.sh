@@ -19,8 +19,14 @@ fi_pingpong_us() {
   fi
   peer_run "$port" "${run[@]}" "${common[@]}" -B "$port" -- \
     "${run[@]}" "${common[@]}" -P "$port" 127.0.0.1 | awk -v size="$size" '
+      # Its sizes print as 8, 512, 2k, 64k, 1m: bytes with a binary suffix.
+      function bytes(s) {
+        if (s ~ /k$/) return (s + 0) * 1024
+        if (s ~ /m$/) return (s + 0) * 1048576
+        return s + 0
+      }
       { for (i = 1; i <= NF; ++i) if ($i == "usec/xfer") col = i }
-      col && $1 == size && NF >= col { v = $col }
+      col && $1 ~ /^[0-9]+[km]?$/ && bytes($1) == size && NF >= col { v = $col }
       END { if (v != "") print v }' | figure_or_failed "fi_pingpong ${common[*]}"
 }
 

@@ -80,7 +80,7 @@ sweep_plot() {
   ((${#plots[@]} > 0)) || return 0
   local IFS=,
   gnuplot <<EOF
-set terminal png size 900,560
+set terminal pngcairo size 900,560
 set output '$dir/../sweep_${kind}_${transport}.png'
 set title "${kind/lat/latency} over $transport ($(hostname), $(date -u +%Y-%m-%d))"
 set logscale xy
