@@ -184,15 +184,24 @@ show() {
 
 # A TCP port for the connection qualifier (the DAT connection manager listens on it) with room
 # above it: dapltest's test threads use the next ports. Below the kernel's ephemeral range and
-# spread by PID and RANDOM, so that tests running in parallel pick different ones.
+# spread by PID and RANDOM. Two tests starting together could both find the same range free
+# before either listens (seen in CI: dtestcm and dapltest on 20000, dapltest's client then
+# reaching dtestcm's server), so a range is also claimed with a lock file this script holds
+# open until it exits (port_lock_fd; its children inherit it and release it as they end).
+# Sets port; runs in this shell (not in $(...)), which must keep the lock's descriptor.
 pick_port() {
-  local port i
+  local i lock
   for ((i = 0; i < 50; ++i)); do
     port=$((20000 + ((RANDOM * 7 + $$) % 120) * 100))
-    if ! command -v ss >/dev/null || [[ -z $(ss -ltnH "sport >= :$port and sport <= :$((port + 40))" 2>/dev/null) ]]; then
-      echo "$port"
-      return
+    if command -v ss >/dev/null && [[ -n $(ss -ltnH "sport >= :$port and sport <= :$((port + 40))" 2>/dev/null) ]]; then
+      continue
     fi
+    lock="${TMPDIR:-/tmp}/emurdma-dat-port-$port.lock"
+    exec {port_lock_fd}>>"$lock" || continue
+    if flock -n "$port_lock_fd"; then
+      return 0
+    fi
+    exec {port_lock_fd}>&-
   done
   fail "no free TCP port range found"
 }
@@ -242,7 +251,7 @@ if [[ $mode == netns ]]; then
 fi
 
 # --- command lines --------------------------------------------------------------------------
-port="$(pick_port)" || exit 1
+pick_port
 server_cmd=()
 client_cmd=()
 quit_cmd=()
