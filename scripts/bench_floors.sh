@@ -30,12 +30,9 @@ floor_figure() {
   awk '{ printf "%.3f\n", $3 }' <<<"$out"
 }
 
-# The figure functions of bench.sh's compare for the floors alone.
-floors_lat() { floor_figure "$1"; }
-floors_bw() { floor_figure "$1"; }
-
+# floor_figure is the figure function: compare calls it with each mode as the label.
 bench_floors() {
   build
-  compare floors_lat_8B_us us lower floors_lat cacheline tcp
-  compare floors_bw_1MiB_GBps GB/s higher floors_bw memcpy vm_readv tcp_stream
+  compare floors_lat_8B_us us lower floor_figure cacheline tcp
+  compare floors_bw_1MiB_GBps GB/s higher floor_figure memcpy vm_readv tcp_stream
 }
