@@ -259,6 +259,10 @@ bool Node::poll_satisfied() const {
   return program_poll_satisfied();
 }
 
+bool Node::in_program_poll() const {
+  return emu::in_program_poll();
+}
+
 bool Node::direct_target(Link& from, const FrameHeader& header, DirectTarget* target) {
   bool placed = false;
   with_qp(header.dst_qpn, [&](Qp& qp) { placed = qp.direct_target(from, header, target); });

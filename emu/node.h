@@ -109,6 +109,7 @@ class Node : public FrameSink {
   bool hold_region(uint32_t region_key) override { return mrs_.hold(region_key); }
   void release_region(uint32_t region_key) override { mrs_.release_hold(region_key); }
   bool poll_satisfied() const override;
+  bool in_program_poll() const override;
 
   // What hostile or confused peers sent that the node dropped (counted, logged at most once a
   // second). A frame for a connected QP (RC, UC) from a link to another node than the QP's

@@ -43,6 +43,10 @@ void hand_to_poll(const void* cq, const ibv_wc& wc) {
   note_completion(cq);
 }
 
+bool in_program_poll() {
+  return t_polled_cq != nullptr;
+}
+
 bool program_poll_satisfied() {
   return t_polled_cq != nullptr && t_wanted <= 0;
 }

@@ -46,5 +46,7 @@ void hand_to_poll(const void* cq, const ibv_wc& wc);
 
 // True inside a PollDemandScope once this thread has pushed the completions it asked for.
 bool program_poll_satisfied();
+// True inside a PollDemandScope: this thread is a program's CQ poll.
+bool in_program_poll();
 
 }  // namespace emu

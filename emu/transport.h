@@ -225,6 +225,10 @@ class FrameSink {
   // its next request: the program gets its completion without waiting for the frames behind
   // it, which its next poll, or the transport's own thread, reads.
   virtual bool poll_satisfied() const { return false; }
+  // Whether this thread delivers inside a program's CQ poll (rather than a transport's or the
+  // engine's own thread): work a transport may leave to the program (shm's large writes copied
+  // in pieces) is done by its polls, and not by a thread that would take a core from it.
+  virtual bool in_program_poll() const { return false; }
   // The link ended. Frames already received from it have been delivered first. When the peer
   // said goodbye before closing it (link.farewell(): its program ended in order), the QPs using
   // it see silence, as on hardware (their own timers decide); otherwise (the peer died, the

@@ -19,6 +19,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -331,6 +332,23 @@ inline bool sees_end_of_stream(int fd, std::chrono::milliseconds limit) {
 }
 
 // Waits (bounded) for the child; kills it if it overstays. Its exit code, or -1.
+// Mappings of this process that are read-only and shared (what a receiver makes of an object a
+// peer hands it) of the memfd named `name`.
+inline size_t read_only_mappings_of_memfd(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  size_t n = 0;
+  const std::string path = "/memfd:" + name + " (deleted)";
+  while (std::getline(maps, line)) {
+    const auto perms_at = line.find(' ') + 1;
+    if (line.compare(perms_at, 4, "r--s") != 0) continue;
+    if (line.size() >= path.size() &&
+        line.compare(line.size() - path.size(), path.size(), path) == 0)
+      ++n;
+  }
+  return n;
+}
+
 inline int reap(pid_t child) {
   const auto deadline = Clock::now() + kChildLimit;
   int status = 0;

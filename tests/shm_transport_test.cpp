@@ -314,6 +314,27 @@ TEST(ShmRing, SmallRecordsGoBackToTheProducerAtRelease) {
   EXPECT_NE(producer.reserve(64), nullptr);
 }
 
+// A consumer that reads past records it has not finished with (a large write copied in
+// pieces, the frames that wait for it) holds them: the producer gets nothing back from the held
+// record on, however far the consumer reads, until the hold is lifted.
+TEST(ShmRing, NothingFromAHeldRecordOnGoesBackToTheProducer) {
+  auto ring = std::make_unique<TestRing<kSmallRing>>();
+  RingProducer producer = ring->producer();
+  RingConsumer consumer = ring->consumer();
+  while (push(producer, 64, 1, 0)) {
+  }
+  uint64_t available = 0;
+  RecordHead head{};
+  ASSERT_NE(consumer.front(&head, &available), nullptr);
+  consumer.hold(consumer.next_index());
+  while (consumer.front(&head, &available) != nullptr) consumer.pop(head.size);
+  EXPECT_FALSE(consumer.release());
+  EXPECT_FALSE(producer.wait_for_room(64)) << "space of a held record went back";
+  consumer.unhold();
+  EXPECT_TRUE(consumer.release());  // the producer waits: rung
+  EXPECT_NE(producer.reserve(64), nullptr);
+}
+
 TEST(ShmRing, ReleaseAsksForNoDoorbellWhenNoProducerWaits) {
   auto ring = std::make_unique<TestRing<kSmallRing>>();
   RingProducer producer = ring->producer();
@@ -978,23 +999,6 @@ class ShmVictimTest : public ::testing::Test {
 // Payload a hostile record may point at: real memory of this process, so only the
 // validation stands between it and a delivered frame.
 uint8_t readable_bytes[4096];
-
-// Mappings of this process that are read-only and shared (what a receiver makes of an object a
-// peer hands it) of the memfd named `name`.
-size_t read_only_mappings_of_memfd(const std::string& name) {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  size_t n = 0;
-  const std::string path = "/memfd:" + name + " (deleted)";
-  while (std::getline(maps, line)) {
-    const auto perms_at = line.find(' ') + 1;
-    if (line.compare(perms_at, 4, "r--s") != 0) continue;
-    if (line.size() >= path.size() &&
-        line.compare(line.size() - path.size(), path.size(), path) == 0)
-      ++n;
-  }
-  return n;
-}
 
 bool wait_read_only_mappings_of_memfd(const std::string& name, size_t n,
                                       std::chrono::milliseconds limit) {

@@ -3,8 +3,9 @@
 // segment: the input is cut into records that the peer's producer (RingProducer, the other
 // end's code) writes into the link's incoming ring, head sizes optionally corrupted as a
 // hostile peer may; ShmLink::drain then reads them as the receiver thread does, delivering to
-// a sink that reads every payload it is handed. The peer has shared one 4 KiB object (as
-// SideChannel::share does), so that mapped payloads name something real.
+// a sink that reads every payload it is handed, and that accepts large RDMA WRITEs in place (so
+// that the receiver copies them in pieces and reads on past them). The peer has shared one
+// 4 KiB object (as SideChannel::share does), so that mapped payloads name something real.
 //
 // Input: records, each {kind u8, flags u8, body length u16 (little-endian)} then that many
 // body bytes (cut at the input's end); flags bit 0: a u32 follows the length, written over
@@ -46,6 +47,8 @@ constexpr size_t kObjectBytes = 4096;
 // The sink reads at most this much of a payload, then skips the rest, as the engine reads only
 // into the memory a receive or a write names.
 constexpr size_t kReadAtMost = 64 * 1024;
+// Where a large RDMA WRITE the sink accepts lands (ReadingSink::direct_target).
+constexpr size_t kTargetBytes = 4 << 20;
 
 class ReadingSink final : public FrameSink {
  public:
@@ -64,6 +67,19 @@ class ReadingSink final : public FrameSink {
     FUZZ_CHECK(payload.size() == 0);
   }
   void on_link_down(Link&) override {}
+  // As the engine's responder for a WRITE it would execute now: a target, so that large writes
+  // are copied in pieces (shm_bulk_write.h) and the records behind them read ahead or set aside;
+  // and a program's poll, which copies those pieces.
+  bool direct_target(Link&, const FrameHeader& h, transports::DirectTarget* t) override {
+    static const std::unique_ptr<uint8_t[]> target(new uint8_t[kTargetBytes]);
+    if (h.length > kTargetBytes) return false;
+    t->addr = target.get();
+    t->region_key = 1;
+    return true;
+  }
+  bool hold_region(uint32_t) override { return true; }
+  void release_region(uint32_t) override {}
+  bool in_program_poll() const override { return true; }
 
   size_t frames = 0;
   size_t local_bytes = 0;
@@ -84,9 +100,11 @@ class Owner final : public shm::LinkOwner {
   bool incoming_unread_from(const emu::Gid&) override { return false; }
   bool find_shared(const void*, size_t, shm::SharedPiece*) const override { return false; }
   shm::MappingBudget& mapping_budget() override { return budget_; }
+  shm::BulkActivity& bulk_activity() override { return activity_; }
 
   ReadingSink sink_;
   shm::MappingBudget budget_;
+  shm::BulkActivity activity_;
 };
 
 // Hands the link the peer's object over the side channel, as SideChannel::share does.

@@ -222,6 +222,11 @@ bool ObservedTransport::poll_satisfied() const {
   return sink != nullptr && sink->poll_satisfied();
 }
 
+bool ObservedTransport::in_program_poll() const {
+  FrameSink* sink = sink_.load(std::memory_order_acquire);
+  return sink != nullptr && sink->in_program_poll();
+}
+
 void ObservedTransport::on_link_down(Link& link) {
   ObservedLink& w = wrapper_of(link);
   std::shared_ptr<ObservedLink> keep = w.shared_from_this();

@@ -60,6 +60,7 @@ class ObservedTransport final : public Transport, private FrameSink {
   bool hold_region(uint32_t region_key) override;
   void release_region(uint32_t region_key) override;
   bool poll_satisfied() const override;
+  bool in_program_poll() const override;
   void on_link_down(Link& link) override;
 
   // The wrapper of an inner link, made the first time the link is seen.

@@ -94,8 +94,8 @@ class ShmLink : public Link, public std::enable_shared_from_this<ShmLink> {
 
   // Delivers up to budget incoming frames to the sink; 0 when another thread is draining
   // (*contended, when given, is then set).
-  size_t drain(size_t budget, bool* contended = nullptr) {
-    return receiver_.drain(budget, contended);
+  size_t drain(size_t budget, bool* contended = nullptr, bool copy_unpolled = false) {
+    return receiver_.drain(budget, contended, copy_unpolled);
   }
   // drain() for a program's poll: a look at the ring first (ShmReceiver::drain_for_poll).
   size_t drain_for_poll(size_t budget) { return receiver_.drain_for_poll(budget); }

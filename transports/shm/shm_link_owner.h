@@ -7,6 +7,7 @@
 
 #include "transports/common/engine_interface.h"
 #include "transports/shm/shared_memory.h"
+#include "transports/shm/shm_bulk_write.h"
 #include "transports/shm/shm_mapping_budget.h"
 
 namespace transports::shm {
@@ -34,6 +35,8 @@ class LinkOwner {
   virtual bool find_shared(const void* addr, size_t len, SharedPiece* out) const = 0;
   // What the peers of all links together may make this process map.
   virtual MappingBudget& mapping_budget() = 0;
+  // Large writes copied in pieces on all links, and the small frames delivered meanwhile.
+  virtual BulkActivity& bulk_activity() = 0;
 };
 
 }  // namespace transports::shm

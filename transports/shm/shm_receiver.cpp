@@ -6,6 +6,8 @@
 // sleep announcements and the look of incoming_pending.
 #include "transports/shm/shm_receiver.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <new>
 #include <string>
@@ -27,7 +29,9 @@ ShmReceiver::ShmReceiver(const RingConsumer& consumer, RingControl* incoming, Sh
       peer_pid_(peer_pid),
       incoming_look_(consumer.look()),
       consumer_(consumer),
-      incoming_(incoming) {
+      incoming_(incoming),
+      activity_(owner.bulk_activity()),
+      bulk_(side, activity_) {
   next_incoming_.store(consumer_.next_index(), std::memory_order_relaxed);
 }
 
@@ -46,11 +50,12 @@ void ShmReceiver::cancel_sleep() {
 bool ShmReceiver::incoming_pending() const {
   // Where the last drain left the ring (the index the producer sees lags behind it).
   // Sequentially consistent: pairs with the producer's record publication (announce_sleep).
+  if (bulk_pending_.load(std::memory_order_acquire)) return true;  // a copy to go on with
   return incoming_look_.published(next_incoming_.load(std::memory_order_relaxed),
                                   std::memory_order_seq_cst);
 }
 
-size_t ShmReceiver::drain(size_t budget, bool* contended) {
+size_t ShmReceiver::drain(size_t budget, bool* contended, bool copy_unpolled) {
   if (!link_up()) return 0;
   if (!lock_.try_lock()) {
     if (contended != nullptr) *contended = true;
@@ -61,17 +66,44 @@ size_t ShmReceiver::drain(size_t budget, bool* contended) {
     return 0;
   }
   size_t records = 0;
+  const uint64_t read_from = consumer_.next_index();
   bool wake_peer = false;
   std::string why;
   bool delivered_request = false;
+  uint32_t small = 0;  // short and inline frames delivered
   {
     // Deliveries end before the drain lock is let go: wait_for_drain() fences them.
     const FencedDeliveries fenced;
+    // Records read past a bulk write since its last piece: it gets a piece at least every
+    // kPassedPerPiece of them, so that a stream of small frames cannot starve it.
+    constexpr size_t kPassedPerPiece = 16;
+    size_t passed = 0;
+    bool copied = false;  // a piece, while the ring had nothing
     while (records < budget) {
+      if (bulk_.active() && passed >= kPassedPerPiece) {
+        passed = 0;
+        if (!advance_bulk(&wake_peer, &why)) break;
+        ++records;
+      }
       uint64_t available = 0;
       RecordHead head;
       const uint8_t* rec = consumer_.front(&head, &available);
-      if (rec == nullptr) break;
+      if (rec == nullptr) {
+        if (!bulk_.active()) break;
+        // Nothing to read past it: the next piece, one per call, so that the caller looks at
+        // its other links and its CQ between two (a drain that must finish everything,
+        // SIZE_MAX, copies it all). A program's poll copies; another thread (the engine's
+        // timers, the receiver thread) only when told that no program is polling
+        // (`copy_unpolled`): otherwise it would take a core from the pollers, which copy anyway.
+        FrameSink* sink = owner_.sink();
+        const bool program = sink != nullptr && sink->in_program_poll();
+        if (budget != SIZE_MAX && (copied || (!program && !copy_unpolled))) break;
+        passed = 0;
+        if (!advance_bulk(&wake_peer, &why)) break;
+        copied = true;
+        ++records;  // work done: the caller comes back
+        continue;
+      }
       const uint32_t size = head.size;
       if (size < sizeof(RecordHead) || size % kRecordAlign != 0 || size > available) {
         why = "record of " + std::to_string(size) + " bytes where " + std::to_string(available) +
@@ -85,7 +117,34 @@ size_t ShmReceiver::drain(size_t budget, bool* contended) {
       const FrameOp op = frame ? static_cast<FrameOp>(body[0]) : FrameOp::kSend;
       // Asked only then: a poll that finds nothing pays no call.
       if (delivered_request && frame && is_answer(op) && owner_.draining_in_progress()) break;
-      if (!deliver(body, size - static_cast<uint32_t>(sizeof(RecordHead)), head.kind, &why)) break;
+      const uint32_t body_bytes = size - static_cast<uint32_t>(sizeof(RecordHead));
+      const uint64_t index = consumer_.next_index();
+      if (bulk_.active()) {
+        const Pass pass = read_past(body, body_bytes, head.kind);
+        if (pass == Pass::kStop) {
+          // This record cannot overtake the bulk write (or no more can wait): the write
+          // finishes first, then the records that waited for it; then this one is read again.
+          const uint64_t current = bulk_.index();
+          bool failed = false;
+          while (!failed && bulk_.active() && bulk_.index() == current) {
+            failed = !advance_bulk(&wake_peer, &why);
+            ++records;
+          }
+          if (failed) break;
+          continue;
+        }
+        ++passed;
+        if (pass == Pass::kDefer) {
+          uint32_t qpn = 0;
+          uint64_t bytes = 0;
+          record_dst_qpn(body, body_bytes, head.kind, &qpn, &bytes);
+          deferred_.push({body, body_bytes, head.kind, qpn, index});
+          wake_peer |= consumer_.pop(size);  // read; the ring holds its bytes (update_hold)
+          continue;
+        }
+      }
+      if (!deliver(body, body_bytes, head.kind, index, &why)) break;
+      small += head.kind == kFrameShort || head.kind == kFrameInline;
       delivered_request |= frame && is_request(op);
       wake_peer |= consumer_.pop(size);
       ++records;
@@ -97,7 +156,12 @@ size_t ShmReceiver::drain(size_t budget, bool* contended) {
       }
     }
   }
-  if (records != 0) consumer_.publish_consumed();
+  if (consumer_.next_index() != read_from) consumer_.publish_consumed();
+  bulk_pending_.store(bulk_.active(), std::memory_order_release);
+  // Only while a large write is copied somewhere (one load otherwise): its pieces shrink.
+  if (small != 0 && activity_.writes.load(std::memory_order_relaxed) != 0) {
+    activity_.small_frames.fetch_add(small, std::memory_order_relaxed);
+  }
   next_incoming_.store(consumer_.next_index(), std::memory_order_relaxed);
   // Under the drain lock: release() takes it before it closes the descriptor.
   if (wake_peer) doorbell_.ring();
@@ -106,7 +170,7 @@ size_t ShmReceiver::drain(size_t budget, bool* contended) {
   return records;
 }
 
-bool ShmReceiver::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind,
+bool ShmReceiver::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kind, uint64_t index,
                           std::string* why) {
   FrameSink* sink = owner_.sink();
   if (kind == kChunk) return deliver_staged_chunk(body, body_bytes, why);
@@ -146,7 +210,7 @@ bool ShmReceiver::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kin
     return true;
   }
 
-  if (kind == kFrameMapped) return deliver_mapped(fr, state_word, rest, rest_bytes, why);
+  if (kind == kFrameMapped) return deliver_mapped(fr, state_word, rest, rest_bytes, index, why);
 
   if (kind == kFrameRemote) {
     if (fr.iov_count == 0 || fr.iov_count > kMaxRemoteIov ||
@@ -169,7 +233,7 @@ bool ShmReceiver::deliver(const uint8_t* body, uint32_t body_bytes, uint32_t kin
       *why = "remote payload pieces do not add up to its length";
       return false;
     }
-    return deliver_remote(fr.header, state_word, iov, fr.iov_count, why);
+    return deliver_remote(fr.header, state_word, iov, fr.iov_count, index, why);
   }
 
   // kFrameStaged: the payload follows in chunks.
@@ -206,10 +270,20 @@ bool ShmReceiver::take(const uint8_t* state_word, bool* retracted, std::string* 
 }
 
 bool ShmReceiver::deliver_remote(const FrameHeader& header, const uint8_t* state_word,
-                                 const RemoteIov* iov, uint32_t count, std::string* why) {
+                                 const RemoteIov* iov, uint32_t count, uint64_t index,
+                                 std::string* why) {
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < count; ++i) bytes += iov[i].len;  // checked: at most kMaxPayload
+  DirectTarget target;
+  const bool in_pieces = bulk_candidate(header, bytes, &target);
   bool retracted = false;
   if (!take(state_word, &retracted, why)) return false;
   if (retracted) return true;  // its memory went back to the sender's program: nothing comes
+  if (in_pieces) {
+    bulk_.begin_remote(header, state_word, iov, count, peer_pid_, target, index);
+    update_hold();
+    return true;
+  }
   RemotePayload payload(peer_pid_, state_word, iov, count);
   return deliver_taken(header, payload, "the peer's memory could not be read (process gone?)", why);
 }
@@ -234,7 +308,8 @@ bool ShmReceiver::deliver_taken(const FrameHeader& header, ByReferencePayload& p
 }
 
 bool ShmReceiver::deliver_mapped(const FrameRecord& fr, const uint8_t* state_word,
-                                 const uint8_t* rest, uint32_t rest_bytes, std::string* why) {
+                                 const uint8_t* rest, uint32_t rest_bytes, uint64_t index,
+                                 std::string* why) {
   if (fr.iov_count == 0 || fr.iov_count > kMaxRemoteIov ||
       uint64_t{fr.iov_count} * sizeof(MappedIov) > rest_bytes) {
     *why = "mapped payload with " + std::to_string(fr.iov_count) + " pieces";
@@ -280,9 +355,18 @@ bool ShmReceiver::deliver_mapped(const FrameRecord& fr, const uint8_t* state_wor
     return false;
   }
   if (all_mapped) {
+    DirectTarget target;
+    const bool in_pieces = bulk_candidate(fr.header, sum, &target);
     bool retracted = false;
     if (!take(state_word, &retracted, why)) return false;
     if (retracted) return true;  // as deliver_remote
+    if (in_pieces) {
+      uint32_t objects[kMaxRemoteIov];
+      for (uint32_t i = 0; i < fr.iov_count; ++i) objects[i] = mapped[i].object;
+      bulk_.begin_mapped(fr.header, state_word, pieces, objects, fr.iov_count, target, index);
+      update_hold();
+      return true;
+    }
     MappedPayload payload(state_word, pieces, fr.iov_count);
     return deliver_taken(fr.header, payload,
                          "the peer's object shrank under a payload read from it (SIGBUS)", why);
@@ -294,7 +378,86 @@ bool ShmReceiver::deliver_mapped(const FrameRecord& fr, const uint8_t* state_wor
     return false;
   }
   for (uint32_t i = 0; i < fr.iov_count; ++i) pieces[i] = RemoteIov{mapped[i].addr, mapped[i].len};
-  return deliver_remote(fr.header, state_word, pieces, fr.iov_count, why);
+  return deliver_remote(fr.header, state_word, pieces, fr.iov_count, index, why);
+}
+
+bool ShmReceiver::bulk_candidate(const FrameHeader& header, uint64_t payload_bytes,
+                                 DirectTarget* target) {
+  // Only a write whose every byte the responder checked before it is written: its header's
+  // length is its payload's (direct_target checks the rkey's range for header.length).
+  if (bulk_.active() || header.op != FrameOp::kWrite || payload_bytes < BulkWrite::kMinBytes ||
+      payload_bytes != header.length) {
+    return false;
+  }
+  FrameSink* sink = owner_.sink();
+  return sink != nullptr && sink->direct_target(link_, header, target);
+}
+
+ShmReceiver::Pass ShmReceiver::read_past(const uint8_t* body, uint32_t body_bytes,
+                                         uint32_t kind) const {
+  uint32_t qpn = 0;
+  uint64_t bytes = 0;
+  if (!record_dst_qpn(body, body_bytes, kind, &qpn, &bytes)) return Pass::kStop;
+  // A frame of a QP that has one waiting keeps its place behind it (a QP's frames are
+  // delivered in order); a large one by reference waits too (it would copy all at once, or be
+  // the next bulk write). Frames of different QPs have no order between them.
+  const bool waits =
+      qpn == bulk_.header().dst_qpn || deferred_.holds(qpn) ||
+      ((kind == kFrameRemote || kind == kFrameMapped) && bytes >= BulkWrite::kMinBytes);
+  if (!waits) return Pass::kDeliver;
+  return deferred_.full() ? Pass::kStop : Pass::kDefer;
+}
+
+bool ShmReceiver::advance_bulk(bool* wake_peer, std::string* why) {
+  // Small pieces while small frames come (on any link), larger ones while none do.
+  const uint64_t small_frames = activity_.small_frames.load(std::memory_order_relaxed);
+  piece_bytes_ = small_frames != small_frames_seen_
+                     ? BulkWrite::kMinPiece
+                     : std::min(piece_bytes_ * 2, BulkWrite::kMaxPiece);
+  small_frames_seen_ = small_frames;
+  if (!bulk_.copy_piece(owner_.sink(), piece_bytes_)) return true;
+  if (!deliver_bulk(why)) return false;
+  // The records that waited, in order, until one begins the next bulk write.
+  while (!bulk_.active() && !deferred_.empty()) {
+    const DeferredRecords::Record r = deferred_.front();
+    deferred_.pop();
+    if (!deliver(r.body, r.body_bytes, r.kind, r.index, why)) return false;
+  }
+  *wake_peer |= update_hold();
+  return true;
+}
+
+bool ShmReceiver::deliver_bulk(std::string* why) {
+  ByReferencePayload& record = bulk_.record();
+  FrameHeader h = bulk_.header();
+  // A region deregistered under the copy: a write through a key that names nothing, which the
+  // responder refuses (remote access error).
+  if (bulk_.lost()) h.rkey = 0;
+  PlacedPayload payload(bulk_.target(), h.length, record);
+  if (FrameSink* sink = owner_.sink()) sink->on_frame(link_, h, payload);
+  const uint32_t found = record.finish();
+  const bool failed = record.failed();
+  bulk_.end();
+  if (found == kByReferenceRevoked) return true;  // a lost frame, as deliver_taken
+  if (found != kByReferenceTaken) {
+    *why = "by-reference record in state " + std::to_string(found) + " while it was read";
+    return false;
+  }
+  if (failed) {
+    *why = "the peer's memory could not be read (process gone, or an object shrank under it)";
+    return false;
+  }
+  return true;
+}
+
+bool ShmReceiver::update_hold() {
+  if (bulk_.active()) {
+    // Older than every record deferred behind it.
+    consumer_.hold(bulk_.index());
+    return false;
+  }
+  consumer_.unhold();
+  return consumer_.release();
 }
 
 bool ShmReceiver::deliver_short(const uint8_t* body, uint32_t body_bytes, std::string* why) {

@@ -133,6 +133,7 @@ void ShmTransport::receiver_main() {
     const bool polled = polls_seen.look(program_polls_.count()) >= kBusyPollerPolls;
     const bool delivered_itself = deliveries_seen.look(program_deliveries_.count()) != 0;
     const bool program_busy = !polls_paused && (contended || polled || delivered_itself);
+    receiver_copies_.store(!program_busy, std::memory_order_relaxed);
     int timeout_ms = kSleepCapMs;
     if (program_busy) {
       timeout_ms = static_cast<int>(nap.take().count());

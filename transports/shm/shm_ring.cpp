@@ -142,11 +142,12 @@ bool RingConsumer::pop(uint32_t size) {
 }
 
 bool RingConsumer::release() {
-  if (head_ == released_) return false;
-  released_ = head_;
+  const uint64_t upto = head_ < hold_ ? head_ : hold_;
+  if (upto <= released_) return false;
+  released_ = upto;
   // Hands the bytes back to the producer.
   base::tsan_release(sync_key_);
-  control_->head.store(head_, std::memory_order_seq_cst);
+  control_->head.store(upto, std::memory_order_seq_cst);
   // With the store above, a Dekker pair with wait_for_room().
   if (control_->producer_waiting.load(std::memory_order_seq_cst) == 0) return false;
   return control_->producer_waiting.exchange(0, std::memory_order_acq_rel) != 0;

@@ -156,8 +156,13 @@ class RingConsumer {
   // producer here once an eighth of the ring awaits release; returns true when the producer
   // had asked to be woken (the caller rings its doorbell).
   bool pop(uint32_t size);
-  // Hands every consumed byte back to the producer now; true as pop().
+  // Hands every consumed byte back to the producer now (none at or past a hold); true as pop().
   bool release();
+  // Keeps the bytes from ring index `index` on from going back to the producer: records read
+  // but not yet finished with (a large write copied in pieces, the frames read past it) stay
+  // where the producer cannot overwrite them. unhold() lifts it; the caller then release()s.
+  void hold(uint64_t index) { hold_ = index; }
+  void unhold() { hold_ = UINT64_MAX; }
   // Tells the producer how far this side has read (RingControl::consumed): once per drain
   // pass that read something, never per record.
   void publish_consumed() { control_->consumed.store(head_, std::memory_order_release); }
@@ -177,8 +182,9 @@ class RingConsumer {
   const uint8_t* data_ = nullptr;
   uint64_t capacity_ = 0;
   uint64_t salt_ = 0;
-  uint64_t head_ = 0;      // where the next record starts
-  uint64_t released_ = 0;  // the value of control->head we last stored
+  uint64_t head_ = 0;           // where the next record starts
+  uint64_t released_ = 0;       // the value of control->head we last stored
+  uint64_t hold_ = UINT64_MAX;  // nothing from this index on is released
   const void* sync_key_ = nullptr;
 };
 

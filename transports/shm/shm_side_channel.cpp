@@ -69,10 +69,11 @@ void SideChannel::take(const SideMessage& m, int fd) {
     case SideMessageKind::kForgetObject: {
       auto it = peer_objects_.find(m.object);
       if (it == peer_objects_.end()) break;
-      ::munmap(const_cast<uint8_t*>(it->second.base), it->second.size);
-      budget_.give_back(it->second.size);
-      mapped_bytes_ -= it->second.size;
-      peer_objects_.erase(it);
+      if (it->second.pins != 0) {
+        it->second.forgotten = true;  // a large write still reads it: unmapped by unpin
+        break;
+      }
+      unmap(it);
       break;
     }
     case SideMessageKind::kProof:
@@ -86,6 +87,24 @@ void SideChannel::take(const SideMessage& m, int fd) {
       break;  // a later version's message: nothing this end must act on
   }
   if (fd >= 0) ::close(fd);  // a mapping keeps its object
+}
+
+void SideChannel::unmap(std::unordered_map<uint32_t, Mapping>::iterator it) {
+  ::munmap(const_cast<uint8_t*>(it->second.base), it->second.size);
+  budget_.give_back(it->second.size);
+  mapped_bytes_ -= it->second.size;
+  peer_objects_.erase(it);
+}
+
+void SideChannel::pin(uint32_t object) {
+  auto it = peer_objects_.find(object);
+  if (it != peer_objects_.end()) ++it->second.pins;
+}
+
+void SideChannel::unpin(uint32_t object) {
+  auto it = peer_objects_.find(object);
+  if (it == peer_objects_.end() || it->second.pins == 0) return;
+  if (--it->second.pins == 0 && it->second.forgotten) unmap(it);
 }
 
 void SideChannel::take_proof(const ProbeNonce& nonce) {

@@ -26,6 +26,8 @@ class SideChannel {
   struct Mapping {
     const uint8_t* base = nullptr;
     uint64_t size = 0;
+    uint32_t pins = 0;       // large writes being copied from it (pin)
+    bool forgotten = false;  // the peer forgot it while pinned: unmapped at the last unpin
   };
 
   // `budget`: what all the transport's links may map together (shm_mapping_budget.h).
@@ -61,8 +63,12 @@ class SideChannel {
   // Drain lock. Our mapping of the peer's object, or nullptr.
   const Mapping* mapping(uint32_t object) const {
     auto it = peer_objects_.find(object);
-    return it == peer_objects_.end() ? nullptr : &it->second;
+    return it == peer_objects_.end() || it->second.forgotten ? nullptr : &it->second;
   }
+  // Drain lock. Keeps a mapped object mapped while a large write is copied from it across
+  // drain passes (ShmBulkWrite): a forget that comes meanwhile unmaps it at the last unpin.
+  void pin(uint32_t object);
+  void unpin(uint32_t object);
 
   // Both locks. Closes the socket and unmaps the peer's objects.
   void close();
@@ -75,6 +81,8 @@ class SideChannel {
   void take_proof(const ProbeNonce& nonce);
   // A share: the object mapped read-only, within the limits.
   void map_shared(uint32_t object, int fd);
+  // Unmaps a peer's object and gives its bytes back to the budgets.
+  void unmap(std::unordered_map<uint32_t, Mapping>::iterator it);
 
   int socket_fd_;
   MappingBudget& budget_;

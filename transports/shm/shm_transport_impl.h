@@ -140,6 +140,7 @@ class ShmTransport final : public Transport, public LinkOwner {
     return shared_ranges_.find(addr, len, out);
   }
   MappingBudget& mapping_budget() override { return mapping_budget_; }
+  BulkActivity& bulk_activity() override { return bulk_activity_; }
 
   uint64_t register_memory(const void* addr, size_t length) override {
     return options_.map_shared ? shared_ranges_.add(addr, length) : 0;
@@ -280,8 +281,10 @@ class ShmTransport final : public Transport, public LinkOwner {
     for (size_t i = 0; i < n; ++i) {
       ShmLink* link = active_[i].load(std::memory_order_acquire);
       if (!link->up()) continue;
-      delivered += contended != nullptr ? link->drain(kDrainBudget, contended)
-                                        : link->drain_for_poll(kDrainBudget);
+      delivered += contended != nullptr
+                       ? link->drain(kDrainBudget, contended,
+                                     receiver_copies_.load(std::memory_order_relaxed))
+                       : link->drain_for_poll(kDrainBudget);
       if (link->has_backlog()) link->flush_backlog();
     }
     return delivered;
@@ -313,6 +316,7 @@ class ShmTransport final : public Transport, public LinkOwner {
   std::atomic<uint64_t> links_version_{0};
 
   SharedRanges shared_ranges_;    // registered memory that peers may map
+  BulkActivity bulk_activity_;    // (before the links: they use it)
   MappingBudget mapping_budget_;  // what peers may make us map (before the links: they use it)
 
   std::mutex sink_mutex_;  // link-down reports
@@ -323,7 +327,10 @@ class ShmTransport final : public Transport, public LinkOwner {
   transports::ProgramPolls program_deliveries_;  // ... that delivered frames
   std::atomic<bool> answers_held_{false};        // some link may hold ACKs
   std::atomic<bool> receiver_napping_{false};    // the receiver thread naps beside a program
-  std::atomic<bool> polls_paused_{false};        // ... and the engine said it stops (send_held)
+  // The receiver thread copies large writes in pieces (ShmReceiver::drain's copy_unpolled):
+  // set while it found no program polling, at its last decision (receiver_main).
+  std::atomic<bool> receiver_copies_{true};
+  std::atomic<bool> polls_paused_{false};  // ... and the engine said it stops (send_held)
   std::atomic<bool> stopping_{false};
   PendingHandshakes pending_;   // receiver thread only
   RetiredLinks retired_links_;  // receiver thread only
