@@ -8,7 +8,10 @@
 # Latency under load: an 8-byte ping-pong's median, p99 and p99.9 on one QP, idle and while
 # another QP of the same two processes streams 1 MiB RDMA WRITEs (transport_bench lat --load),
 # over shm and TCP; the goal is a loaded p99 within 2x of the idle one.
-# Not yet here (issue 26): many processes, every pair connected.
+# Processes: 2, 4, 8 and 16 processes of one host, every pair connected by an RC QP each way over
+# shm (mesh_bench): the time to connect the mesh, the host's shared memory per pair, the
+# aggregate 8-byte write rate, and the shared memory left once they all exited (goal: none;
+# per pair: not growing with the count). EMURDMA_BENCH_SCALE_PROCS overrides the counts.
 
 bench_scale() {
   build
@@ -39,7 +42,39 @@ bench_scale() {
   done
   # The goal's own line: 10,000 QPs within 20 % of one QP's rate.
   [[ -n ${fig[ratio/10000]:-} ]] && echo "bench qp_rate_10000qp_vs_1qp ratio higher ours=${fig[ratio/10000]}"
+  bench_mesh
   bench_loaded_latency
+}
+
+# N processes, every pair connected: one line per figure, a word per count (medians of rounds).
+bench_mesh() {
+  local bin=build/tests/bench/mesh_bench counts n round lines metric what unit direction
+  [[ -x $bin ]] || return 0
+  read -r -a counts <<<"${EMURDMA_BENCH_SCALE_PROCS:-2 4 8 16}"
+  local -A got=()
+  for n in "${counts[@]}"; do
+    if ! [[ $n =~ ^[0-9]+$ ]] || ((n < 2 || n > 16)); then
+      echo "bench: EMURDMA_BENCH_SCALE_PROCS: $n is not 2..16" >&2
+      exit 2
+    fi
+    for ((round = 1; round <= bench_rounds; ++round)); do
+      echo "bench: mesh_bench --procs $n over shm" >&2
+      lines="$(EMURDMA_TRANSPORT=shm timeout "$kToolTimeout" "$bin" --procs "$n" --seconds 1 \
+        --yield 1 | grep '^result ')" || true
+      for what in connect_ms shm_bytes_per_pair rate_Mmsgs shm_left_bytes; do
+        got[$what/$n]+=" $(result_of "$lines" "mesh_$what")"
+      done
+    done
+  done
+  for metric in "mesh_connect_ms connect_ms ms lower" \
+    "mesh_shm_bytes_per_pair shm_bytes_per_pair B lower" \
+    "mesh_rate_8B_Mmsgs rate_Mmsgs Mmsg/s higher" "mesh_shm_left_bytes shm_left_bytes B lower"; do
+    read -r metric what unit direction <<<"$metric"
+    local line="bench $metric $unit $direction"
+    # shellcheck disable=SC2086  # the figures are words without spaces
+    for n in "${counts[@]}"; do line+=" procs$n=$(median_of ${got[$what/$n]})"; done
+    echo "$line"
+  done
 }
 
 # The 8-byte ping-pong idle and under a 1 MiB write stream, medians of the rounds' figures.

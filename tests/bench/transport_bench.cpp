@@ -69,6 +69,8 @@ options:
   --memory M    registered buffers: private (heap, default) or shared (memfd mapped shared)
   --watchdog S  both processes give up after S seconds (60)
   --load B      lat: stream RDMA WRITEs of B bytes on a second QP during the ping-pong
+  --signal-every N  bw: one write in N signaled (1), as perftest's and UCX's streams do
+                (100 and 64); writes of 64 bytes or less go inline. N divides --window
 Both processes use the transport EMURDMA_TRANSPORT names (shm or tcp).
 )",
              stderr);
@@ -116,6 +118,8 @@ Options parse(int argc, char** argv) {
       o.rounds = std::atoi(value);
     } else if (arg == "--load" && o.test == "lat") {
       o.load = static_cast<uint32_t>(std::strtoul(value, nullptr, 0));
+    } else if (arg == "--signal-every" && o.test == "bw") {
+      o.signal_every = static_cast<uint32_t>(std::strtoul(value, nullptr, 0));
     } else if (arg == "--watchdog") {
       o.watchdog_seconds = static_cast<unsigned>(std::strtoul(value, nullptr, 0));
     } else if (arg == "--yield") {
@@ -131,7 +135,7 @@ Options parse(int argc, char** argv) {
     }
   }
   if (o.size == 0 || o.iters == 0 || o.window == 0 || o.qps == 0 || o.rounds <= 0 ||
-      o.seconds <= 0) {
+      o.seconds <= 0 || o.signal_every == 0 || o.window % o.signal_every != 0) {
     usage();
     std::exit(2);
   }
@@ -148,8 +152,8 @@ Options parse(int argc, char** argv) {
 constexpr uint32_t kLatRecvDepth = 32;
 constexpr uint32_t kLatSendDepth = 64;
 constexpr uint32_t kLatSignalEvery = 16;  // selective signalling, as perftest does
-constexpr uint32_t kLoadWindow = 4;        // --load: writes outstanding on the bulk QP
-constexpr uint64_t kLoadWrId = 1;          // --load: the bulk QP's completions
+constexpr uint32_t kLoadWindow = 4;       // --load: writes outstanding on the bulk QP
+constexpr uint64_t kLoadWrId = 1;         // --load: the bulk QP's completions
 
 void run_lat(const Options& o, Oob& oob, bool server) {
   const uint32_t max_inline = o.size <= 64 ? o.size : 0;
@@ -291,7 +295,9 @@ void run_lat(const Options& o, Oob& oob, bool server) {
 
 void run_bw(const Options& o, Oob& oob, bool server) {
   Endpoint ep(4 * o.window + 64, size_t{o.size} + 4096);
-  Qp* qp = ep.make_qp(o.window + 4, nullptr, 0);
+  // Small writes inline, as perftest's and UCX's streams send them.
+  const uint32_t max_inline = o.size <= 64 ? o.size : 0;
+  Qp* qp = ep.make_qp(o.window + 4, nullptr, max_inline);
   uint32_t my_qpn = qp->qpn();
   PeerInfo mine = ep.info();
   oob.send(&my_qpn, sizeof my_qpn);
@@ -312,12 +318,17 @@ void run_bw(const Options& o, Oob& oob, bool server) {
   }
 
   uint64_t posted = 0, completed = 0;
+  const int inline_flag = max_inline > 0 ? IBV_SEND_INLINE : 0;
+  // With --signal-every N, the Nth write of each group is signaled, and its completion retires
+  // the group (RC completes in order).
   auto post_write = [&] {
-    ep.post_send(qp, IBV_WR_RDMA_WRITE, 0, o.size, IBV_SEND_SIGNALED, 0, &peer);
+    const bool signal = (posted + 1) % o.signal_every == 0;
+    ep.post_send(qp, IBV_WR_RDMA_WRITE, 0, o.size, inline_flag | (signal ? IBV_SEND_SIGNALED : 0),
+                 0, &peer);
     ++posted;
   };
   ibv_wc wcs[32];
-  auto reap = [&] { completed += static_cast<uint64_t>(ep.poll_some(wcs, 32)); };
+  auto reap = [&] { completed += o.signal_every * static_cast<uint64_t>(ep.poll_some(wcs, 32)); };
 
   // Warm-up: one window's worth, drained.
   for (uint32_t i = 0; i < o.window; ++i) post_write();
@@ -331,6 +342,7 @@ void run_bw(const Options& o, Oob& oob, bool server) {
   while (posting || completed < posted) {
     reap();
     if (posting) {
+      // Whole groups: posting stops after a signaled write.
       while (posted - completed < o.window) post_write();
       // The clock is read once per 64 turns of the loop, not on every poll (a clock read costs
       // about as much as an empty poll on a VM).

@@ -21,6 +21,7 @@ struct Options {
   int server_fd = -1;  // set in the spawned server
   unsigned watchdog_seconds = 60;
   uint32_t load = 0;  // lat: bytes of each RDMA WRITE streamed on a second QP meanwhile (0: none)
+  uint32_t signal_every = 1;  // bw: one write in this many asks for a completion
 };
 
 constexpr uint32_t kStopImm = 0x53544f50;  // "STOP": the client's last message
