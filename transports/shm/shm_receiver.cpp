@@ -120,7 +120,8 @@ size_t ShmReceiver::drain(size_t budget, bool* contended, bool copy_unpolled) {
       const uint32_t body_bytes = size - static_cast<uint32_t>(sizeof(RecordHead));
       const uint64_t index = consumer_.next_index();
       if (bulk_.active()) {
-        const Pass pass = read_past(body, body_bytes, head.kind);
+        uint32_t qpn = 0;
+        const Pass pass = read_past(body, body_bytes, head.kind, &qpn);
         if (pass == Pass::kStop) {
           // This record cannot overtake the bulk write (or no more can wait): the write
           // finishes first, then the records that waited for it; then this one is read again.
@@ -135,9 +136,6 @@ size_t ShmReceiver::drain(size_t budget, bool* contended, bool copy_unpolled) {
         }
         ++passed;
         if (pass == Pass::kDefer) {
-          uint32_t qpn = 0;
-          uint64_t bytes = 0;
-          record_dst_qpn(body, body_bytes, head.kind, &qpn, &bytes);
           deferred_.push({body, body_bytes, head.kind, qpn, index});
           wake_peer |= consumer_.pop(size);  // read; the ring holds its bytes (update_hold)
           continue;
@@ -289,8 +287,10 @@ bool ShmReceiver::deliver_remote(const FrameHeader& header, const uint8_t* state
 }
 
 bool ShmReceiver::deliver_taken(const FrameHeader& header, ByReferencePayload& payload,
-                                const char* unreadable, std::string* why) {
-  if (FrameSink* sink = owner_.sink()) sink->on_frame(link_, header, payload);
+                                const char* unreadable, std::string* why, PayloadSource* given) {
+  if (FrameSink* sink = owner_.sink()) {
+    sink->on_frame(link_, header, given != nullptr ? *given : payload);
+  }
   // Finished now if the sink did not commit what it read (it read nothing, or no sink).
   const uint32_t found = payload.finish();
   // Revoked while we read: the sink dropped what it read (commit_read failed), a lost frame,
@@ -393,16 +393,15 @@ bool ShmReceiver::bulk_candidate(const FrameHeader& header, uint64_t payload_byt
   return sink != nullptr && sink->direct_target(link_, header, target);
 }
 
-ShmReceiver::Pass ShmReceiver::read_past(const uint8_t* body, uint32_t body_bytes,
-                                         uint32_t kind) const {
-  uint32_t qpn = 0;
+ShmReceiver::Pass ShmReceiver::read_past(const uint8_t* body, uint32_t body_bytes, uint32_t kind,
+                                         uint32_t* qpn) const {
   uint64_t bytes = 0;
-  if (!record_dst_qpn(body, body_bytes, kind, &qpn, &bytes)) return Pass::kStop;
+  if (!record_dst_qpn(body, body_bytes, kind, qpn, &bytes)) return Pass::kStop;
   // A frame of a QP that has one waiting keeps its place behind it (a QP's frames are
   // delivered in order); a large one by reference waits too (it would copy all at once, or be
   // the next bulk write). Frames of different QPs have no order between them.
   const bool waits =
-      qpn == bulk_.header().dst_qpn || deferred_.holds(qpn) ||
+      *qpn == bulk_.header().dst_qpn || deferred_.holds(*qpn) ||
       ((kind == kFrameRemote || kind == kFrameMapped) && bytes >= BulkWrite::kMinBytes);
   if (!waits) return Pass::kDeliver;
   return deferred_.full() ? Pass::kStop : Pass::kDefer;
@@ -428,26 +427,16 @@ bool ShmReceiver::advance_bulk(bool* wake_peer, std::string* why) {
 }
 
 bool ShmReceiver::deliver_bulk(std::string* why) {
-  ByReferencePayload& record = bulk_.record();
   FrameHeader h = bulk_.header();
   // A region deregistered under the copy: a write through a key that names nothing, which the
   // responder refuses (remote access error).
   if (bulk_.lost()) h.rkey = 0;
-  PlacedPayload payload(bulk_.target(), h.length, record);
-  if (FrameSink* sink = owner_.sink()) sink->on_frame(link_, h, payload);
-  const uint32_t found = record.finish();
-  const bool failed = record.failed();
+  PlacedPayload placed(bulk_.target(), h.length, bulk_.record());
+  const bool ok = deliver_taken(
+      h, bulk_.record(), "the peer's memory could not be read (process gone, or an object shrank)",
+      why, &placed);
   bulk_.end();
-  if (found == kByReferenceRevoked) return true;  // a lost frame, as deliver_taken
-  if (found != kByReferenceTaken) {
-    *why = "by-reference record in state " + std::to_string(found) + " while it was read";
-    return false;
-  }
-  if (failed) {
-    *why = "the peer's memory could not be read (process gone, or an object shrank under it)";
-    return false;
-  }
-  return true;
+  return ok;
 }
 
 bool ShmReceiver::update_hold() {

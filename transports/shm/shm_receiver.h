@@ -96,7 +96,8 @@ class ShmReceiver {
   bool bulk_candidate(const FrameHeader& header, uint64_t payload_bytes, DirectTarget* target);
   // How drain treats a record read past the bulk write.
   enum class Pass { kDeliver, kDefer, kStop };
-  Pass read_past(const uint8_t* body, uint32_t body_bytes, uint32_t kind) const;
+  // *qpn: the QP the record is for (when not kStop).
+  Pass read_past(const uint8_t* body, uint32_t body_bytes, uint32_t kind, uint32_t* qpn) const;
   // The bulk write's next piece; once it is whole, its delivery and then the deferred records'
   // (one of which may begin the next bulk write). False on a link error.
   bool advance_bulk(bool* wake_peer, std::string* why);
@@ -107,8 +108,10 @@ class ShmReceiver {
   bool take(const uint8_t* state_word, bool* retracted, std::string* why);
   // Delivers the payload of a record taken, then finishes it: a record revoked meanwhile is a
   // lost frame (the sink dropped it); a failed read of one not revoked, `unreadable`.
+  // `given`: what the sink reads instead of `payload` (a bulk write's bytes already in place),
+  // committed through `payload` all the same.
   bool deliver_taken(const FrameHeader& header, ByReferencePayload& payload, const char* unreadable,
-                     std::string* why);
+                     std::string* why, PayloadSource* given = nullptr);
   bool deliver_staged_chunk(const uint8_t* body, uint32_t body_bytes, std::string* why);
 
   ShmLink& link_;
