@@ -190,6 +190,7 @@ void run_lat(const Options& o, Oob& oob, bool server) {
 
   const int inline_flag = max_inline > 0 ? IBV_SEND_INLINE : 0;
   uint64_t sends = 0;
+  uint64_t loads_done = 0;  // --load: writes completed (the load's throughput beside the latency)
   // The client's last message carries kStopImm, which ends the server's loop.
   auto send_one = [&](bool last) {
     const int signal = (++sends % kLatSignalEvery == 0) ? IBV_SEND_SIGNALED : 0;
@@ -207,6 +208,7 @@ void run_lat(const Options& o, Oob& oob, bool server) {
       ibv_wc wc = ep.poll_one();
       if (wc.wr_id == kLoadWrId && wc.opcode == IBV_WC_RDMA_WRITE) {
         --loads_in_flight;
+        ++loads_done;
         top_up_load();
         continue;
       }
@@ -239,6 +241,7 @@ void run_lat(const Options& o, Oob& oob, bool server) {
     const auto start = Clock::now();
     const auto deadline = start + std::chrono::duration<double>(o.seconds);
     stamps[0] = ticks();
+    const uint64_t loads_before = loads_done;
     for (uint64_t i = 0; i < o.iters; ++i) {
       const bool last = i + 1 == o.iters || (i % 1024 == 1023 && Clock::now() >= deadline);
       send_one(last);
@@ -247,6 +250,7 @@ void run_lat(const Options& o, Oob& oob, bool server) {
       if (last) break;
     }
     const auto end = Clock::now();
+    const uint64_t loads_timed = loads_done - loads_before;
     const uint64_t end_ticks = stamps[done];
     // The load stops; its writes in flight complete before the QPs go away.
     loading = false;
@@ -283,6 +287,11 @@ void run_lat(const Options& o, Oob& oob, bool server) {
     std::printf("result lat_%uB_median_us %.3f\n", o.size, one_way_pct_us(0.5));
     std::printf("result lat_%uB_p99_us %.3f\n", o.size, one_way_pct_us(0.99));
     std::printf("result lat_%uB_p999_us %.3f\n", o.size, one_way_pct_us(0.999));
+    if (bulk != nullptr) {
+      // What the load moved meanwhile: a latency bought by starving the load is no gain.
+      std::printf("result load_GBps %.3f\n",
+                  static_cast<double>(loads_timed) * o.load / elapsed / 1e9);
+    }
   }
   // The last send must be answered (retired) before the QP goes away.
   oob.barrier();
