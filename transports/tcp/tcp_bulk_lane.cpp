@@ -34,6 +34,10 @@
 
 namespace transports::tcp {
 
+namespace {
+constexpr size_t kLanePartsMax = 64;  // iovecs of a lane part written at once
+}  // namespace
+
 void TcpBulkLaneSender::encode_hello_locked(const Gid& local, const Mac* session,
                                             uint8_t (&hello)[tcp_wire::kLaneHelloBytes]) {
   token_ = (uint64_t{static_cast<uint32_t>(std::random_device{}())} << 32) |
@@ -47,7 +51,12 @@ TcpBulkLaneSender::Written TcpBulkLaneSender::write_or_queue_locked(const iovec*
                                                                     const void* sync_key) {
   size_t written = 0;
   if (queue_.empty()) {
-    const ssize_t n = send_gathered(fd_, parts, nparts, sync_key);
+    // A piece now, the rest by the polls or the io thread.
+    iovec piece[kLanePartsMax];
+    const size_t count = std::min(nparts, kLanePartsMax);
+    std::copy(parts, parts + count, piece);
+    const ssize_t n =
+        send_gathered(fd_, piece, clip_iov(piece, count, next_piece_locked()), sync_key);
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return Written{errno, false, false};
     if (n == static_cast<ssize_t>(total)) return Written{};
     written = n < 0 ? 0 : static_cast<size_t>(n);
@@ -85,10 +94,20 @@ int TcpLink::lane_write_or_queue_locked(const iovec* parts, size_t nparts, size_
 
 void TcpLink::lane_flush() {
   if (closed_) return;
+  // Napping beside a busy program: its polls write the lane a piece each (pump), and the naps'
+  // end takes the rest back (watch_again); this thread writing too would take a core from it.
+  if (released_) return;
   std::unique_lock lock(tx_mutex_);
   int err = 0;
-  const Drained d =
-      write_queued_locked(lane_sender_.fd_locked(), lane_sender_.send_queue_locked(), &err);
+  const Drained d = write_queued_locked(lane_sender_.fd_locked(), lane_sender_.send_queue_locked(),
+                                        &err, lane_sender_.next_piece_locked());
+  if (d == Drained::kLimit) {
+    // The send lock is free between two pieces (for the program's small frames): the rest
+    // after whatever else waits for this thread.
+    lock.unlock();
+    asio::post(io_, [self = shared_from_this()] { self->lane_flush(); });
+    return;
+  }
   if (d == Drained::kFull) {
     lock.unlock();
     if (released_) return;                      // left to the program's polls, as in flush()

@@ -39,6 +39,7 @@
 #include "transports/tcp/tcp_rx_buffer.h"
 #include "transports/tcp/tcp_secret.h"
 #include "transports/tcp/tcp_send_queue.h"
+#include "transports/tcp/tcp_waiting_frames.h"
 #include "transports/tcp/tcp_wire.h"
 
 namespace transports::tcp {
@@ -251,10 +252,10 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   size_t encode_held_locked();
   void queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part, size_t skip,
                     size_t total, bool datagram = false);
-  // Under tx_mutex_: writes what `queue` holds to fd until it is empty or the socket full; a
-  // failure marks the link down and sets *error.
-  enum class Drained { kEmpty, kFull, kFailed };
-  Drained write_queued_locked(int fd, TcpSendQueue& queue, int* error);
+  // Under tx_mutex_: writes what `queue` holds to fd until it is empty, the socket full or
+  // `limit` bytes written (kLimit); a failure marks the link down and sets *error.
+  enum class Drained { kEmpty, kFull, kLimit, kFailed };
+  Drained write_queued_locked(int fd, TcpSendQueue& queue, int* error, size_t limit = SIZE_MAX);
   // io thread: writes queued bytes until done or the socket is full.
   void flush();
   void wait_writable();
@@ -288,7 +289,24 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // arrives if it announces more than the engine's FrameSink::payload_room; returns whether
   // either. A frame with lane bytes is always taken this way (into a scratch buffer when the
   // engine declines it): the receive buffer cannot hold a payload whose parts arrive apart.
-  bool start_placing_locked(const FrameHeader& h, size_t len, size_t lane_bytes);
+  // `in_buffer`: the frame's header is at rx_begin_ (consumed here, with the part of its
+  // payload that follows it); else it comes from waiting_, nothing of it in the buffer.
+  bool start_placing_locked(const FrameHeader& h, size_t len, size_t lane_bytes,
+                            bool in_buffer = true);
+  // Under rx_mutex_: whether the reader may read the connection past the payload being placed
+  // (its part on the connection, if any, is in: the rest comes on the lane).
+  bool reads_past_locked() const { return placing_main_done_ == placing_main_len_; }
+  // Under rx_mutex_, from parse_locked while a payload is placed from the lane: what becomes
+  // of the frame at rx_begin_ (header decoded, `need` its bytes with the header). kDeliver: it
+  // may overtake the payload (another QP's), delivered as usual; kWaits: it must not, and was
+  // moved to waiting_; kStop: parsing stops, for more of the frame or, with main_held_ set,
+  // until the placing ends (it neither fits waiting_ nor can be stepped over).
+  enum class PastPlaced { kDeliver, kWaits, kStop };
+  PastPlaced read_past_placed_locked(const FrameHeader& h, size_t len, size_t lane_bytes,
+                                     size_t need);
+  // Under rx_mutex_, after a placed frame was delivered: delivers the frames that waited for it,
+  // in order, up to the next lane frame, whose placing starts; returns the frames delivered.
+  size_t resume_after_placing_locked();
   // Under rx_mutex_: receives what has arrived of the payload being placed, from the connection
   // and the lane, at most `budget` bytes (counted in *got); delivers the frame when complete.
   PlaceStep place_locked(size_t budget, size_t* got, ReadResult* r);
@@ -388,6 +406,10 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   bool placing_lost_ = false;
   bool direct_declined_ = false;
   bool stop_before_answers_ = false;  // under rx_mutex_: set by poll(true) for its read
+  // Under rx_mutex_: set by poll() for its read, which returns once frames went ahead of a
+  // payload coming on the lane (their completions are what the polling program waits for).
+  bool returns_at_delivery_ = false;
+  TcpLanePieces lane_pieces_;  // under rx_mutex_: how much of it one step reads
   FrameHeader placing_header_{};
   DirectTarget placing_target_{};
   uint8_t* placing_dest_ = nullptr;
@@ -396,6 +418,11 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   size_t placing_lane_len_ = 0;  // bytes that come on the lane
   size_t placing_lane_done_ = 0;
   std::unique_ptr<TcpRxBuffer> split_buf_;
+  // Frames read past the payload placed from the lane that wait for it, and whether the reader
+  // stopped at one that could not wait there (main_held_: the connection is not read again
+  // until the placing ends).
+  TcpWaitingFrames waiting_;
+  bool main_held_ = false;
   std::unique_ptr<uint8_t[]> discard_;  // scratch for payload bytes nobody keeps
 
   // Bulk lane, receiving side (under rx_mutex_, the descriptor on the io thread; in the reactor

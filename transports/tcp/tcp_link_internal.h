@@ -25,6 +25,18 @@ constexpr size_t kRxInitial = 256 * 1024;  // receive buffer of a connection
 // connection, and a polling caller should return to its program.
 constexpr size_t kIoReadBudget = 16 * 1024 * 1024;
 
+// Shortens iov[0, n) to at most `limit` bytes; returns how many entries remain.
+inline size_t clip_iov(iovec* iov, size_t n, size_t limit) {
+  for (size_t i = 0; i < n; ++i) {
+    if (iov[i].iov_len >= limit) {
+      iov[i].iov_len = limit;
+      return limit == 0 ? i : i + 1;
+    }
+    limit -= iov[i].iov_len;
+  }
+  return n;
+}
+
 // sync_key: tsan_sync.h.
 inline ssize_t send_gathered(int fd, const iovec* iov, size_t n, const void* sync_key) {
   msghdr msg{};

@@ -52,7 +52,9 @@ size_t TcpLink::poll(bool stop_before_answers) {
     // and the nap's end (the program stopped polling) reads them; an io thread waiting for
     // readability would not.
     stop_before_answers_ = stop_before_answers && io_napping_.load(std::memory_order_acquire);
+    returns_at_delivery_ = true;
     r = read_locked(kPollReadBudget);
+    returns_at_delivery_ = false;
     stop_before_answers_ = false;
     if (r.frames != 0) {
       // One writer at a time (under the receive lock): no read-modify-write needed.
@@ -130,22 +132,38 @@ TcpLink::ReadResult TcpLink::read_some_locked(size_t budget) {
   ReadResult r;
   size_t got = 0;
   // Frames a poll left parsed-but-undelivered (it stopped before an answer) come first.
-  if (!placing_ && rx_end_ != rx_begin_) {
+  if ((!placing_ || reads_past_locked()) && !main_held_ && rx_end_ != rx_begin_) {
     r.frames += parse_locked(&r);
     if (r.failure != Failure::kNone || r.stopped_early || rx_out_of_memory_) return r;
   }
   for (;;) {
+    // Whether the lane has more for the payload being placed (read on after the connection).
+    bool lane_has_more = false;
     if (placing_) {
-      const PlaceStep step = place_locked(budget, &got, &r);
+      // Past its part on the connection, the payload is read from the lane a piece at a time,
+      // the connection looked at between two (frames of other QPs need not wait for it all).
+      const bool past = reads_past_locked();
+      const size_t limit = past ? std::min(budget, got + lane_pieces_.next()) : budget;
+      const PlaceStep step = place_locked(limit, &got, &r);
       if (step == PlaceStep::kFailed) break;
-      if (step != PlaceStep::kDone) return r;
-      ++r.frames;
-      // Frames that followed the payload's first part may already sit in the buffer.
-      r.frames += parse_locked(&r);
-      if (r.failure != Failure::kNone || rx_out_of_memory_) break;
-      if (got >= budget) return r;
-      continue;
+      if (step == PlaceStep::kDone) {
+        ++r.frames;
+        // The frames that waited for it, then those that followed it in the buffer.
+        r.frames += resume_after_placing_locked();
+        if (!rx_out_of_memory_) r.frames += parse_locked(&r);
+        if (r.failure != Failure::kNone || rx_out_of_memory_) break;
+        if (r.stopped_early || got >= budget) return r;
+        continue;
+      }
+      if (got >= budget || !past) return r;
+      lane_has_more = step == PlaceStep::kBudget;
+      if (main_held_) {
+        if (lane_has_more) continue;
+        return r;
+      }
     }
+    const bool was_placing = placing_;
+    const size_t frames_before = r.frames;
     const size_t want = std::min(rx_.size() - rx_end_, budget - got);
     const ssize_t n = ::recv(fd_, rx_.data() + rx_end_, want, MSG_DONTWAIT);
     if (n > 0) {
@@ -154,9 +172,15 @@ TcpLink::ReadResult TcpLink::read_some_locked(size_t budget) {
       r.frames += parse_locked(&r);
       if (r.failure != Failure::kNone || rx_out_of_memory_) break;
       if (r.stopped_early) return r;
-      if (placing_) continue;  // the rest of this payload goes straight to where it belongs
-      if (static_cast<size_t>(n) < want) return r;  // drained for now
-      if (got >= budget) return r;
+      if (placing_ && was_placing && reads_past_locked() && r.frames != frames_before) {
+        // Frames went ahead of the payload: a program's poll returns with their completions
+        // (the lane is read on at its next poll), in small pieces while such frames come.
+        lane_pieces_.small_frames(r.frames - frames_before);
+        if (returns_at_delivery_) return r;
+      }
+      // A payload goes on (one just begun may have bytes in already); else drained for now.
+      if (placing_) continue;
+      if (static_cast<size_t>(n) < want || got >= budget) return r;
       continue;
     }
     if (n == 0) {
@@ -164,7 +188,10 @@ TcpLink::ReadResult TcpLink::read_some_locked(size_t budget) {
       break;
     }
     if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return r;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (lane_has_more) continue;
+      return r;
+    }
     r.failure = Failure::kSocketError;
     r.error = errno;
     break;
@@ -258,6 +285,11 @@ size_t TcpLink::parse_locked(ReadResult* r) {
       continue;
     }
     if (avail >= 4 && tcp_wire::is_goodbye(p)) {
+      if (placing_) {
+        // The end comes after every frame, also those whose payload is still on the lane.
+        main_held_ = true;
+        return frames;
+      }
       if (avail < tcp_wire::kGoodbyeBytes) {
         make_room_locked(tcp_wire::kGoodbyeBytes);
         return frames;
@@ -302,16 +334,23 @@ size_t TcpLink::parse_locked(ReadResult* r) {
       r->reason = why;
       return frames;
     }
-    if (lane_bytes != 0) {
-      if (!lane_receiver_.carries_lane_bytes_locked()) {
-        r->failure = Failure::kBadFrame;
-        r->reason = "lane bytes in a frame, but no bulk lane was announced";
-        return frames;
-      }
-      start_placing_locked(h, len, lane_bytes);
+    if (lane_bytes != 0 && !lane_receiver_.carries_lane_bytes_locked()) {
+      r->failure = Failure::kBadFrame;
+      r->reason = "lane bytes in a frame, but no bulk lane was announced";
       return frames;
     }
     const size_t need = kFrameHeaderBytes + size_t{len};
+    if (placing_) {
+      // Read past the payload on the lane: a frame that must keep its order behind it waits.
+      const PastPlaced past = read_past_placed_locked(h, len, lane_bytes, need);
+      if (past == PastPlaced::kStop) return frames;
+      if (past == PastPlaced::kWaits) continue;
+    } else if (lane_bytes != 0) {
+      start_placing_locked(h, len, lane_bytes);
+      // With no part on the connection, the frames behind it are read on.
+      if (rx_out_of_memory_ || !reads_past_locked()) return frames;
+      continue;
+    }
     if (avail < need) {
       if (!direct_declined_ && len >= kPlaceMin && start_placing_locked(h, len, 0)) {
         return frames;
@@ -335,7 +374,57 @@ size_t TcpLink::parse_locked(ReadResult* r) {
   }
 }
 
-bool TcpLink::start_placing_locked(const FrameHeader& h, size_t len, size_t lane_bytes) {
+TcpLink::PastPlaced TcpLink::read_past_placed_locked(const FrameHeader& h, size_t len,
+                                                     size_t lane_bytes, size_t need) {
+  const size_t avail = rx_end_ - rx_begin_;
+  const bool keeps_order =
+      lane_bytes != 0 || h.dst_qpn == placing_header_.dst_qpn || waiting_.holds(h.dst_qpn);
+  if (!keeps_order) {
+    // Delivered now (once whole in the buffer); one that would be placed itself waits for the
+    // placing to end (one payload is placed at a time).
+    if (avail >= need || len < kPlaceMin) return PastPlaced::kDeliver;
+    main_held_ = true;
+    return PastPlaced::kStop;
+  }
+  // A split frame's own part follows its header on the connection: it cannot be stepped over.
+  const bool movable = lane_bytes == len || (lane_bytes == 0 && len <= TcpWaitingFrames::kMaxBytes);
+  if (movable && lane_bytes == 0 && avail < need) {
+    make_room_locked(need);  // kept once whole
+    return PastPlaced::kStop;
+  }
+  const uint8_t* payload = rx_.data() + rx_begin_ + kFrameHeaderBytes;
+  if (!movable ||
+      !waiting_.push(h, static_cast<uint32_t>(len), static_cast<uint32_t>(lane_bytes), payload)) {
+    main_held_ = true;
+    return PastPlaced::kStop;
+  }
+  rx_begin_ += lane_bytes != 0 ? kFrameHeaderBytes : need;
+  return PastPlaced::kWaits;
+}
+
+size_t TcpLink::resume_after_placing_locked() {
+  main_held_ = false;
+  size_t frames = 0;
+  while (!placing_ && !waiting_.empty()) {
+    const TcpWaitingFrames::Frame f = waiting_.front();
+    if (f.lane_bytes != 0) {
+      waiting_.pop();
+      start_placing_locked(f.header, f.length, f.lane_bytes, false);
+      if (rx_out_of_memory_) return frames;
+      continue;
+    }
+    LocalPayload payload(waiting_.payload(f), f.length);
+    FrameHeader h = f.header;
+    base::tsan_acquire(tsan_key_);
+    owner_.deliver(*this, h, payload);
+    waiting_.pop();
+    ++frames;
+  }
+  return frames;
+}
+
+bool TcpLink::start_placing_locked(const FrameHeader& h, size_t len, size_t lane_bytes,
+                                   bool in_buffer) {
   DirectTarget target;
   base::tsan_acquire(tsan_key_);
   const bool direct = h.op == FrameOp::kWrite && owner_.direct_target(*this, h, &target);
@@ -369,6 +458,8 @@ bool TcpLink::start_placing_locked(const FrameHeader& h, size_t len, size_t lane
   placing_lane_len_ = lane_bytes;
   if (lane_bytes != 0) lane_receiver_.set_part_pending(true);
   placing_lane_done_ = 0;
+  placing_main_done_ = 0;
+  if (!in_buffer) return true;  // a lane frame that waited: all of it comes on the lane
   // The part already buffered moves now; what follows it in the buffer stays there.
   const size_t buffered = std::min(rx_end_ - rx_begin_ - kFrameHeaderBytes, placing_main_len_);
   placing_main_done_ = buffered;

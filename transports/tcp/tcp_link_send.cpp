@@ -43,9 +43,8 @@ constexpr size_t kDirectParts = 64;
 // requests are refused (the engine retries them from progress) until the socket takes more.
 constexpr size_t kDatagramQueueLimit = size_t{8} << 20;
 
-// Payloads at least this large are split between the connection and its bulk lane (frames
-// that are answered: a datagram's payload is copied when queued). The lane part starts on a
-// 4 KiB boundary of the payload, so that both copies run on whole pages.
+// Payloads at least this large travel on the bulk lane, their headers on the connection
+// (frames that are answered: a datagram's payload is copied when queued).
 constexpr size_t kStripeMin = 256 * 1024;
 // Polls that skip pump() after it found a socket full.
 constexpr uint32_t kPumpSkipWhenFull = 32;
@@ -71,31 +70,19 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
       owner_.open_lane(*this);
     }
     if (stripe && lane_sender_.ready_locked()) {
-      const size_t lane_bytes = (payload / 2) & ~size_t{4095};
+      // The connection takes the header, the lane the whole payload: the connection then
+      // carries headers and small frames only, and the peer reads them while the payload is
+      // still arriving (those of other QPs are delivered before it).
       tcp_wire::encode_header(header, static_cast<uint32_t>(payload),
-                              static_cast<uint32_t>(lane_bytes), head);
-      // The connection takes the header and the payload's first part, the lane the rest.
-      iovec parts[kDirectParts];
-      iovec lane_parts[kDirectParts];
-      size_t n = 0, lane_n = 0;
+                              static_cast<uint32_t>(payload), head);
+      iovec parts[2];
+      size_t n = 0;
       const size_t held_len = encode_held_locked();
       if (held_len != 0) parts[n++] = iovec{held_wire_, held_len};
       parts[n++] = iovec{head, sizeof head};
-      const size_t headers = n;
-      size_t main_left = payload - lane_bytes;
-      for (size_t i = 0; i < iovcnt; ++i) {
-        auto* base = static_cast<uint8_t*>(iov[i].iov_base);
-        const size_t here = std::min(main_left, iov[i].iov_len);
-        if (here != 0) parts[n++] = iovec{base, here};
-        if (here < iov[i].iov_len) {
-          lane_parts[lane_n++] = iovec{base + here, iov[i].iov_len - here};
-        }
-        main_left -= here;
-      }
-      const size_t main_total = held_len + sizeof head + payload - lane_bytes;
-      error = write_or_queue_locked(parts, n, headers, main_total);
+      error = write_or_queue_locked(parts, n, n, held_len + sizeof head);
       held_.clear();
-      if (error == 0) error = lane_write_or_queue_locked(lane_parts, lane_n, lane_bytes);
+      if (error == 0) error = lane_write_or_queue_locked(iov, iovcnt, payload);
     } else {
       if (napping_ && held_.may_hold(header)) {
         if (held_.empty()) owner_.on_answers_held();
@@ -104,6 +91,7 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
       }
       tcp_wire::encode_header(header, static_cast<uint32_t>(payload), 0, head);
       const size_t held_len = encode_held_locked();
+      if (!is_answer(header.op)) lane_sender_.small_request_sent_locked();
       if (iovcnt + 2 <= kDirectParts) {
         // Held-back ACKs go in the same system call: after a small request (a request needs
         // no order with answers, and the peer's poll then returns the request's completion
@@ -243,13 +231,16 @@ void TcpLink::queue_locked(const iovec* parts, size_t nparts, size_t first_paylo
   }
 }
 
-TcpLink::Drained TcpLink::write_queued_locked(int fd, TcpSendQueue& queue, int* error) {
+TcpLink::Drained TcpLink::write_queued_locked(int fd, TcpSendQueue& queue, int* error,
+                                              size_t limit) {
   while (!queue.empty()) {
+    if (limit == 0) return Drained::kLimit;
     iovec iov[kFlushIov];
-    const size_t n = queue.gather(iov, kFlushIov);
+    const size_t n = clip_iov(iov, queue.gather(iov, kFlushIov), limit);
     const ssize_t written = send_gathered(fd, iov, n, tsan_key_);
     if (written > 0) {
       queue.consume(static_cast<size_t>(written));
+      limit -= static_cast<size_t>(written);
       if (&queue == &queue_) queued_bytes_.store(queue_.bytes(), std::memory_order_relaxed);
       continue;
     }
@@ -311,7 +302,9 @@ void TcpLink::pump() {
        {std::pair<int, TcpSendQueue*>{fd_, &queue_},
         std::pair<int, TcpSendQueue*>{lane_sender_.fd_locked(), &lane_queue}}) {
     if (queue->empty()) continue;
-    const Drained d = write_queued_locked(fd, *queue, &err);
+    // The lane a piece per poll: the program looks at its CQ between two.
+    const Drained d = write_queued_locked(
+        fd, *queue, &err, queue == &lane_queue ? lane_sender_.next_piece_locked() : SIZE_MAX);
     if (d == Drained::kFull) pump_skip_.store(kPumpSkipWhenFull, std::memory_order_relaxed);
     if (d == Drained::kFailed) break;
   }
