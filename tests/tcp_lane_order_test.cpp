@@ -47,6 +47,25 @@ struct LanePair {
   }
 };
 
+// A lane frame's header announces its whole payload on the lane (wire version 5): lane_bytes is
+// 0 or the payload's length; anything between (version 4's split) is a bad frame.
+TEST(TcpLaneOrder, ALaneFrameCarriesItsWholePayloadOnTheLane) {
+  namespace wire = transports::tcp::tcp_wire;
+  const FrameHeader h = header_of(FrameOp::kWrite, 1, 1u << 20);
+  uint8_t unit[wire::kFrameHeaderBytes];
+  FrameHeader decoded;
+  uint32_t len = 0, lane = 0;
+  for (uint32_t lane_bytes : {0u, 1u << 20}) {
+    wire::encode_header(h, 1u << 20, lane_bytes, unit);
+    ASSERT_EQ(wire::decode_header(unit, &decoded, &len, &lane), nullptr) << lane_bytes;
+    EXPECT_EQ(lane, lane_bytes);
+  }
+  for (uint32_t lane_bytes : {1u, 1u << 19, (1u << 20) - 1, (1u << 20) + 1}) {
+    wire::encode_header(h, 1u << 20, lane_bytes, unit);
+    EXPECT_NE(wire::decode_header(unit, &decoded, &len, &lane), nullptr) << lane_bytes;
+  }
+}
+
 // A small frame of QP B sent right after 32 MiB for QP A arrives before them; QP A's small
 // frame sent after it arrives after them. (With the connection carrying part of each large
 // payload, or a reader that stops at a payload until it is in, B's frame came second.)

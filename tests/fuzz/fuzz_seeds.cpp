@@ -98,13 +98,13 @@ void tcp_seeds() {
     tcp_frame(&b, h);
     write(t, "op" + std::to_string(static_cast<int>(op)), b);
   }
-  Bytes stream;  // a SEND, its ACK, a LANE, a split WRITE (its lane part elsewhere), a GOODBYE
+  Bytes stream;  // a SEND, its ACK, a LANE, a WRITE whose payload is on the lane, a GOODBYE
   tcp_frame(&stream, header(FrameOp::kSend, 8));
   tcp_frame(&stream, header(FrameOp::kAck, 0));
   uint8_t lane[tw::kLaneBytes];
   tw::encode_lane(0x1122334455667788, lane);
   append(&stream, lane, sizeof lane);
-  tcp_frame(&stream, header(FrameOp::kWrite, 64), 48);
+  tcp_frame(&stream, header(FrameOp::kWrite, 64), 64);
   uint8_t bye[tw::kGoodbyeBytes];
   tw::encode_goodbye(some_gid(), bye);
   append(&stream, bye, sizeof bye);

@@ -346,9 +346,9 @@ size_t TcpLink::parse_locked(ReadResult* r) {
       if (past == PastPlaced::kStop) return frames;
       if (past == PastPlaced::kWaits) continue;
     } else if (lane_bytes != 0) {
+      // Its payload is all on the lane: the frames behind it are read on.
       start_placing_locked(h, len, lane_bytes);
-      // With no part on the connection, the frames behind it are read on.
-      if (rx_out_of_memory_ || !reads_past_locked()) return frames;
+      if (rx_out_of_memory_) return frames;
       continue;
     }
     if (avail < need) {
@@ -386,8 +386,7 @@ TcpLink::PastPlaced TcpLink::read_past_placed_locked(const FrameHeader& h, size_
     main_held_ = true;
     return PastPlaced::kStop;
   }
-  // A split frame's own part follows its header on the connection: it cannot be stepped over.
-  const bool movable = lane_bytes == len || (lane_bytes == 0 && len <= TcpWaitingFrames::kMaxBytes);
+  const bool movable = lane_bytes != 0 || len <= TcpWaitingFrames::kMaxBytes;
   if (movable && lane_bytes == 0 && avail < need) {
     make_room_locked(need);  // kept once whole
     return PastPlaced::kStop;

@@ -89,7 +89,7 @@ void encode_hello(const Hello& hello, uint8_t out[kHelloBytes]) {
 const char* check_hello_prefix(const uint8_t in[kHelloPrefixBytes]) {
   if (get32(in + kHelloOffMagic) != kHelloMagic) return "bad HELLO magic (not an emurdma peer)";
   if (in[kHelloOffVersion] != kVersion) {
-    return "HELLO of another emurdma protocol version (this end speaks version 4): both ends "
+    return "HELLO of another emurdma protocol version (this end speaks version 5): both ends "
            "must run the same release";
   }
   if ((in[kHelloOffFlags] & ~kHelloHasSecret) != 0) return "unknown HELLO flags";
@@ -255,7 +255,8 @@ const char* decode_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* h,
     return "payload length does not match the header's length field";
   }
   const uint32_t lane = get32(in + kOffLaneBytes);
-  if (lane > len) return "more lane bytes than payload bytes";
+  // A lane frame's payload comes whole on the lane: its header alone is on the connection.
+  if (lane != 0 && lane != len) return "lane bytes neither zero nor the whole payload";
   *payload_len = len;
   *lane_bytes = lane;
   return nullptr;

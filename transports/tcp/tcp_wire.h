@@ -18,7 +18,7 @@ inline constexpr uint32_t kLaneMagic = 0x4c554d45;     // "EMUL" on the wire
 inline constexpr uint32_t kProofMagic = 0x50554d45;    // "EMUP" on the wire
 inline constexpr uint32_t kWelcomeMagic = 0x57554d45;  // "EMUW" on the wire
 // 2: kFrameAckReq. 3: the authenticated handshake (nonces, proofs, WELCOME, lane proofs).
-inline constexpr uint8_t kVersion = 4;
+inline constexpr uint8_t kVersion = 5;
 inline constexpr size_t kFrameHeaderBytes = 72;
 // The largest payload a receiver accepts (and buffers): the largest message the device
 // advertises (2 GiB, emu/limits.h kMaxMsgSize); larger frames close the connection.
@@ -85,7 +85,7 @@ const char* decode_lane(const uint8_t in[kLaneBytes], uint64_t* token);
 // Whether the unit starting at `in` (at least 4 bytes) is a LANE or LANE_HELLO.
 bool is_lane(const uint8_t* in);
 
-// lane_bytes: how many of the payload's last bytes travel on the bulk lane (0: none).
+// lane_bytes: 0, or the payload's length when the payload travels on the bulk lane.
 void encode_header(const FrameHeader& h, uint32_t payload_len, uint32_t lane_bytes,
                    uint8_t out[kFrameHeaderBytes]);
 // Returns nullptr and fills *h, *payload_len and *lane_bytes when the header is valid, else
