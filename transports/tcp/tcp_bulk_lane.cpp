@@ -88,7 +88,11 @@ int TcpLink::lane_write_or_queue_locked(const iovec* parts, size_t nparts, size_
   }
   if (!w.queued) return 0;
   backlog_.store(true, std::memory_order_relaxed);
-  if (w.flush_to_arm) asio::post(io_, [self = shared_from_this()] { self->lane_flush(); });
+  // Napping beside a busy program, the io thread is not woken: the program's polls write the
+  // lane (pump) and the naps' end takes the rest (watch_again finds the flush armed).
+  if (w.flush_to_arm && !napping_) {
+    asio::post(io_, [self = shared_from_this()] { self->lane_flush(); });
+  }
   return 0;
 }
 

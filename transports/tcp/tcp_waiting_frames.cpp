@@ -19,6 +19,10 @@ bool TcpWaitingFrames::push(const FrameHeader& header, uint32_t length, uint32_t
   if (count_ == kMaxFrames) return false;
   const size_t kept = lane_bytes != 0 ? 0 : length;
   if (kept > kMaxBytes - bytes_end_) return false;
+  if (!frames_) {
+    frames_.reset(new (std::nothrow) Frame[kMaxFrames]);
+    if (!frames_) return false;
+  }
   if (kept != 0 && !bytes_) {
     bytes_.reset(new (std::nothrow) uint8_t[kMaxBytes]);
     if (!bytes_) return false;

@@ -39,12 +39,14 @@ class TcpWaitingFrames {
   bool push(const FrameHeader& header, uint32_t length, uint32_t lane_bytes,
             const uint8_t* payload);
   // The oldest frame and its kept payload (valid until pop).
-  const Frame& front() const { return frames_[first_]; }
+  const Frame& front() const { return frames_[first_]; }  // not empty
   const uint8_t* payload(const Frame& frame) const { return bytes_.get() + frame.offset; }
   void pop();
 
  private:
-  Frame frames_[kMaxFrames];
+  // Allocated at the first frame kept: a link that never reads past a payload (most) carries
+  // a pointer, not 5 KB beside its hot fields.
+  std::unique_ptr<Frame[]> frames_;
   size_t first_ = 0;
   size_t count_ = 0;
   // Payload bytes, appended at bytes_end_ and freed from the front; empty again once no frame
