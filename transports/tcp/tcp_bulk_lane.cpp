@@ -273,6 +273,7 @@ void TcpLink::wait_lane_if_needed() {
   lane_receiver_.wait_readable(ec, [self = shared_from_this()](const error_code& ec) {
     if (ec || self->closed_) return;
     if (self->read_as_io_thread() < 0) return;
+    if (!self->io_read_held_) self->unpark_main_wait();
     self->wait_lane_if_needed();
   });
   if (ec) {

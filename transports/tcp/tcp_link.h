@@ -225,6 +225,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
     uint64_t lane_token = 0;
     Mac lane_proof{};
     bool stopped_early = false;  // poll(true) left an answer in the buffer
+    bool main_held = false;      // the reader holds the connection (main_held_) after it
   };
   enum class PlaceStep { kDone, kDrained, kBudget, kFailed };
   // Where the opening handshake stands (docs/wire.md, "TCP handshake"); under rx_mutex_.
@@ -265,6 +266,11 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // io thread: reads and delivers what the socket holds; returns the frames delivered, or -1
   // when the connection was closed.
   ptrdiff_t read_as_io_thread();
+  // io thread: re-arms the connection's readability wait if it was parked (main_parked_).
+  void unpark_main_wait();
+  // Any thread, after a read that left the connection not held: has the io thread re-arm a
+  // parked wait.
+  void unpark_main_from_any_thread();
   // io thread: stops waiting for readability for one nap, then looks again.
   // io thread: takes the socket out of the reactor (if not yet) and naps; false when it cannot
   // (bytes wait for the socket to drain), the link then stays as it was.
@@ -423,6 +429,16 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // until the placing ends).
   TcpWaitingFrames waiting_;
   bool main_held_ = false;
+  // While the reader holds the connection the socket stays readable with the bytes it leaves
+  // there, and a readability wait re-armed would fire at once, again and again: the io thread
+  // parks its wait instead (main_parked_), and whoever ends the hold re-arms it
+  // (unpark_main_wait). main_held_now_ mirrors main_held_ for that hand-over; io_read_held_ is
+  // the io thread's last read's.
+  std::atomic<bool> main_held_now_{false};
+  std::atomic<bool> main_parked_{false};
+  bool io_read_held_ = false;
+  bool main_wait_armed_ = false;  // io thread: a readability wait on the connection is pending
+  uint64_t main_wait_generation_ = 0;
   std::unique_ptr<uint8_t[]> discard_;  // scratch for payload bytes nobody keeps
 
   // Bulk lane, receiving side (under rx_mutex_, the descriptor on the io thread; in the reactor

@@ -23,8 +23,16 @@
 namespace transports::tcp {
 
 void TcpLink::wait_readable() {
+  // One wait at a time: a parked wait may be re-armed by the naps' end and by a hold's end.
+  if (main_wait_armed_) return;
+  main_wait_armed_ = true;
+  const uint64_t armed = ++main_wait_generation_;
   socket_.async_wait(asio::ip::tcp::socket::wait_read,
-                     [self = shared_from_this()](const error_code& ec) { self->on_readable(ec); });
+                     [self = shared_from_this(), armed](const error_code& ec) {
+                       // A wait cancelled by a nap may end after a newer one was armed.
+                       if (armed == self->main_wait_generation_) self->main_wait_armed_ = false;
+                       self->on_readable(ec);
+                     });
 }
 
 void TcpLink::on_readable(const error_code& ec) {
@@ -33,9 +41,29 @@ void TcpLink::on_readable(const error_code& ec) {
   const TcpNapPolicy::Next next = nap_policy_.after_read(
       owner_.program_polls(), [] { return std::chrono::steady_clock::now(); });
   if (next.action == TcpNapPolicy::Action::kNap && nap(next.length)) return;
+  if (io_read_held_) {
+    // Parked while the reader holds the connection (tcp_link.h, main_parked_): the lane's wait
+    // or a program's poll ends the hold and re-arms it; if one ended it meanwhile, now.
+    main_parked_.store(true);
+    if (!main_held_now_.load()) unpark_main_wait();
+    wait_lane_if_needed();
+    return;
+  }
   // Re-arming re-checks readiness, so data left behind by the budget is picked up at once.
   wait_readable();
   wait_lane_if_needed();
+}
+
+void TcpLink::unpark_main_wait() {
+  if (main_parked_.exchange(false)) wait_readable();
+}
+
+void TcpLink::unpark_main_from_any_thread() {
+  if (!main_parked_.load() || !main_parked_.exchange(false)) return;
+  asio::post(io_, [self = shared_from_this()] {
+    // Napping, the socket is out of the reactor: the naps' end arms the wait (watch_again).
+    if (!self->closed_ && !self->released_) self->wait_readable();
+  });
 }
 
 size_t TcpLink::bytes_waiting() const {
@@ -55,6 +83,8 @@ bool TcpLink::nap(std::chrono::microseconds length) {
     // writability wait pending is cancelled: bytes queued behind a full socket are left to the
     // program's polls (pump) until the naps end (flush, watch_again).
     socket_.release();
+    main_wait_armed_ = false;  // cancelled; its handler, still to run, is of an older generation
+    ++main_wait_generation_;
     released_ = true;
     io_napping_.store(true, std::memory_order_release);
   }

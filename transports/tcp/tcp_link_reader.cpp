@@ -63,6 +63,7 @@ size_t TcpLink::poll(bool stop_before_answers) {
     }
   }
   watch_lane_from_any_thread();
+  if (!r.main_held) unpark_main_from_any_thread();
   if (r.failure != Failure::kNone) {
     // The socket is closed by the io thread, which owns it.
     asio::post(io_, [self = shared_from_this(), r] {
@@ -82,6 +83,7 @@ void TcpLink::read_waiting() {
     r = read_locked(kPollReadBudget);
   }
   watch_lane_from_any_thread();
+  if (!r.main_held) unpark_main_from_any_thread();
   if (r.failure != Failure::kNone) {
     asio::post(io_, [self = shared_from_this(), r] {
       self->report_failure(r);
@@ -97,6 +99,7 @@ ptrdiff_t TcpLink::read_as_io_thread() {
     if (!rx_open_) return -1;
     r = read_locked(kIoReadBudget);
   }
+  io_read_held_ = r.main_held;
   if (r.failure == Failure::kLaneHello) {
     // Only the io thread reads a connection before its HELLO: the socket is ours to give.
     error_code ec;
@@ -120,6 +123,8 @@ ptrdiff_t TcpLink::read_as_io_thread() {
 
 TcpLink::ReadResult TcpLink::read_locked(size_t budget) {
   ReadResult r = read_some_locked(budget);
+  r.main_held = main_held_;
+  main_held_now_.store(main_held_);
   if (rx_out_of_memory_ && r.failure == Failure::kNone) {
     r.failure = Failure::kBadFrame;
     r.reason = "no memory for the frame being received";
