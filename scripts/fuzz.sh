@@ -16,7 +16,7 @@ bash scripts/setup.sh
 
 seconds="${1:-60}"
 build_dir="${FUZZ_BUILD_DIR:-build-fuzz}"
-targets=(${FUZZ_TARGETS:-tcp_frame_fuzzer tcp_stream_fuzzer tcp_dialer_fuzzer tcp_hello_fuzzer shm_record_fuzzer shm_hello_fuzzer shm_side_channel_fuzzer dat_cm_fuzzer cm_rendezvous_fuzzer})
+targets=(${FUZZ_TARGETS:-tcp_frame_fuzzer tcp_stream_fuzzer tcp_dialer_fuzzer tcp_lane_fuzzer tcp_hello_fuzzer shm_record_fuzzer shm_hello_fuzzer shm_side_channel_fuzzer dat_cm_fuzzer cm_rendezvous_fuzzer})
 
 # The longest input each target takes: a few frames, one handshake unit, a ring's worth of
 # records (the small ring of the target is 64 KiB), an shm Hello, side-channel messages (32 of

@@ -1,18 +1,20 @@
-// What the two fuzz targets of a live TcpLink share (tcp_stream_fuzzer: the link accepts;
-// tcp_dialer_fuzzer: the link dials): an owner that checks the handshake and the frames it is
-// handed, a loopback TCP connection, and the pump that writes the fuzzer's bytes into the
-// peer's end and runs the link's io_context until the link is down.
+// What the fuzz targets of a live TcpLink share (tcp_stream_fuzzer: the link accepts;
+// tcp_dialer_fuzzer: the link dials; tcp_lane_fuzzer: the link accepts and has a bulk lane): an
+// owner that checks the handshake and the frames it is handed, a loopback TCP connection, and
+// the pump that writes the fuzzer's bytes into the peer's end and runs the link's io_context
+// until the link is down.
 //
-// Options byte (both targets): bit 0, the sink takes WRITEs of up to 1 MiB in place
-// (FrameSink::direct_target) into a buffer of exactly their length; bit 1, the region is
+// Options byte (tcp_stream_fuzzer, tcp_dialer_fuzzer): bit 0, the sink takes WRITEs of up to 1 MiB
+// in place (FrameSink::direct_target) into a buffer of exactly their length; bit 1, the region is
 // deregistered under the transfer (hold_region fails); bit 2, the bytes are sent as they are
 // (the fuzzer's bytes are the handshake), else after a valid peer's handshake; bit 3, the job
 // has a secret; bits 4-7, when not 0: the bytes go in pieces of that many 4 KiB, the reader
-// running between two.
+// running between two. (tcp_lane_fuzzer uses bits 0, 1 and 3 alike, the others its own way.)
 #pragma once
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -59,6 +61,11 @@ inline constexpr size_t kReadAtMost = 64 * 1024;
 // Reads every payload it is handed (up to kReadAtMost, then skips the rest).
 class ReadingSink final : public FrameSink {
  public:
+  // A target's own look at each frame delivered: its header, its payload's size and whether it
+  // was discarded, and the first bytes of it the sink read.
+  using Check = std::function<void(const FrameHeader& h, size_t size, bool discarded,
+                                   const uint8_t* read, size_t n)>;
+
   explicit ReadingSink(size_t sent) : sent_(sent) {}
   void on_frame(Link&, const FrameHeader& h, PayloadSource& payload) override {
     FUZZ_CHECK(!down);
@@ -67,18 +74,23 @@ class ReadingSink final : public FrameSink {
     // Only a payload at least kPayloadRoomMin long, and longer than its room, is discarded.
     FUZZ_CHECK(!payload.discarded() || ((h.psn & 1) != 0 && size >= FrameSink::kPayloadRoomMin));
     received_ += tw::kFrameHeaderBytes + size;
-    FUZZ_CHECK(received_ <= sent_);
+    FUZZ_CHECK(received_ <= (sent_so_far_ != nullptr ? *sent_so_far_ : sent_));
     const size_t n = size < kReadAtMost ? size : kReadAtMost;
     std::vector<uint8_t> buf(n);
     payload.read(buf.data(), n);
+    if (check) check(h, size, payload.discarded(), buf.data(), n);
     payload.skip(size - n);
   }
   void on_link_down(Link&) override {}
+  // The bytes sent so far are *sent_so_far, read at each frame (rather than the total).
+  void count_sent(const size_t* sent_so_far) { sent_so_far_ = sent_so_far; }
 
   bool down = false;
+  Check check;
 
  private:
   const size_t sent_;
+  const size_t* sent_so_far_ = nullptr;
   size_t received_ = 0;
 };
 
@@ -127,17 +139,21 @@ class Owner final : public transports::tcp::TcpLinkOwner {
     ::close(fd);  // as TcpTransport does for a lane that names no connection
     return false;
   }
-  uint64_t program_polls() const override { return 0; }
+  uint64_t program_polls() const override { return polls_; }
   void on_answers_held() override {}
 
   bool down() const { return sink_.down; }
   bool handshake_done() const { return hello_; }
+  ReadingSink& sink() { return sink_; }
+  // The program polled the transport (TcpLink::poll): the io thread naps beside a busy one.
+  void program_polled() { ++polls_; }
 
  private:
   const uint8_t options_;
   const bool dialer_;
   TcpSecret secret_;
   bool hello_ = false;
+  uint64_t polls_ = 0;
   ReadingSink sink_;
   std::deque<std::vector<uint8_t>> targets_;  // each stays until the link is gone
 };
@@ -216,6 +232,10 @@ inline bool connect_pair(int fds[2], uint32_t source = INADDR_LOOPBACK) {
   // Closing resets the connection: no TIME_WAIT left per input (ephemeral ports run out).
   const linger abortive{1, 0};
   ::setsockopt(dialer, SOL_SOCKET, SO_LINGER, &abortive, sizeof abortive);
+  // As the transport's sockets (tcp_options.h): else a small write behind one not yet
+  // acknowledged waits for the delayed ACK (Nagle), some 40 ms per piece or chunk.
+  const int one = 1;
+  ::setsockopt(dialer, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   // libFuzzer's timeout alarm (SIGALRM, no SA_RESTART) interrupts a connect() that had to
   // wait: the connection goes on in the background and is waited for here.
   if (::connect(dialer, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 &&
@@ -230,6 +250,7 @@ inline bool connect_pair(int fds[2], uint32_t source = INADDR_LOOPBACK) {
   // Either end may close first (a refused handshake): the accepted end resets too, or the
   // TIME_WAIT of each (listener port, dialer port) pair exhausts the ports within seconds.
   ::setsockopt(fds[0], SOL_SOCKET, SO_LINGER, &abortive, sizeof abortive);
+  ::setsockopt(fds[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   return true;
 }
 
@@ -273,14 +294,13 @@ struct PeerStream {
   std::function<void(const tw::Hello& link_hello, uint8_t* at)> fill;
 };
 
-// Runs `link` (started here) against `peer`, the fuzzer's end of its connection: writes the
-// stream into it (in pieces of `piece` bytes), then ends it, and runs the io_context until the
-// link is down. The first `keep` bytes the link sent (its HELLO first) are left in *answers.
-inline void pump(asio::io_context& io, Owner& owner, const std::shared_ptr<TcpLink>& link, int peer,
-                 PeerStream& stream, size_t piece, std::vector<uint8_t>* answers, size_t keep) {
-  link->start();
+// Writes `stream` into `peer`, the fuzzer's end of the link's connection, in pieces of `piece`
+// bytes, the link's io_context running between two, until all is written or the link is down.
+// The first `keep` bytes the link sent (its HELLO first) are left in *answers.
+inline void write_stream(asio::io_context& io, Owner& owner, int peer, PeerStream& stream,
+                         size_t piece, std::vector<uint8_t>* answers, size_t keep,
+                         std::chrono::steady_clock::time_point give_up) {
   size_t written = 0;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   while (written < stream.bytes.size() && !owner.down()) {
     size_t until = stream.bytes.size();
     if (stream.fill_at != PeerStream::kNone && written >= stream.fill_at) {
@@ -308,23 +328,46 @@ inline void pump(asio::io_context& io, Owner& owner, const std::shared_ptr<TcpLi
     io.poll();
     FUZZ_CHECK(std::chrono::steady_clock::now() < give_up);
   }
+}
+
+// Ends the peer's stream (and `lane`, the peer's end of a bulk lane, unless -1), runs the
+// io_context until the link is down, then shuts the link.
+inline void end_stream(asio::io_context& io, Owner& owner, const std::shared_ptr<TcpLink>& link,
+                       int peer, std::vector<uint8_t>* answers, size_t keep,
+                       std::chrono::steady_clock::time_point give_up, int lane = -1) {
   ::shutdown(peer, SHUT_WR);
+  if (lane >= 0) ::shutdown(lane, SHUT_WR);
   while (!owner.down()) {
     read_answers(peer, answers, keep);
     io.restart();
-    io.run_for(std::chrono::milliseconds(10));
+    // Short turns: run_for returns at its end only (the link's waits are work), and the link
+    // is down within microseconds of the end of file.
+    io.run_for(std::chrono::milliseconds(1));
     FUZZ_CHECK(std::chrono::steady_clock::now() < give_up);  // end of file closes the link
   }
   read_answers(peer, answers, keep);
   link->shutdown();
 }
 
+// Runs `link` (started here) against `peer`, the fuzzer's end of its connection: writes the
+// stream into it (in pieces of `piece` bytes), then ends it, and runs the io_context until the
+// link is down. The first `keep` bytes the link sent (its HELLO first) are left in *answers.
+inline void pump(asio::io_context& io, Owner& owner, const std::shared_ptr<TcpLink>& link, int peer,
+                 PeerStream& stream, size_t piece, std::vector<uint8_t>* answers, size_t keep) {
+  link->start();
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  write_stream(io, owner, peer, stream, piece, answers, keep, give_up);
+  end_stream(io, owner, link, peer, answers, keep, give_up);
+}
+
 // A TcpLink on `link_fd` (local GID `local`; `expected_peer` when it dials, else nullptr) run
-// against `peer_fd` by pump, in pieces as the options byte says, until it is down and its
-// handlers ended; then closes peer_fd. What the link sent first is left in *answers.
+// against `peer_fd` by pump, in pieces as the options byte says, or by `drive` when given (it
+// starts the link and runs it until it is down), until it is down and its handlers ended; then
+// closes peer_fd. What the link sent first is left in *answers.
+using Drive = std::function<void(asio::io_context& io, const std::shared_ptr<TcpLink>& link)>;
 inline void run_link(Owner& owner, uint8_t options, int link_fd, int peer_fd, const Gid& local,
                      const Gid* expected_peer, PeerStream& stream, std::vector<uint8_t>* answers,
-                     size_t keep) {
+                     size_t keep, const Drive& drive = nullptr) {
   asio::io_context io;
   {
     asio::ip::tcp::socket socket(io);
@@ -334,7 +377,11 @@ inline void run_link(Owner& owner, uint8_t options, int link_fd, int peer_fd, co
     auto link = std::make_shared<TcpLink>(owner, io, std::move(socket), local, expected_peer);
     const size_t piece =
         (options >> 4) == 0 ? stream.bytes.size() : static_cast<size_t>(options >> 4) * 4096;
-    pump(io, owner, link, peer_fd, stream, piece, answers, keep);
+    if (drive) {
+      drive(io, link);
+    } else {
+      pump(io, owner, link, peer_fd, stream, piece, answers, keep);
+    }
   }
   io.restart();
   io.run();  // the link's handlers end, and with them its last references
