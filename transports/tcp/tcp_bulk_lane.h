@@ -47,7 +47,7 @@ namespace transports::tcp {
 // call has a fixed cost: small pieces throughout took 1 MiB streaming from 7-8 to 3.8 GB/s).
 constexpr size_t kLanePieceMin = 64 * 1024;
 constexpr size_t kLanePieceMax = 1024 * 1024;
-constexpr std::chrono::microseconds kLaneSmallRecent{1000};
+constexpr std::chrono::microseconds kLaneSmallRecent{10000};
 
 // The size of a lane's next piece, on one side. The frames that make pieces small are counted
 // by the caller (a plain count: its hot path reads no clock); the clock is read once a piece.
