@@ -9,7 +9,8 @@
 # pipe, a completion seen by another process) are invisible to it, so it reports every RDMA
 # target read after one; the in-process suites cover the same engine and transports, threads
 # included, under TSan. Then the fuzz targets of the wire decoders (scripts/fuzz.sh, in
-# build-fuzz/) replay their seed corpora and run EMURDMA_FUZZ_SECONDS each (default 15).
+# build-fuzz/) replay their seed corpora and run EMURDMA_FUZZ_SECONDS each (default 12: ten
+# targets; scripts/fuzz.sh alone runs 60 s each).
 # There a ctest entry is a whole test program (e.g. -R srq_test), not one test.
 set -euo pipefail
 
@@ -56,7 +57,7 @@ if [[ "$sanitizers" == "1" ]]; then
   TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}" run_suite build-tsan --exclude '^Mp' \
     -DEMURDMA_TSAN=ON -DEMURDMA_BENCH=OFF
   fuzz_started=$SECONDS
-  bash scripts/fuzz.sh "${EMURDMA_FUZZ_SECONDS:-15}"
+  bash scripts/fuzz.sh "${EMURDMA_FUZZ_SECONDS:-12}"
   stage_times+=("fuzz: $((SECONDS - fuzz_started)) s")
 fi
 echo "== stage times (total $SECONDS s):"
