@@ -1,18 +1,16 @@
 // TcpLink's bulk lane (tcp_link.h), both sides: the sender dials it, announces it and writes
-// the lane part of split frames (the lane's sending state, descriptor and queue:
-// TcpBulkLaneSender, tcp_bulk_lane.h); the receiver attaches it and has the io thread watch it
-// while a split frame waits for its lane part (the lane's receiving state and descriptor:
-// TcpBulkLaneReceiver, tcp_bulk_lane.h). Reading the lane part itself is the reader's
-// (tcp_link_reader.cpp, place_locked).
+// lane frames' payloads on it a piece at a time (the lane's sending state, descriptor, queue and
+// pieces: TcpBulkLaneSender, tcp_bulk_lane.h); the receiver attaches it and has the io thread
+// watch it while a lane frame waits for its payload (the lane's receiving state and descriptor:
+// TcpBulkLaneReceiver, tcp_bulk_lane.h). Reading the payload itself, and the connection past it,
+// is the reader's (tcp_link_reader.cpp).
 //
-// Bulk lane: a large payload (kStripeMin, tcp_link_send.cpp) is split in two, its first part
-// after the header on this connection and the rest on a second connection to the same peer,
-// the lane, so that two sockets move it at once (on one host, one TCP socket stops near half of
-// what two reach: its receive path serialises on the socket's lock). Each side dials the lane it
-// sends on, at its first large frame, and announces it on the main connection (LANE) before
-// using it; the receiver reads both parts, each straight into the target when the engine
-// accepts it (direct_target), and delivers the frame once both are in. docs/wire.md, "TCP bulk
-// lane".
+// Bulk lane: a large payload (kStripeMin, tcp_link_send.cpp) travels whole on a second
+// connection to the same peer, the lane, its header on the connection, so that the connection
+// carries headers and small frames only and a small frame never waits in a socket behind bulk
+// bytes; the receiver delivers frames of other QPs while the payload arrives. Each side dials
+// the lane it sends on, at its first large frame, and announces it on the main connection (LANE)
+// before using it. docs/wire.md, "Bulk lane".
 #include "transports/tcp/tcp_bulk_lane.h"
 
 #include <spdlog/spdlog.h>
@@ -188,8 +186,8 @@ void TcpLink::on_lane_ok(const error_code& ec) {
     lane_sender_.give_up_locked();
     return;
   }
-  // LANE goes on the connection before the first split frame (the peer checks it names the
-  // lane it attached); from here on large frames are split.
+  // LANE goes on the connection before the first lane frame (the peer checks it names the
+  // lane it attached); from here on large payloads go on the lane.
   uint8_t lane[tcp_wire::kLaneBytes];
   lane_sender_.encode_announcement_locked(lane);
   iovec parts[2];
@@ -216,7 +214,7 @@ bool TcpLink::attach_lane(int fd, uint64_t token, const Mac& proof) {
   if (closed_ || !ready() || lane_receiver_.holds_descriptor()) return false;
   if (!secret_.empty()) {
     // Only the peer that completed this connection's handshake knows its session key: no one
-    // else can attach a lane to it (and so hold back or feed its split frames).
+    // else can attach a lane to it (and so hold back or feed its lane frames).
     const Mac expected = lane_proof(session_, peer_, token);
     if (!same_mac(expected.data(), proof.data())) {
       uint64_t unlogged = 0;
@@ -247,7 +245,7 @@ bool TcpLink::attach_lane(int fd, uint64_t token, const Mac& proof) {
 }
 
 void TcpLink::watch_lane_from_any_thread() {
-  // A split frame left waiting for its lane part by a program thread: unless the io thread
+  // A lane frame left waiting for its payload by a program thread: unless the io thread
   // naps (the program then keeps polling, and reads the lane itself), it must watch the lane,
   // or the frame would wait for the program's next poll.
   if (!lane_receiver_.part_pending() || io_napping_.load(std::memory_order_acquire) ||
@@ -261,7 +259,7 @@ void TcpLink::watch_lane_from_any_thread() {
 }
 
 void TcpLink::wait_lane_if_needed() {
-  // The io thread waits on the lane only while a split frame waits for its lane part and the
+  // The io thread waits on the lane only while a lane frame waits for its payload and the
   // io thread is awake (napping, it leaves reading to the polling program, which reads the
   // lane too): a lane watched always would wake it for every arrival.
   if (closed_ || !lane_receiver_.holds_descriptor() || lane_receiver_.waited_on() || released_ ||

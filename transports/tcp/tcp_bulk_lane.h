@@ -3,7 +3,7 @@
 // failure) and calls them.
 //
 // TcpBulkLaneSender, the sending side: how far the lane is (none asked for, dialing, ready:
-// large frames are split, given up: they go whole), its descriptor, and the queue of lane parts
+// large frames go on the lane, given up: they go whole), its descriptor, and the queue of payloads
 // its socket has not taken yet. Members named _locked run under the owning TcpLink's send lock
 // (tx_mutex_); the descriptor's place in the reactor (TcpLaneSocket) belongs to the io thread.
 // Once the lane is open its descriptor is in the reactor only while the io thread waits for room
@@ -11,7 +11,7 @@
 // each time the peer's reading freed room woke the sender's io thread (about 1,800 times a second).
 //
 // TcpBulkLaneReceiver, the receiving side: the peer's lane attached, whether the peer announced
-// it (LANE), whether a split frame waits for its lane part, and the io thread's wait on it.
+// it (LANE), whether a lane frame waits for its payload, and the io thread's wait on it.
 // Members named _locked run under the owning TcpLink's receive lock (rx_mutex_); the descriptor
 // belongs to the io thread; what other threads read is atomic. The descriptor is in the reactor
 // only while the io thread waits on it (TcpLink::wait_lane_if_needed): a descriptor in the
@@ -78,7 +78,7 @@ class TcpBulkLaneSender {
   // begin_opening_locked, and goes whole itself; later ones use the lane once it is ready).
   bool unopened_locked() const { return state_ == State::kNone; }
   void begin_opening_locked() { state_ = State::kOpening; }
-  // Large frames are split over the lane from now on (its LANE is written or queued).
+  // Large payloads go on the lane from now on (its LANE is written or queued).
   bool ready_locked() const { return state_ == State::kReady; }
   // No lane after all (its dial, LANE_HELLO or LANE_OK failed): large frames go whole on the
   // connection.
@@ -87,7 +87,7 @@ class TcpBulkLaneSender {
   // with its proof under the connection's session key (none without a secret: null).
   void encode_hello_locked(const Gid& local, const Mac* session,
                            uint8_t (&hello)[tcp_wire::kLaneHelloBytes]);
-  // The LANE unit, which announces the lane on the connection before the first split frame.
+  // The LANE unit, which announces the lane on the connection before the first lane frame.
   void encode_announcement_locked(uint8_t (&lane)[tcp_wire::kLaneBytes]) const {
     tcp_wire::encode_lane(token_, lane);
   }
@@ -205,7 +205,7 @@ class TcpBulkLaneReceiver {
   void announced_locked() { announced_ = true; }
   // Whether a frame may carry lane bytes: the lane is attached and announced.
   bool carries_lane_bytes_locked() const { return announced_ && fd_ >= 0; }
-  // A split frame waits for its lane part (set and cleared by the reader, read by any thread).
+  // A lane frame waits for its payload (set and cleared by the reader, read by any thread).
   void set_part_pending(bool pending) { pending_.store(pending, std::memory_order_release); }
   bool part_pending() const { return pending_.load(std::memory_order_acquire); }
 

@@ -3,7 +3,7 @@
 // sendmsg and queues what the socket does not take; the io thread and any polling thread read
 // the connection, one at a time, large payloads straight into their target; while the program
 // busy-polls the io thread naps instead of waiting for readability, and ACKs are held back to
-// leave with the next frame; large payloads are split over a second connection to the peer,
+// leave with the next frame; large payloads travel on a second connection to the peer,
 // the bulk lane. No frame crosses before both ends' HELLOs.
 //
 // TcpLink's member functions are in one file per concern, each file's top comment telling its
@@ -162,7 +162,7 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   // (fd not taken) when this connection is not ready, already has a lane, or (with a secret)
   // `proof` is not the lane proof of this connection's session.
   bool attach_lane(int fd, uint64_t token, const Mac& proof);
-  // Any thread: large frames are split over the bulk lane from now on.
+  // Any thread: large payloads travel on the bulk lane from now on.
   bool lane_ready();
   // Any thread: the peer's bulk lane to us is attached (large frames arrive in two parts).
   bool receives_on_lane() const { return lane_receiver_.attached(); }
@@ -321,16 +321,16 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   ssize_t receive_placed_locked(int fd, size_t offset, size_t want);
   // Under rx_mutex_: the placed payload is complete: delivers its frame.
   void finish_placing_locked();
-  // Sending side, under tx_mutex_: writes the lane part of a split frame, or queues it.
+  // Sending side, under tx_mutex_: writes a piece of a lane frame's payload, queues the rest.
   int lane_write_or_queue_locked(const iovec* parts, size_t nparts, size_t total);
   // io thread: writes the lane's queued bytes until done or its socket is full.
   void lane_flush();
   // io thread: the lane's LANE_OK arrived (or failed): announce the lane, or give it up.
   void on_lane_ok(const boost::system::error_code& ec);
-  // io thread: waits for the lane while a split frame waits for its lane part (and the io
+  // io thread: waits for the lane while a lane frame waits for its payload (and the io
   // thread is awake); reads what came before the wait.
   void wait_lane_if_needed();
-  // Any thread: after a read that left a split frame waiting, has the io thread watch the lane
+  // Any thread: after a read that left a lane frame waiting, has the io thread watch the lane
   // unless it naps.
   void watch_lane_from_any_thread();
   void make_room_locked(size_t frame_bytes);

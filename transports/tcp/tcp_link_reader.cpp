@@ -8,8 +8,9 @@
 // than its frame could be delivered with (FrameSink::payload_room) is read and dropped as it
 // arrives, the rest goes through the receive buffer (TcpRxBuffer). poll() lets any other thread
 // (Transport::progress, i.e. polling calls) read and deliver first. One reader at a time per
-// connection (the receive lock), so frames of a connection are delivered in order. A split frame's
-// two parts (tcp_bulk_lane.cpp) are both read here, each straight into its place.
+// connection (the receive lock), so each QP's frames are delivered in order. A lane frame's payload
+// (tcp_bulk_lane.cpp) is read here from the lane, a piece at a time, while the connection is read
+// on past it: frames of other QPs go ahead of it, its own QP's wait (TcpWaitingFrames).
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 

@@ -1,6 +1,6 @@
 // TcpLink's sending side (tcp_link.h): send and GOODBYE, the held-back ACKs, and
-// the send queue's writing (write_or_queue, queue, flush, pump). The bulk lane's part of a
-// split frame is in tcp_bulk_lane.cpp.
+// the send queue's writing (write_or_queue, queue, flush, pump). Writing a lane frame's payload
+// on the bulk lane is in tcp_bulk_lane.cpp.
 //
 // Sending: whoever calls send() writes the frame itself with one sendmsg (header and the
 // caller's iovecs gathered) when nothing is queued before it; what the kernel does not take

@@ -1,4 +1,4 @@
-// A connection's receive buffer (TcpLink's, and the buffer a split frame's two parts meet in
+// A connection's receive buffer (TcpLink's, and the buffer a lane frame's payload lands in
 // when the engine declines to take it in place). Kept apart from the link: it is the one piece
 // of the receive side that owns memory, and how it maps that memory is its own concern.
 #pragma once

@@ -151,7 +151,7 @@ bool TcpTransport::adopt_lane(const Gid& gid, uint64_t token, const Mac& proof, 
     ::close(fd);
     return false;
   }
-  // Polling calls read the lane too (a split frame waits for its lane part).
+  // Polling calls read the lane too (a lane frame waits for its payload).
   std::lock_guard lock(pollable_lock_);
   if (std::find(pollable_.begin(), pollable_.end(), link.get()) != pollable_.end()) {
     epoll_event ev{};

@@ -78,7 +78,7 @@ const char* decode_lane_hello(const uint8_t in[kLaneHelloBytes], Gid* gid, uint6
 inline constexpr size_t kLaneOkBytes = 8;
 void encode_lane_ok(uint8_t out[kLaneOkBytes]);
 const char* decode_lane_ok(const uint8_t in[kLaneOkBytes]);
-// LANE: on the main connection, before the first split frame: the token of the lane attached.
+// LANE: on the main connection, before the first lane frame: the token of the lane attached.
 inline constexpr size_t kLaneBytes = 16;
 void encode_lane(uint64_t token, uint8_t out[kLaneBytes]);
 const char* decode_lane(const uint8_t in[kLaneBytes], uint64_t* token);
