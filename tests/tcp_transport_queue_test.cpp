@@ -152,10 +152,10 @@ TEST(TcpTransport, QueuedPayloadsArriveExactlyAndReleasingThemWaitsForThem) {
   EXPECT_TRUE(a.sink.downs().empty());
 }
 
-// A large payload asks for a bulk lane; once it is open, large payloads travel split between
-// the connection and the lane, and every frame still arrives whole and in order, between small
-// ones. The lane is no connection of its own for the engine.
-TEST(TcpTransport, LargePayloadsSplitOverTheBulkLaneArriveWholeAndInOrder) {
+// A large payload asks for a bulk lane; once it is open, large payloads travel on the lane
+// (their headers on the connection), and every frame of the QP still arrives whole and in
+// order, between small ones. The lane is no connection of its own for the engine.
+TEST(TcpTransport, LargePayloadsOverTheBulkLaneArriveWholeAndInOrder) {
   Endpoint a, b;
   ASSERT_NE(a.transport, nullptr);
   ASSERT_NE(b.transport, nullptr);
