@@ -130,7 +130,7 @@ std::chrono::nanoseconds ack_timeout(uint8_t timeout, uint64_t unanswered_bytes)
 void Completer::arm_ack_timer_locked() {
   // timeout 0 is infinite (ibv_modify_qp(3)); UC and UD are never acknowledged.
   if (qp_.type_ != IBV_QPT_RC || qp_.attr_.timeout == 0 || ack_timer_pending_) return;
-  if (qp_.requester_.nothing_unanswered()) return;  // nothing unanswered to time
+  if (qp_.requester_.nothing_to_time()) return;
   ack_timer_pending_ = true;
   ack_confirming_ = false;
   ack_epoch_armed_ = ack_epoch_;
@@ -161,7 +161,7 @@ void Completer::on_ack_timer_locked(uint64_t token) {
   const ibv_qp_state st = qp_.state();
   if (st != IBV_QPS_RTS && st != IBV_QPS_SQD) return;  // ERR, RESET: all was flushed or dropped
   // Nothing unanswered; or an RNR / retry delay runs, whose retransmission re-arms the timer.
-  if (qp_.requester_.nothing_unanswered() || waiting_retry_) return;
+  if (qp_.requester_.nothing_to_time() || waiting_retry_) return;
   if (ack_epoch_ != ack_epoch_armed_) {  // the peer answered meanwhile: time afresh from now
     arm_ack_timer_locked();
     return;

@@ -298,8 +298,13 @@ bool Requester::transmit_one_locked(SendWqe& w) {
   }
   if (!link->send(h, iov, iovcnt)) {
     qp_.node().defer_send(qp_.qpn_);
+    if (!datagram) {
+      refused_ = true;
+      completer.arm_ack_timer_locked();  // no-op when one is pending already
+    }
     return false;
   }
+  refused_ = false;
   qp_.count_sent(h, next_ < sent_high_);
   if (datagram) {
     // UC and UD are never acknowledged: the message is on the wire, the WR is done (the
@@ -374,11 +379,13 @@ void Requester::flush_locked() {
   next_ = head_;
   sent_high_ = head_;
   rd_atomic_in_flight_ = 0;
+  refused_ = false;
 }
 
 void Requester::reset_locked() {
   head_ = next_ = tail_ = sent_high_ = 0;
   rd_atomic_in_flight_ = 0;
+  refused_ = false;
   sq_drained_pending_ = false;
   next_psn_ = psn_after_sent_ = 0;
 }

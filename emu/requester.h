@@ -33,6 +33,10 @@ class Requester {
   // every transmitted WQE is completed.
   SendWqe& head() { return sq_[head_ & mask_]; }
   bool nothing_unanswered() const { return head_ == next_; }
+  // Nothing for the ACK timer to time: nothing transmitted unanswered, and no request refused
+  // by the transport for want of room. A refused request is timed as a lost packet is: a peer
+  // that stopped reading fills the link, and its QPs must still end in RETRY_EXC_ERR.
+  bool nothing_to_time() const { return head_ == next_ && !refused_; }
   // Payload bytes transmitted and not answered (a READ counts its response).
   uint64_t unanswered_bytes() const;
   // The length of the RDMA READ with this PSN when its response would be taken now (it is
@@ -92,6 +96,7 @@ class Requester {
   uint32_t rd_atomic_in_flight_ = 0;  // reads and atomics transmitted, not answered
   uint64_t sqd_limit_ = 0;            // WQEs before it had been transmitted when SQD began
   bool sq_drained_pending_ = false;   // SQD requested an SQ_DRAINED event
+  bool refused_ = false;              // the transport refused the WQE at next_ (no room): deferred
 };
 
 }  // namespace emu

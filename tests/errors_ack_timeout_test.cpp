@@ -183,6 +183,41 @@ TEST_F(AckTimeout, RetryCountZeroFailsAtTheFirstTimeout) {
   EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
 }
 
+// A peer that stops reading fills the link, which then refuses our requests for want of room
+// (Link::send returns false; the engine sends a refused request again when room appears). A
+// refused request is timed as a lost packet is: the QP still ends in RETRY_EXC_ERR, whether the
+// refusals begin at the first transmission or at the retransmission after a timeout (a frozen
+// peer over shm, once large payloads went inside the ring: the QP waited for ever).
+TEST_F(AckTimeout, RequestsTheLinkRefusesEndInRetryExceeded) {
+  for (const bool first_goes_out : {false, true}) {
+    SCOPED_TRACE(first_goes_out ? "the first transmission goes out, then refusals"
+                                : "refused from the first transmission");
+    ConnectOptions c;
+    c.timeout = 8;  // 1 ms
+    c.retry_cnt = 2;
+    Pair p = make_pair(c, c);
+    auto pass_one = std::make_shared<bool>(first_goes_out);
+    wire->set_filter([pass_one](const emu::FrameHeader& h) {
+      if (!emu::is_request(h.op)) return FilterWire::Action::kDrop;
+      if (*pass_one) {
+        *pass_one = false;
+        return FilterWire::Action::kDrop;  // sent, never answered
+      }
+      return FilterWire::Action::kRefuse;
+    });
+    const size_t refused_before = wire->refused();
+    char src[8] = "no room";
+    Mr* ms = reg(src, sizeof(src));
+    ASSERT_EQ(post_send(p.a, 1, IBV_WR_SEND, src, 8, ms), 0);
+    ASSERT_EQ(post_send(p.a, 2, IBV_WR_SEND, src, 8, ms), 0);
+    auto s = poll_n(cq, 2, milliseconds(10000));
+    EXPECT_TRUE(CompletionsAre(s, {{1, IBV_WC_RETRY_EXC_ERR}, {2, IBV_WC_WR_FLUSH_ERR}}));
+    EXPECT_EQ(state_of(p.a), IBV_QPS_ERR);
+    EXPECT_GT(wire->refused(), refused_before);
+    wire->set_filter(nullptr);
+  }
+}
+
 // ibv_modify_qp(3): timeout 0 is infinite. The unanswered request is never sent again, and
 // completes when its answer finally comes.
 TEST_F(AckTimeout, TimeoutZeroNeverExpires) {

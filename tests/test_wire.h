@@ -46,8 +46,9 @@ class VectorPayload : public emu::PayloadSource {
 class TestWire : public emu::Transport, public emu::Link {
  public:
   // kWithdraw: delivered with a payload whose commit_read fails, its bytes kWithdrawnByte (what
-  // the sender's program wrote after it took the memory back).
-  enum class Action { kDeliver, kDrop, kHold, kWithdraw };
+  // the sender's program wrote after it took the memory back). kRefuse: send() returns false,
+  // as a link without room does (a request is then sent again later); not counted in sent().
+  enum class Action { kDeliver, kDrop, kHold, kWithdraw, kRefuse };
   static constexpr uint8_t kWithdrawnByte = 0xee;
   // Decides each frame's fate at send, under the wire's lock (it must not call the engine).
   using Filter = std::function<Action(const emu::FrameHeader&)>;
@@ -98,8 +99,12 @@ class TestWire : public emu::Transport, public emu::Link {
       f.bytes.insert(f.bytes.end(), p, p + iov[i].iov_len);
     }
     std::lock_guard lock(mutex_);
-    sent_.push_back(header);
     Action a = filter_ ? filter_(header) : Action::kDeliver;
+    if (a == Action::kRefuse) {
+      ++refused_;
+      return false;
+    }
+    sent_.push_back(header);
     if (a == Action::kWithdraw) {
       std::fill(f.bytes.begin(), f.bytes.end(), kWithdrawnByte);
       f.withdrawn = true;
@@ -127,6 +132,10 @@ class TestWire : public emu::Transport, public emu::Link {
     std::lock_guard lock(mutex_);
     return held_.size();
   }
+  size_t refused() {
+    std::lock_guard lock(mutex_);
+    return refused_;
+  }
   // Delivers the held frames (in their order) from the next progress, and stops filtering.
   void release() {
     std::lock_guard lock(mutex_);
@@ -150,6 +159,7 @@ class TestWire : public emu::Transport, public emu::Link {
   std::deque<Frame> frames_;
   std::deque<Frame> held_;
   std::vector<emu::FrameHeader> sent_;
+  size_t refused_ = 0;
   bool draining_ = false;
 };
 
