@@ -575,7 +575,7 @@ TEST(HostileShmByReference, PeerThatNeverFinishesReadingIsRevokedWithoutWaitAndK
       if (!link) std::this_thread::sleep_for(1ms);
     }
     ASSERT_NE(link, nullptr);
-    std::vector<uint8_t> payload(64 << 10, 0x5a);
+    std::vector<uint8_t> payload(shm::kInlineMax + (64 << 10), 0x5a);  // by reference
     FrameHeader h = frame_header(1, static_cast<uint32_t>(payload.size()));
     iovec iov{payload.data(), payload.size()};
     ASSERT_TRUE(link->send(h, &iov, 1));

@@ -29,9 +29,9 @@ using emu_test::MemfdBuffer;
 
 constexpr uint32_t kGatePsn = 100;
 constexpr uint32_t kSentinelPsn = 103;
-constexpr uint32_t kGivenBackQp = 0x51;  // the QP whose WRs are flushed
-constexpr uint32_t kOtherQp = 0x61;      // a QP of the same link that goes on
-constexpr size_t kBytes = 64 << 10;      // above kInlineMax: by reference
+constexpr uint32_t kGivenBackQp = 0x51;                  // the QP whose WRs are flushed
+constexpr uint32_t kOtherQp = 0x61;                      // a QP of the same link that goes on
+constexpr size_t kBytes = shm::kInlineMax + (64 << 10);  // above the ring's: by reference
 constexpr uint8_t kOld = 0xaa;
 constexpr uint8_t kRewritten = 0xbb;
 constexpr uint8_t kOtherBytes = 0xcc;

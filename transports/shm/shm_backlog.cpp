@@ -15,11 +15,13 @@ void ShmBacklog::hold(const FrameHeader& h, const iovec* iov, size_t iovcnt, uin
     o.progress.sent = progress->sent;
     o.progress.started = progress->started;
   }
-  if (total <= kInlineMax || (h.flags & kFrameDatagram) != 0) {
+  if (total <= kCopyMax || (h.flags & kFrameDatagram) != 0) {
     // Small payloads may live in the send queue (inline data), and a datagram's sender has
-    // completed its WR when send() returns: copy them now.
+    // completed its WR when send() returns: copy them now. The copy is ours: never read by
+    // reference (emit).
     o.bytes.resize(total);
     gather(iov, iovcnt, 0, o.bytes.data(), total);
+    o.progress.own_copy = true;
   } else {
     o.iov.assign(iov, iov + iovcnt);
   }

@@ -17,16 +17,21 @@ namespace transports::shm {
 
 class ShmBacklog {
  public:
+  // Payloads up to this size are copied when held (larger ones are in registered memory, which
+  // stays until their WR completes or release_payloads); at least the engine's inline data.
+  static constexpr uint64_t kCopyMax = 8 * 1024;
+  static_assert(kCopyMax >= kFrameInlineBytes);
+
   // How far a frame on its way out got.
   struct Progress {
     uint64_t sent = 0;      // payload bytes written so far (chunked)
     bool started = false;   // chunked: the frame record is written
-    bool own_copy = false;  // the payload is the backlog's copy of a large one
+    bool own_copy = false;  // the payload is the backlog's copy
   };
   // A frame held in the backlog: copies of the caller's bytes or iovecs, and its progress.
   struct Outgoing {
     FrameHeader header{};
-    std::vector<uint8_t> bytes;  // the payload, when small enough to copy
+    std::vector<uint8_t> bytes;  // the payload, when small enough to copy (kCopyMax)
     std::vector<iovec> iov;      // the caller's iovecs otherwise
     uint64_t total = 0;
     Progress progress;

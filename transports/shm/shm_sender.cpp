@@ -94,19 +94,23 @@ void ShmSender::send_held(uint64_t polls_now, bool always) {
 ShmSender::Emit ShmSender::emit(const FrameHeader& h, const iovec* iov, size_t iovcnt,
                                 uint64_t total, Progress* progress) {
   if (!progress->started) {
-    if (total <= kInlineMax)
+    // The paths by size: shm_wire.h, at kMappedMin.
+    if (total <= kMappedMin)
       return write_inline(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
     // A datagram (UC, UD) is complete for its sender once send() returns: its bytes must be
     // in the ring or in the backlog by then, never read later from the sender's memory.
     // Nor one held in the backlog's own copy (release_payloads): that copy goes with the entry.
     const bool datagram = (h.flags & kFrameDatagram) != 0;
-    if (!datagram && !progress->own_copy && iovcnt <= kMaxRemoteIov) {
+    const bool by_reference = !datagram && !progress->own_copy && iovcnt <= kMaxRemoteIov;
+    if (by_reference) {
       const Mapped mapped = write_mapped(h, iov, iovcnt, total);
       if (mapped != Mapped::kFallback)
         return mapped == Mapped::kWritten ? Emit::kDone : Emit::kBlocked;
-      if (producer_.consumer_single_copy())
-        return write_remote(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
     }
+    if (total <= kInlineMax)
+      return write_inline(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
+    if (by_reference && producer_.consumer_single_copy())
+      return write_remote(h, iov, iovcnt, total) ? Emit::kDone : Emit::kBlocked;
     if (!write_frame_record(kFrameStaged, h, total)) return Emit::kBlocked;
     progress->started = true;
   }

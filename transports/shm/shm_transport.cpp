@@ -24,7 +24,7 @@ namespace {
 
 // Send-queue inline data is always copied into the ring, so no frame references memory a
 // destroyed QP frees: release_payloads(kWait) has nothing to wait for.
-static_assert(kFrameInlineBytes <= kInlineMax);
+static_assert(kFrameInlineBytes <= kMappedMin);
 
 std::atomic<uint32_t> next_instance{1};
 

@@ -18,7 +18,8 @@ namespace transports::shm {
 // 8: a record the consumer took can be revoked (kByReferenceRevoked): it finishes with a
 // compare-and-swap and drops the frame when that fails.
 // 9: the ring's control block tells how far the consumer has read (RingControl::consumed).
-inline constexpr uint32_t kProtocolVersion = 10;
+// 10: kFrameInvalidate. 11: inline records carry up to 128 KiB (8 KiB before).
+inline constexpr uint32_t kProtocolVersion = 11;
 
 // After the handshake a link's Unix socket carries SocketMessages, each sent whole by one
 // sendmsg. End of file without a goodbye means the peer died.
@@ -138,10 +139,14 @@ struct ChunkHead {
   uint64_t bytes;
 };
 
-// Payloads up to this size travel inside the ring (copied in, then out): cheaper than a
-// system call. Larger ones travel by address when the receiver can read the sender's memory,
-// otherwise in chunks of at most kChunkBytes.
-inline constexpr uint32_t kInlineMax = 8 * 1024;
+// Which way a payload travels, the thresholds chosen by measurement (docs/performance.md,
+// "Paths by size"): up to kMappedMin bytes inside the ring (copied in, then out); above it, a
+// payload in memory both processes map goes by reference to that mapping (one memcpy); any
+// other up to kInlineMax inside the ring (two copies, one on each side, overlapping, beat one
+// process_vm_readv up to there); larger ones by address when the receiver can read the
+// sender's memory, otherwise in chunks of at most kChunkBytes.
+inline constexpr uint32_t kMappedMin = 1024;
+inline constexpr uint32_t kInlineMax = 128 * 1024;
 inline constexpr uint32_t kChunkBytes = 64 * 1024;
 inline constexpr uint32_t kMaxRemoteIov = 64;
 inline constexpr uint64_t kMaxPayload = uint64_t{1} << 31;  // the engine's message limit
