@@ -40,9 +40,9 @@ if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
   CC=clang CXX=clang++ cmake -S . -B "$build_dir" "${generator[@]}" -DEMURDMA_FUZZ=ON \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
-cmake --build "$build_dir" -j"$(nproc)" --target "${targets[@]}"
+cmake --build "$build_dir" -j"$(nproc)" --target "${targets[@]}" fuzz_seeds
 
-echo "== fuzz: replaying the seed corpora"
+echo "== fuzz: replaying the seed corpora (and checking they are what fuzz_seeds writes now)"
 ctest --test-dir "$build_dir" --output-on-failure -R '^Fuzz\.'
 
 export ASAN_OPTIONS="detect_leaks=1:${ASAN_OPTIONS:-}"
