@@ -22,8 +22,9 @@ int tcp_dial(const TcpEndpoint& ep, std::chrono::milliseconds timeout, std::stri
     return -1;
   }
   // Before the connect: a socket that has run bbr (Debian's default) keeps bbr's pacing after
-  // it switches (tcp_options.h).
-  if (purpose == DialPurpose::kBulkLane) use_bulk_congestion_control(fd);
+  // it switches (tcp_options.h). Connections and lanes alike.
+  (void)purpose;
+  use_bulk_congestion_control(fd);
   auto fail = [&](int err) {
     *why = std::strerror(err);
     ::close(fd);

@@ -29,17 +29,17 @@ TcpTimeouts tcp_timeouts_for(long ms);
 // unparsable value logs a warning and falls back to the default).
 const TcpTimeouts& tcp_timeouts();
 
-// The congestion control a connection that carries bulk payloads asks for (the connection and
-// its bulk lane, once the lane is up: use_bulk_congestion_control): EMURDMA_TCP_CONGESTION, read
-// once per process; default "cubic"; "system" (or empty) leaves the system's default. On
-// loopback, 1 MiB streaming went from 5-6.5 GB/s under bbr (Debian's default here) to 6.6-9.2
-// under cubic: bbr's pacing and small windows, made for paths across the internet, hold back a
-// sender that writes in bursts. A connection without bulk payloads keeps the system's default:
-// its 8 B ping-pong measured ~1.5 % slower under cubic. A socket that ran bbr keeps bbr's
-// pacing after it switches (the kernel turns pacing on for bbr and never off), so the lane,
-// which carries bulk only, is given this one before it connects (tcp_dial): 1 MiB streaming
-// fell below 7 GB/s in 6 of 16 runs with the lane switched after its connect, 1 of 16 with it
-// set before (8.9 GB/s mean).
+// The congestion control every connection and bulk lane asks for (use_bulk_congestion_control):
+// EMURDMA_TCP_CONGESTION, read once per process; default "cubic"; "system" (or empty) leaves
+// the system's default. On loopback, 1 MiB streaming went from 5-6.5 GB/s under bbr (Debian's
+// default here) to 6.6-9.2 under cubic: bbr's pacing and small windows, made for paths across
+// the internet, hold back a sender that writes in bursts; and a connection carries payloads up
+// to 256 KiB itself, which under bbr streamed at a third of cubic's (128 KiB: 1.5-2.1 against
+// 4.5-6.1 GB/s; the 8 B ping-pong the same within noise, docs/performance.md). A socket that
+// ran bbr keeps bbr's pacing after it switches (the kernel turns pacing on for bbr and never
+// off), so a dialed socket is given this one before it connects (tcp_dial) and the listening
+// socket before it listens (accepted sockets inherit it): 1 MiB streaming fell below 7 GB/s in
+// 6 of 16 runs with the lane switched after its connect, 1 of 16 with it set before.
 const std::string& tcp_congestion_control();
 
 // Asks for congestion control `name` on fd; false when the kernel refuses (an algorithm not

@@ -36,6 +36,8 @@ TcpTransport::TcpTransport(const TcpEndpoint& listen, TcpConfig config)
   acceptor_.open(ep.protocol());
   acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true));
   acceptor_.bind(ep);
+  // Before listen: accepted sockets inherit the listener's congestion control (tcp_options.h).
+  use_bulk_congestion_control(acceptor_.native_handle());
   acceptor_.listen();
   TcpEndpoint bound = listen;
   bound.port = acceptor_.local_endpoint().port();
