@@ -62,10 +62,11 @@ std::string congestion_control_of(int fd) {
   return std::string(name, ::strnlen(name, len));
 }
 
-// A bulk lane and a connection alike are dialed with the bulk congestion control already in
-// place (a socket that ran bbr keeps its pacing after a switch: tcp_options.h; a connection
-// carries payloads up to 256 KiB itself, and under bbr 64-192 KiB streamed at a third).
-TEST(TcpTransport, LanesAndConnectionsAreDialedWithTheBulkCongestionControlAlready) {
+// A dialed socket (a connection or a bulk lane) has the bulk congestion control, asked for
+// before its connect (a socket that ran bbr keeps its pacing after a switch: tcp_options.h; a
+// connection carries payloads up to 256 KiB itself, and under bbr 64-192 KiB streamed at a
+// third).
+TEST(TcpTransport, ADialedSocketHasTheBulkCongestionControl) {
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(listener, 0);
   sockaddr_in sa{};
@@ -77,13 +78,10 @@ TEST(TcpTransport, LanesAndConnectionsAreDialedWithTheBulkCongestionControlAlrea
   ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len), 0);
   const transports::tcp::TcpEndpoint ep{INADDR_LOOPBACK, ntohs(sa.sin_port)};
   std::string why;
-  const int lane = transports::tcp::tcp_dial(ep, 2s, &why, transports::tcp::DialPurpose::kBulkLane);
-  ASSERT_GE(lane, 0) << why;
-  EXPECT_EQ(congestion_control_of(lane), bulk_congestion_control());
-  const int connection = transports::tcp::tcp_dial(ep, 2s, &why);
-  ASSERT_GE(connection, 0) << why;
-  EXPECT_EQ(congestion_control_of(connection), bulk_congestion_control());
-  for (int fd : {lane, connection, listener}) ::close(fd);
+  const int dialed = transports::tcp::tcp_dial(ep, 2s, &why);
+  ASSERT_GE(dialed, 0) << why;
+  EXPECT_EQ(congestion_control_of(dialed), bulk_congestion_control());
+  for (int fd : {dialed, listener}) ::close(fd);
 }
 
 // Every connection, dialed or accepted, carries the dead-peer bound and TCP_NODELAY.

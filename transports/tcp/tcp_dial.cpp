@@ -15,7 +15,7 @@
 namespace transports::tcp {
 
 int tcp_dial(const TcpEndpoint& ep, std::chrono::milliseconds timeout, std::string* why,
-             DialPurpose purpose, uint32_t source_ipv4) {
+             uint32_t source_ipv4) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     *why = std::strerror(errno);
@@ -23,7 +23,6 @@ int tcp_dial(const TcpEndpoint& ep, std::chrono::milliseconds timeout, std::stri
   }
   // Before the connect: a socket that has run bbr (Debian's default) keeps bbr's pacing after
   // it switches (tcp_options.h). Connections and lanes alike.
-  (void)purpose;
   use_bulk_congestion_control(fd);
   auto fail = [&](int err) {
     *why = std::strerror(err);

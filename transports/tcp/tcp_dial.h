@@ -9,16 +9,12 @@
 
 namespace transports::tcp {
 
-enum class DialPurpose {
-  kConnection,  // frames of every size: the system's congestion control until a lane comes
-  kBulkLane,    // bulk payloads only: the bulk congestion control from before the connect
-};
-
-// Returns a connected, non-blocking socket with TCP_NODELAY set, or -1 with *why set.
+// Returns a connected, non-blocking socket with TCP_NODELAY set and the bulk congestion
+// control from before its connect (tcp_options.h), or -1 with *why set.
 // source_ipv4 (host order, 0: the kernel's choice): the address the socket is bound to before
 // the connect (port 0), so that the connection comes from the address our GID names, which
 // the acceptor checks, even on a host with several interfaces.
 int tcp_dial(const TcpEndpoint& ep, std::chrono::milliseconds timeout, std::string* why,
-             DialPurpose purpose = DialPurpose::kConnection, uint32_t source_ipv4 = 0);
+             uint32_t source_ipv4 = 0);
 
 }  // namespace transports::tcp

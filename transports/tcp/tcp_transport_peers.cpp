@@ -130,7 +130,7 @@ void TcpTransport::open_lane(TcpLink& link) {
   asio::post(io_, [self = link.shared_from_this(), source = source_ipv4_] {
     const std::optional<TcpEndpoint> ep = tcp_endpoint_of(self->peer());
     std::string why = "the peer's GID names no TCP endpoint";
-    const int fd = ep ? tcp_dial(*ep, kLaneDialTimeout, &why, DialPurpose::kBulkLane, source) : -1;
+    const int fd = ep ? tcp_dial(*ep, kLaneDialTimeout, &why, source) : -1;
     if (fd < 0) spdlog::debug("tcp: no bulk lane to {}: {}", self->remote(), why);
     // As every connection (the lane's accepting end has them from accept).
     if (fd >= 0 && !apply_tcp_options(fd, tcp_timeouts(), &why)) {
@@ -216,8 +216,7 @@ std::shared_ptr<TcpLink> TcpTransport::dial(const TcpEndpoint& ep, const Gid& pe
   std::string why;
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
-  const int fd = tcp_dial(ep, std::max(left, std::chrono::milliseconds(1)), &why,
-                          DialPurpose::kConnection, source_ipv4_);
+  const int fd = tcp_dial(ep, std::max(left, std::chrono::milliseconds(1)), &why, source_ipv4_);
   if (fd < 0) {
     spdlog::warn("tcp: cannot reach {}: {}", to_string(ep), why);
     return nullptr;
