@@ -141,9 +141,8 @@ void TcpLink::lane_dialed(int fd) {
     lane_sender_.give_up_locked();  // large frames go whole on this connection
     return;
   }
-  // The connection carries bulk payloads from now on (tcp_options.h); the lane has had the
-  // bulk congestion control since before it connected (tcp_dial).
-  use_bulk_congestion_control(fd_);
+  // Both sockets have had the bulk congestion control since before they connected (tcp_dial,
+  // or the listener's for an accepted connection: tcp_options.h).
   uint8_t hello[tcp_wire::kLaneHelloBytes];
   {
     std::lock_guard lock(tx_mutex_);
@@ -233,10 +232,8 @@ bool TcpLink::attach_lane(int fd, uint64_t token, const Mac& proof) {
     lane_receiver_.attach_locked(fd, token);
   }
   lane_receiver_.hold(io_, fd);
-  // The connection carries bulk payloads from now on (tcp_options.h): set before the answer,
-  // so that no byte of the first large frame, nor its delivery, comes before it.
-  use_bulk_congestion_control(fd);
-  use_bulk_congestion_control(fd_);
+  // Both sockets have the bulk congestion control already: accepted from the listener, or
+  // dialed with it (tcp_options.h).
   // The peer sends nothing on the lane before this answer: its send buffer is empty.
   if (::send(fd, ok, sizeof ok, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof ok)) {
     spdlog::debug("tcp: cannot answer the bulk lane of {}", remote_);
