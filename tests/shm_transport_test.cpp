@@ -1429,6 +1429,27 @@ TEST(ShmRemotePayload, ReadingAProcessThatExitedFailsWithZeros) {
   EXPECT_EQ(payload.size(), 0u);
 }
 
+// A large write is copied in pieces, one read() each (BulkWrite::copy_piece): after the first
+// failure every later read must still consume its bytes (as zeros), or the copy never ends.
+// It did not: a receiver whose peer died in the middle of a large write spun for ever.
+TEST(ShmRemotePayload, ReadsAfterAFailureGoOnConsumingAsZeros) {
+  std::vector<uint8_t> source(3 * 4096, 0x5c);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(reap(child), 0);
+  const RemoteIov piece{reinterpret_cast<uint64_t>(source.data()), source.size()};
+  TakenRecord taken;
+  shm::RemotePayload payload(child, taken.word(), &piece, 1);
+  for (size_t left = source.size(); left > 0; left -= 4096) {
+    std::vector<uint8_t> out(4096, 0xee);
+    payload.read(out.data(), out.size());
+    EXPECT_TRUE(payload.failed());
+    EXPECT_EQ(out, std::vector<uint8_t>(4096, 0));
+    ASSERT_EQ(payload.size(), left - 4096);
+  }
+}
+
 TEST(ShmRemotePayload, ReadsOwnMemoryAcrossPiecesExactly) {
   const std::vector<uint8_t> a = {1, 2, 3, 4, 5, 6, 7};
   const std::vector<uint8_t> b = {};  // an empty piece in the middle

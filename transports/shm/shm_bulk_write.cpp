@@ -40,6 +40,9 @@ bool BulkWrite::copy_piece(FrameSink* sink, uint64_t bytes) {
   if (!lost_ && sink != nullptr && sink->hold_region(target_.region_key)) {
     from.read(target_.addr + done_, len);
     sink->release_region(target_.region_key);
+    // The peer's memory could not be read: the rest is not copied (as zeros) either; the
+    // delivery that follows reports it and takes the link down.
+    if (from.failed()) from.skip(from.size());
   } else {
     // The region went (or the sink did): nothing more is written there.
     lost_ = true;

@@ -59,7 +59,14 @@ void MappedPayload::read(void* dst, size_t len) {
 void RemotePayload::read(void* dst, size_t len) {
   len = len < left_ ? len : left_;
   auto* out = static_cast<uint8_t*>(dst);
-  while (len > 0 && !failed_) {
+  while (len > 0) {
+    // Once a read failed the rest is zeros, consumed all the same: a large write's copy reads
+    // piece by piece until nothing is left (BulkWrite::copy_piece).
+    if (failed_) {
+      std::memset(out, 0, len);
+      advance(len);
+      return;
+    }
     // The remote pieces that cover the next len bytes (the kernel takes up to IOV_MAX).
     iovec remote[kMaxRemoteIov];
     uint32_t count = 0;
@@ -75,9 +82,7 @@ void RemotePayload::read(void* dst, size_t len) {
     const ssize_t n = ::process_vm_readv(pid_, &local, 1, remote, count, 0);
     if (n <= 0) {
       failed_ = true;
-      std::memset(out, 0, len);
-      advance(len);
-      return;
+      continue;
     }
     out += n;
     len -= static_cast<size_t>(n);
