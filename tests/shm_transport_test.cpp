@@ -266,19 +266,53 @@ TEST(ShmRing, ReserveRefusesSizesThatAreNotWholeLines) {
   EXPECT_NE(producer.reserve(shm::kRecordAlign), nullptr);
 }
 
+// The wake-up protocol (shm_ring.h): the producer learns of a sleeping consumer when it
+// reserves its next record, once per announcement.
 TEST(ShmRing, ConsumerSleepingIsTakenExactlyOnceAfterAnnounce) {
   auto ring = std::make_unique<TestRing<kSmallRing>>();
   RingProducer producer = ring->producer();
   RingConsumer consumer = ring->consumer();
   EXPECT_FALSE(producer.take_consumer_sleeping());
-  consumer.announce_sleep();
+  ASSERT_TRUE(consumer.announce_sleep(consumer.next_index()));
+  EXPECT_FALSE(producer.take_consumer_sleeping());  // nothing sent yet: nobody to wake
+  ASSERT_TRUE(push(producer, 64, 1, 0));
   EXPECT_TRUE(producer.take_consumer_sleeping());
   EXPECT_FALSE(producer.take_consumer_sleeping());  // one doorbell per announcement
-  consumer.announce_sleep();
-  consumer.cancel_sleep();
-  EXPECT_FALSE(producer.take_consumer_sleeping());
-  ASSERT_TRUE(push(producer, 64, 1, 0));
+  ASSERT_TRUE(push(producer, 64, 1, 1));
   EXPECT_FALSE(producer.take_consumer_sleeping());  // publishing alone asks for no doorbell
+  RecordHead head{};
+  uint64_t available = 0;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_NE(consumer.front(&head, &available), nullptr);
+    consumer.pop(head.size);
+  }
+  ASSERT_TRUE(consumer.announce_sleep(consumer.next_index()));
+  consumer.cancel_sleep();
+  ASSERT_TRUE(push(producer, 64, 1, 2));
+  EXPECT_FALSE(producer.take_consumer_sleeping());  // taken back before the producer looked
+}
+
+// A record reserved but not yet published keeps the consumer awake: it sees nothing to read
+// yet, and the producer, which looked at the flag when it reserved, would ring no doorbell.
+TEST(ShmRing, AConsumerMayNotSleepPastARecordBeingWritten) {
+  auto ring = std::make_unique<TestRing<kSmallRing>>();
+  RingProducer producer = ring->producer();
+  RingConsumer consumer = ring->consumer();
+  ASSERT_NE(producer.reserve(shm::kRecordAlign), nullptr);
+  EXPECT_TRUE(consumer.empty());
+  EXPECT_FALSE(consumer.announce_sleep(consumer.next_index()));
+  producer.commit(1);
+  EXPECT_FALSE(producer.take_consumer_sleeping());
+  RecordHead head{};
+  uint64_t available = 0;
+  ASSERT_NE(consumer.front(&head, &available), nullptr);
+  consumer.pop(head.size);
+  EXPECT_TRUE(consumer.announce_sleep(consumer.next_index()));  // all read: it may sleep
+  // A stale index (a drain that moved on since) refuses, and sets nothing.
+  consumer.cancel_sleep();
+  EXPECT_FALSE(consumer.announce_sleep(0));
+  ASSERT_TRUE(push(producer, 64, 1, 0));
+  EXPECT_FALSE(producer.take_consumer_sleeping());
 }
 
 TEST(ShmRing, ReleaseReportsAWaitingProducerExactlyOnce) {
@@ -498,11 +532,8 @@ TEST(ShmRing, TwoThreadStressDeliversEveryRecordIntactAndInOrder) {
         continue;
       }
       spins = 0;
-      consumer.announce_sleep();
-      if (!consumer.empty()) {  // a record came in as we announced: no sleep
-        consumer.cancel_sleep();
-        continue;
-      }
+      // A record reserved since we looked: no sleep.
+      if (!consumer.announce_sleep(consumer.next_index())) continue;
       if (!wait_doorbell(consumer_bell, doorbell_limit())) {
         consumer_failure = "no wake-up for record " + std::to_string(expected);
         break;

@@ -112,7 +112,7 @@ class ShmLink : public Link, public std::enable_shared_from_this<ShmLink> {
   void copy_backlog_payloads() { sender_.copy_backlog_payloads(); }
 
   // The receiver thread's wake-up protocol (shm_ring.h).
-  void announce_sleep() { receiver_.announce_sleep(); }
+  bool announce_sleep() { return receiver_.announce_sleep(); }
   void cancel_sleep() { receiver_.cancel_sleep(); }
   bool incoming_pending() const { return receiver_.incoming_pending(); }
 

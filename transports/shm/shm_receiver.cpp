@@ -39,8 +39,10 @@ void ShmReceiver::set_we_read_in_place(bool can) {
   incoming_->consumer_single_copy.store(can ? 1 : 0, std::memory_order_release);
 }
 
-void ShmReceiver::announce_sleep() {
-  consumer_.announce_sleep();
+bool ShmReceiver::announce_sleep() {
+  // Where the last drain left the ring: a drain running now only moves it on, and a stale
+  // look refuses the sleep (the caller drains and tries again).
+  return consumer_.announce_sleep(next_incoming_.load(std::memory_order_relaxed));
 }
 
 void ShmReceiver::cancel_sleep() {
@@ -49,10 +51,9 @@ void ShmReceiver::cancel_sleep() {
 
 bool ShmReceiver::incoming_pending() const {
   // Where the last drain left the ring (the index the producer sees lags behind it).
-  // Sequentially consistent: pairs with the producer's record publication (announce_sleep).
   if (bulk_pending_.load(std::memory_order_acquire)) return true;  // a copy to go on with
   return incoming_look_.published(next_incoming_.load(std::memory_order_relaxed),
-                                  std::memory_order_seq_cst);
+                                  std::memory_order_acquire);
 }
 
 size_t ShmReceiver::drain(size_t budget, bool* contended, bool copy_unpolled) {

@@ -62,7 +62,7 @@ class ShmReceiver {
   }
 
   // The receiver thread's wake-up protocol (shm_ring.h).
-  void announce_sleep();
+  bool announce_sleep();
   void cancel_sleep();
   bool incoming_pending() const;
 

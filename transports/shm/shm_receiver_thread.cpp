@@ -48,12 +48,13 @@ constexpr int kRetiredLinksLookMs = 20;
 
 }  // namespace
 
-// Arms every up link's sleep flag, then looks once more: true if it is safe to sleep.
+// Arms every up link's sleep flag: true if it is safe to sleep. A link whose producer has
+// reserved past what was read refuses (shm_ring.h), and a copy in pieces still to go on
+// with keeps the thread awake too.
 bool ShmTransport::arm_sleep(const std::vector<ShmLink*>& links) {
-  for (ShmLink* l : links) l->announce_sleep();
-  for (ShmLink* l : links) {
-    if (l->incoming_pending()) {
-      for (ShmLink* m : links) m->cancel_sleep();
+  for (size_t i = 0; i < links.size(); ++i) {
+    if (!links[i]->announce_sleep() || links[i]->incoming_pending()) {
+      for (size_t k = 0; k <= i; ++k) links[k]->cancel_sleep();
       return false;
     }
   }

@@ -57,7 +57,14 @@ uint8_t* RingProducer::reserve(uint32_t size) {
     return nullptr;
   }
   uint64_t offset = tail_ & (capacity_ - 1);
-  if (offset + size > capacity_) {
+  const uint64_t padding = offset + size > capacity_ ? capacity_ - offset : 0;
+  // Claimed before any byte of the record is written: a consumer that looks from now on
+  // stays awake until it has read it (see shm_ring.h).
+  if (control_->claimed.exchange(tail_ + padding + size, std::memory_order_seq_cst) &
+      kConsumerSleeps) {
+    consumer_slept_ = true;
+  }
+  if (padding != 0) {
     // Offset 0 holds an older lap's bytes (or zero): "nothing yet" for the index it has next.
     size_kind_word(data_ + offset)
         .store(pack(static_cast<uint32_t>(capacity_ - offset), kPaddingRecord),
@@ -74,10 +81,9 @@ uint8_t* RingProducer::reserve(uint32_t size) {
 
 void RingProducer::commit(uint32_t kind) {
   size_kind_word(reserved_).store(pack(reserved_size_, kind), std::memory_order_relaxed);
-  // Publishes the body and the head. Sequentially consistent, so that it is ordered before
-  // take_consumer_sleeping()'s load (docs/wire.md).
+  // Publishes the body and the head (the wake-up was settled when the record was reserved).
   base::tsan_release(sync_key_);
-  seq_word(reserved_).store(record_seq(tail_, salt_), std::memory_order_seq_cst);
+  seq_word(reserved_).store(record_seq(tail_, salt_), std::memory_order_release);
   tail_ += reserved_size_;
   reserved_ = nullptr;
 }
@@ -96,10 +102,9 @@ bool RingProducer::wait_for_room(uint32_t size) {
 }
 
 bool RingProducer::take_consumer_sleeping() {
-  // With commit()'s store, a Dekker pair: either the consumer, rechecking after it announced
-  // sleep, sees our record, or we see its announcement (docs/wire.md).
-  if (control_->consumer_sleeping.load(std::memory_order_seq_cst) == 0) return false;
-  return control_->consumer_sleeping.exchange(0, std::memory_order_acq_rel) != 0;
+  const bool slept = consumer_slept_;
+  consumer_slept_ = false;
+  return slept;
 }
 
 RingConsumer::RingConsumer(RingControl* control, const uint8_t* data, const void* sync_key)
@@ -160,12 +165,14 @@ bool RingConsumer::empty() {
          record_seq(head_, salt_);
 }
 
-void RingConsumer::announce_sleep() {
-  control_->consumer_sleeping.store(1, std::memory_order_seq_cst);
+bool RingConsumer::announce_sleep(uint64_t read_to) {
+  uint64_t expected = read_to;
+  return control_->claimed.compare_exchange_strong(expected, read_to | kConsumerSleeps,
+                                                   std::memory_order_seq_cst);
 }
 
 void RingConsumer::cancel_sleep() {
-  control_->consumer_sleeping.store(0, std::memory_order_relaxed);
+  control_->claimed.fetch_and(~kConsumerSleeps, std::memory_order_relaxed);
 }
 
 }  // namespace transports::shm

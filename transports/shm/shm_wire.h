@@ -19,7 +19,8 @@ namespace transports::shm {
 // compare-and-swap and drops the frame when that fails.
 // 9: the ring's control block tells how far the consumer has read (RingControl::consumed).
 // 10: kFrameInvalidate. 11: inline records carry up to 128 KiB (8 KiB before).
-inline constexpr uint32_t kProtocolVersion = 11;
+// 12: the wake-up protocol's flag lives in RingControl::claimed (shm_ring.h).
+inline constexpr uint32_t kProtocolVersion = 12;
 
 // After the handshake a link's Unix socket carries SocketMessages, each sent whole by one
 // sendmsg. End of file without a goodbye means the peer died.
