@@ -125,6 +125,11 @@ class RecordingSink : public emu::FrameSink {
   }
   // Frames handed to on_frame so far, those held at a closed gate included.
   size_t arrivals() const { return arrivals_.load(); }
+  // The transport's progress calls on this thread count as a program's CQ polls.
+  void set_program_poller(std::thread::id id) { program_poller_.store(id); }
+  bool in_program_poll() const override {
+    return program_poller_.load() == std::this_thread::get_id();
+  }
   void set_gate(bool open) {
     std::lock_guard lock(gate_mutex_);
     gate_open_ = open;
@@ -136,6 +141,7 @@ class RecordingSink : public emu::FrameSink {
   std::condition_variable gate_cv_;
   bool gate_open_ = true;
   std::atomic<size_t> arrivals_{0};
+  std::atomic<std::thread::id> program_poller_{};
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<Received> frames_;

@@ -135,6 +135,9 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
     return queued_bytes_.load(std::memory_order_relaxed) > kBacklogBytes;
   }
   static constexpr size_t kBacklogBytes = size_t{4} << 20;
+  // Something waits in a send queue (gathered small frames, or bytes a full socket refused):
+  // a relaxed load, for a poll's quick look.
+  bool has_queued_frames() const { return backlog_.load(std::memory_order_relaxed); }
   // Any thread: sends the GOODBYE (after everything sent so far): this end closes in order.
   void say_goodbye();
 
@@ -245,9 +248,11 @@ class TcpLink : public Link, public std::enable_shared_from_this<TcpLink> {
   void arm_hello_timeout();
 
   // Writes [parts] now if nothing is queued, queues the rest; under tx_mutex_. Returns 0, or
-  // the errno of a failed socket (the link is then down; the caller has it closed).
+  // the errno of a failed socket (the link is then down; the caller has it closed). `gather`:
+  // queued whole instead, for the program's next poll to write with what follows it
+  // (tcp_link_send.cpp, "Small frames gathered").
   int write_or_queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part,
-                            size_t total, bool datagram = false);
+                            size_t total, bool datagram = false, bool gather = false);
   // Under tx_mutex_: the held ACKs, encoded into held_wire_ for the write that takes them;
   // its byte count (0: none held). The caller clears held_ once they are written or queued.
   size_t encode_held_locked();

@@ -18,6 +18,15 @@
 // program's poll that delivered a request stops before the answers behind it while the io
 // thread naps (poll(true)): the program gets its completion first, its next poll or the nap's
 // end handles the ACKs.
+//
+// Small frames gathered: while the io thread naps (the program busy-polls, so its next poll
+// is near), a small frame is not written at once but queued (copied), and the program's next
+// CQ poll writes everything queued with one sendmsg, before it reads (TcpTransport::progress);
+// a post's own progress call does not write it. A program that posts a window of small
+// requests and then polls pays one system call for the window instead of one per request
+// (8 B RDMA WRITEs streamed, 128 outstanding: 0.15 -> 3.4 M/s, A/B alternating); a ping-pong's reply
+// goes one poll later than before, tens of nanoseconds. Arming a CQ (send_held) writes them
+// too, and the naps' end (watch_again) if the program stopped polling.
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <cerrno>
@@ -107,7 +116,8 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
         size_t nparts = n + iovcnt;
         if (acks_after) parts[nparts++] = iovec{held_wire_, held_len};
         const size_t total = held_len + sizeof head + payload;
-        error = write_or_queue_locked(parts, nparts, n, total, datagram);
+        const bool gather = napping_ && !datagram && total <= kCopyLimit;
+        error = write_or_queue_locked(parts, nparts, n, total, datagram, gather);
         held_.clear();
       } else {
         // More pieces than the engine ever sends: no direct write, queued as is.
@@ -183,9 +193,9 @@ void TcpLink::send_held(uint64_t polls_now, bool always) {
 }
 
 int TcpLink::write_or_queue_locked(const iovec* parts, size_t nparts, size_t first_payload_part,
-                                   size_t total, bool datagram) {
+                                   size_t total, bool datagram, bool gather) {
   size_t written = 0;
-  if (queue_.empty()) {
+  if (queue_.empty() && !gather) {
     const ssize_t n = send_gathered(fd_, parts, nparts, tsan_key_);
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
       // The connection is failing: nothing more goes out; the io thread closes it.
@@ -226,8 +236,10 @@ void TcpLink::queue_locked(const iovec* parts, size_t nparts, size_t first_paylo
   queued_bytes_.store(queue_.bytes(), std::memory_order_relaxed);
   if (was_empty && !queue_.empty() && !write_armed_) {
     write_armed_ = true;
-    // Under the lock: a link that is up belongs to a live transport, whose io_context exists.
-    asio::post(io_, [self = shared_from_this()] { self->flush(); });
+    // Napping, the io thread is not woken: the program's polls write the queue (pump), and
+    // the naps' end takes what is left (watch_again). Under the lock: a link that is up
+    // belongs to a live transport, whose io_context exists.
+    if (!napping_) asio::post(io_, [self = shared_from_this()] { self->flush(); });
   }
 }
 

@@ -123,6 +123,20 @@ size_t TcpTransport::progress() {
   // while large frames stream in on a connection and its lane, a recv per poll would take
   // each socket's lock, which the peer's transmit path (the kernel delivering on loopback)
   // then spins on.
+  // Only a CQ poll writes what the program's posts queued (tcp_link_send.cpp, "Small frames
+  // gathered"), first, so that a reply is not behind a read; a post's own progress call
+  // leaves it for the poll that follows, with whatever else is posted before it.
+  FrameSink* sink = sink_.load(std::memory_order_acquire);
+  const bool program_poll = sink != nullptr && sink->in_program_poll();
+  if (program_poll) {
+    for (TcpLink* link : pollable_) link->pump();
+  } else {
+    // A post's call (or a timer's): with frames waiting for the next poll, that poll reads
+    // right after writing them; a read now would only put a recv before them.
+    for (TcpLink* link : pollable_) {
+      if (link->has_queued_frames()) return 0;
+    }
+  }
   size_t delivered = 0;
   if (pollable_.size() == 1 && !pollable_[0]->receives_on_lane()) {
     delivered = pollable_[0]->poll(true);  // read again at the next poll in any case
@@ -131,7 +145,9 @@ size_t TcpTransport::progress() {
     const int n = ::epoll_wait(poll_epoll_fd_, ready, kPollEvents, 0);
     for (int i = 0; i < n; ++i) delivered += static_cast<TcpLink*>(ready[i].data.ptr)->poll();
   }
-  for (TcpLink* link : pollable_) link->pump();
+  if (program_poll) {
+    for (TcpLink* link : pollable_) link->pump();  // answers this poll's deliveries made
+  }
   if (answers_held_.load(std::memory_order_relaxed)) {
     answers_held_.store(false, std::memory_order_relaxed);
     const uint64_t polls = program_polls_.count();
@@ -240,6 +256,8 @@ void TcpTransport::send_held() {
     answers_held_.store(false, std::memory_order_relaxed);
     for (TcpLink* link : pollable_) link->send_held(0, true);
   }
+  // Frames gathered for the program's next poll go now: it is about to wait instead.
+  for (TcpLink* link : pollable_) link->pump();
   // The io thread stops leaving the connections to the program's polls.
   for (TcpLink* link : pollable_) link->wake_from_nap();
 }
