@@ -45,20 +45,31 @@ constexpr uint32_t kBusyPollerPolls = 64;
 constexpr int kSleepCapMs = 1000;
 // While past links wait for their grace period, the thread looks at least this often.
 constexpr int kRetiredLinksLookMs = 20;
+// A claimed record not yet published: the thread looks at the sockets without waiting and
+// reads on, this many times in a row (an honest producer publishes within microseconds),
+// then waits kClaimPendingLookMs between looks.
+constexpr int kClaimPendingSpins = 64;
+constexpr int kClaimPendingLookMs = 1;
 
 }  // namespace
 
-// Arms every up link's sleep flag: true if it is safe to sleep. A link whose producer has
-// reserved past what was read refuses (shm_ring.h), and a copy in pieces still to go on
-// with keeps the thread awake too.
-bool ShmTransport::arm_sleep(const std::vector<ShmLink*>& links) {
+// Arms every up link's sleep flag. A link whose producer has claimed a record past what was
+// read refuses the flag (shm_ring.h): the record is being written, or its producer died
+// while writing it, or a hostile one left the word wrong; the other links stay armed, and the
+// thread looks again soon (not never: a thread that only spun would see no socket, neither a
+// peer's end nor a new peer's attach). A record to read, or a copy in pieces to go on with,
+// keeps the thread awake.
+ShmTransport::SleepArm ShmTransport::arm_sleep(const std::vector<ShmLink*>& links) {
+  bool claim_pending = false;
   for (size_t i = 0; i < links.size(); ++i) {
-    if (!links[i]->announce_sleep() || links[i]->incoming_pending()) {
+    const bool armed = links[i]->announce_sleep();
+    if (links[i]->incoming_pending()) {
       for (size_t k = 0; k <= i; ++k) links[k]->cancel_sleep();
-      return false;
+      return SleepArm::kRecordsWaiting;
     }
+    claim_pending |= !armed;
   }
-  return true;
+  return claim_pending ? SleepArm::kClaimPending : SleepArm::kArmed;
 }
 
 void ShmTransport::expire_handshakes() {
@@ -93,6 +104,7 @@ void ShmTransport::receiver_main() {
   transports::DoublingNap<std::chrono::milliseconds> nap(kPollingProgramNapMin,
                                                          kPollingProgramNapMax);
   bool napped = false;  // the last wait was a nap beside a busy program
+  int claims_pending = 0;  // looks in a row that found a claimed record not yet published
   while (!stopping_.load(std::memory_order_acquire)) {
     bool contended = false;
     // ACKs a program's poll held and did not send since: sent within one round (a nap).
@@ -101,6 +113,7 @@ void ShmTransport::receiver_main() {
     if (!napped) {
       if (delivered > 0) {
         idle_rounds = 0;
+        claims_pending = 0;
         continue;
       }
       if (!contended && ++idle_rounds < kSpinRounds) {
@@ -141,8 +154,14 @@ void ShmTransport::receiver_main() {
     } else {
       receiver_napping_.store(false, std::memory_order_relaxed);
       nap.start_over();
-      if (!arm_sleep(fd_links)) continue;
+      const SleepArm arm = arm_sleep(fd_links);
+      if (arm == SleepArm::kRecordsWaiting) continue;
       armed = true;
+      if (arm == SleepArm::kArmed) {
+        claims_pending = 0;
+      } else {
+        timeout_ms = ++claims_pending < kClaimPendingSpins ? 0 : kClaimPendingLookMs;
+      }
     }
     if (links_held) timeout_ms = std::min(timeout_ms, kRetiredLinksLookMs);
     if (!pending_.empty()) {

@@ -292,7 +292,13 @@ class ShmTransport final : public Transport, public LinkOwner {
 
   // The receiver thread (shm_receiver_thread.cpp): its loop, and the arming of the links'
   // sleep flags before it sleeps.
-  bool arm_sleep(const std::vector<ShmLink*>& links);
+  // What arming the receiver thread's sleep found (shm_receiver_thread.cpp).
+  enum class SleepArm {
+    kArmed,           // every link took the flag: sleep until a doorbell
+    kRecordsWaiting,  // a record to read (or a copy to go on with): no flag is left set
+    kClaimPending,    // a link's producer claimed a record not yet published: look again soon
+  };
+  SleepArm arm_sleep(const std::vector<ShmLink*>& links);
   void receiver_main();
   // Closes the accepted connections whose Hello did not come in time.
   void expire_handshakes();
