@@ -20,7 +20,8 @@
 // end handles the ACKs.
 //
 // Small frames gathered: while the io thread naps (the program busy-polls, so its next poll
-// is near), a small frame is not written at once but queued (copied), and the program's next
+// is near), a frame below the lane's size is not written at once but queued (up to kCopyLimit
+// copied, larger ones by reference, as behind a full socket), and the program's next
 // CQ poll writes everything queued with one sendmsg, before it reads (TcpTransport::progress);
 // a post's own progress call does not write it. A program that posts a window of small
 // requests and then polls pays one system call for the window instead of one per request
@@ -116,7 +117,7 @@ bool TcpLink::send(const FrameHeader& header, const iovec* iov, size_t iovcnt) {
         size_t nparts = n + iovcnt;
         if (acks_after) parts[nparts++] = iovec{held_wire_, held_len};
         const size_t total = held_len + sizeof head + payload;
-        const bool gather = napping_ && !datagram && total <= kCopyLimit;
+        const bool gather = napping_ && !datagram && payload < kStripeMin;
         error = write_or_queue_locked(parts, nparts, n, total, datagram, gather);
         held_.clear();
       } else {
