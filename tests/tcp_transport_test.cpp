@@ -84,10 +84,13 @@ TEST(TcpTransport, FramesArriveIntactInOrderAndAnswersReturnOnTheirLink) {
   const auto small = bytes(100, 1);
   const auto big = bytes(3 * 1024 * 1024 + 17, 2);
   std::vector<FrameHeader> sent;
+  // A payload stays valid until its frame is answered (emu/transport.h): what the socket does
+  // not take at once is queued by reference. Reserved, so that no payload moves.
   std::vector<std::vector<uint8_t>> payloads;
+  payloads.reserve(40);
   for (uint32_t i = 0; i < 40; ++i) {
     FrameHeader h;
-    std::vector<uint8_t> p;
+    std::vector<uint8_t>& p = payloads.emplace_back();
     if (i % 3 == 0) {
       h = header_of(FrameOp::kReadRequest, i, 4096);
     } else if (i == 20) {
@@ -104,7 +107,6 @@ TEST(TcpTransport, FramesArriveIntactInOrderAndAnswersReturnOnTheirLink) {
     iov[2].iov_len = p.size() - iov[0].iov_len - iov[1].iov_len;
     ASSERT_TRUE(link->send(h, p.empty() ? nullptr : iov, p.empty() ? 0 : 3));
     sent.push_back(h);
-    payloads.push_back(p);
   }
   ASSERT_TRUE(b.sink.wait_frames(sent.size()));
   auto got = b.sink.frames();

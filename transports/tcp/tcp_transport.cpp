@@ -178,6 +178,9 @@ void TcpTransport::release_payloads(Release how, uint32_t /*qpn: every QP*/) {
     }
   }
   for (auto& [link, queued] : pending) {
+    // Frames gathered for the program's next poll (tcp_link_send.cpp) go now, by this thread:
+    // the io thread, napping, would take them only at the naps' end.
+    link->pump();
     for (int spins = 0; !link->references_released(queued); ++spins) {
       if (spins < 64) {
         std::this_thread::yield();
