@@ -1442,13 +1442,19 @@ struct TakenRecord {
   const uint8_t* word() const { return reinterpret_cast<const uint8_t*>(&state); }
 };
 
+// A child that has exited and been reaped: its pid names no process (the kernel hands out
+// pids in turn, so not again this quickly), and its memory can no longer be read.
+void fork_exited_child(pid_t* child) {
+  *child = ::fork();
+  ASSERT_GE(*child, 0);
+  if (*child == 0) ::_exit(0);
+  ASSERT_EQ(reap(*child), 0);
+}
+
 TEST(ShmRemotePayload, ReadingAProcessThatExitedFailsWithZeros) {
   std::vector<uint8_t> source(256, 0x5c);  // the child has the same bytes at the same address
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) ::_exit(0);
-  ASSERT_EQ(reap(child), 0);
-  // The pid is not reused this quickly in practice: the kernel hands out pids in turn.
+  pid_t child = 0;
+  ASSERT_NO_FATAL_FAILURE(fork_exited_child(&child));
   const RemoteIov piece{reinterpret_cast<uint64_t>(source.data()), source.size()};
   TakenRecord taken;
   shm::RemotePayload payload(child, taken.word(), &piece, 1);
@@ -1465,10 +1471,8 @@ TEST(ShmRemotePayload, ReadingAProcessThatExitedFailsWithZeros) {
 // It did not: a receiver whose peer died in the middle of a large write spun for ever.
 TEST(ShmRemotePayload, ReadsAfterAFailureGoOnConsumingAsZeros) {
   std::vector<uint8_t> source(3 * 4096, 0x5c);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) ::_exit(0);
-  ASSERT_EQ(reap(child), 0);
+  pid_t child = 0;
+  ASSERT_NO_FATAL_FAILURE(fork_exited_child(&child));
   const RemoteIov piece{reinterpret_cast<uint64_t>(source.data()), source.size()};
   TakenRecord taken;
   shm::RemotePayload payload(child, taken.word(), &piece, 1);
