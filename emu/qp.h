@@ -90,7 +90,8 @@ class Qp : public ApiHandle {
   void on_link_down(const Link& link);
   void on_timer(uint64_t token);
   void resume_send();
-  // Sends the ACK the responder owes, if any (the QP is destroyed, or the node goes).
+  // Sends the ACK the responder owes, if any (the QP is destroyed, the node goes, or a
+  // connection manager is about to send a DREQ: emu_settle_qp).
   void flush_owed_ack();
 
   // Moves the QP to the error state from outside (e.g. transport failure), raising event.

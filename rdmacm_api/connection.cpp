@@ -430,6 +430,9 @@ void Connection::check_peer_requests() {
 }
 
 void Connection::on_disconnect_request() {
+  // What the peer sent before its DREQ (its last ACKs) completes our sends before the program
+  // hears DISCONNECTED and tears the QP down.
+  if (id_ != nullptr) settle_qp(*id_);
   if (phase_ == Phase::kClosing) {
     // Both sides disconnect at once: each answers the other's DREQ, and is done.
     channel_->send(cm::bare(cm::Type::kDrep));

@@ -25,4 +25,9 @@ struct QpSequence {
 };
 std::optional<QpSequence> qp_sequence(const Id& id);
 
+// Of the id's QP on emu0 (emu_settle_qp, by number): the answers it owes or its transport holds
+// go out, and what has arrived is delivered (the ACKs the peer sent before its DREQ complete our
+// sends before DISCONNECTED is reported, as on a wire). Nothing on another device's QP.
+void settle_qp(const Id& id);
+
 }  // namespace rdmacm_api

@@ -162,6 +162,13 @@ std::optional<QpSequence> qp_sequence(const Id& id) {
   return s;
 }
 
+void settle_qp(const Id& id) {
+  using Settle = int (*)(ibv_context*, uint32_t);
+  static const auto settle = reinterpret_cast<Settle>(dlsym(RTLD_DEFAULT, "emu_settle_qp"));
+  if (id.qp_num == 0 || id.api.verbs == nullptr || settle == nullptr) return;
+  (void)settle(id.api.verbs, id.qp_num);  // ENOENT: the QP is gone, nothing to settle
+}
+
 }  // namespace rdmacm_api
 
 using namespace rdmacm_api;

@@ -27,6 +27,18 @@
  * Our librdmacm.so.1 sends the first in its DREQ and reports the peer's DREQ once the second
  * reached it, so that a disconnect never overtakes the data sent before it (as on a wire).
  *
+ * emu_settle_qp: the RC QP `qp_num` of emu0 context `context` sends now the ACK it owes its
+ * peer (an unsignaled request's, otherwise sent within 8 ms), the transport sends the answers
+ * it held back to ride with a later frame (those made inside the program's poll), and every
+ * frame that has arrived is delivered (the completions it makes are in their CQs on return):
+ * what the QP would do leaving the connected states, while it stays connected. 0; ENOENT when
+ * no such QP exists, EOPNOTSUPP on a real HCA's context (whose NIC answers at once), EINVAL for
+ * NULL. Symbol version EMURDMA_1.2. A connection manager's DREQ travels on its own socket and
+ * can overtake the transport: our DAT provider calls it before a graceful disconnect's DREQ (the
+ * peer flushes its QP when the DREQ arrives: a send whose ACK we still held would complete as
+ * flushed), our librdmacm before it reports a peer's DREQ as DISCONNECTED (the ACKs the peer
+ * sent before its DREQ complete our sends first, as on a wire).
+ *
  * emu_query_counters: the counters of emu0 (docs/usage.md, "Counters": the same ones
  * `emurdma stat` shows), of the device (scope EMU_COUNTERS_DEVICE, object NULL: the node's own
  * counters, then every QP's, CQ's and SRQ's summed, those destroyed included) or of one object
@@ -72,6 +84,7 @@ enum emu_counter_scope {
 };
 int emu_query_counters(struct ibv_context* context, int scope, void* object,
                        struct emu_counter* out, size_t* count);
+int emu_settle_qp(struct ibv_context* context, uint32_t qp_num);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
-// emurdma_verbs.h: the exact SRQ counts of the soft device, its QPs' PSNs, its counters, and the
-// system's companion libraries for real HCAs (symbol versions EMURDMA_1.0 and 1.1).
+// emurdma_verbs.h: the exact SRQ counts of the soft device, its QPs' PSNs, its counters, the
+// settling of a QP before a disconnect, and the system's companion libraries for real HCAs (symbol
+// versions EMURDMA_1.0 to 1.2).
 #include "emu/context.h"
 #include "emu/cq.h"
 #include "emu/node.h"
@@ -31,6 +32,16 @@ EMURDMA_EXPORT int emu_query_qp_psns(ibv_context* context, uint32_t qp_num, uint
   const bool found = verbs_api::to_emu(context)->engine->node().with_qp(
       qp_num, [&](emu::Qp& qp) { qp.sequence_numbers(after_sent, expected); });
   return found ? 0 : ENOENT;
+}
+
+EMURDMA_EXPORT int emu_settle_qp(ibv_context* context, uint32_t qp_num) {
+  if (context == nullptr) return EINVAL;
+  if (!is_emu(context)) return EOPNOTSUPP;
+  emu::Node& node = verbs_api::to_emu(context)->engine->node();
+  // The owed ACK first: sending it takes the answers held before it along, in order.
+  if (!node.with_qp(qp_num, [](emu::Qp& qp) { qp.flush_owed_ack(); })) return ENOENT;
+  node.settle();
+  return 0;
 }
 
 EMURDMA_EXPORT void* emu_system_library(const char* soname) {

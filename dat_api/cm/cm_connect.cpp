@@ -247,8 +247,13 @@ DAT_RETURN ep_disconnect(DAT_EP_HANDLE ep_handle, DAT_CLOSE_FLAGS flags) {
       case DAT_EP_STATE_CONNECTED_SINGLE_PATH:
       case DAT_EP_STATE_CONNECTED_MULTI_PATH:
         ep->state = DAT_EP_STATE_DISCONNECT_PENDING;
-        // Abrupt: outstanding DTOs are flushed now. Graceful: after the peer's DREP.
-        if (!graceful) ep_qp_to_error_locked(*ep);
+        // Abrupt: outstanding DTOs are flushed now. Graceful: after the peer's DREP, and
+        // what the peer sent before is acknowledged ahead of the DREQ.
+        if (graceful) {
+          qp_settle(ep->qp);
+        } else {
+          ep_qp_to_error_locked(*ep);
+        }
         connection = ep->connection;
         established = true;
         break;

@@ -7,7 +7,9 @@
 #include "dat_api/cm/cm_service.h"
 #include "dat_api/core/ia.h"
 #include "dat_api/core/log.h"
+#include "dat_api/core/verbs_extension.h"
 #include "dat_api/ep/ep.h"
+#include "verbs_api/emurdma_verbs.h"
 
 namespace dat_api {
 
@@ -58,6 +60,17 @@ void qp_to_error(ibv_qp* qp) {
   a.qp_state = IBV_QPS_ERR;
   if (ibv_modify_qp(qp, &a, IBV_QP_STATE) != 0) {
     log_warn("CM: QP {} to ERR failed: {}", qp->qp_num, std::strerror(errno));
+  }
+}
+
+void qp_settle(ibv_qp* qp) {
+  using SendAnswers = decltype(&emu_settle_qp);
+  static const auto send_answers =
+      reinterpret_cast<SendAnswers>(verbs_extension_symbol("emu_settle_qp"));
+  if (qp == nullptr || send_answers == nullptr) return;
+  const int err = send_answers(qp->context, qp->qp_num);
+  if (err != 0 && err != EOPNOTSUPP) {
+    log_warn("CM: QP {}: its answers before the DREQ: {}", qp->qp_num, std::strerror(err));
   }
 }
 

@@ -28,6 +28,11 @@ int qp_connect(ibv_qp* qp, uint8_t port, ibv_mtu mtu, const cm::QpInfo& local,
 
 void qp_to_error(ibv_qp* qp);
 
+// Before a graceful DREQ: emu0 sends the answers the QP owes and whatever its transport holds
+// back for a later poll (emu_settle_qp), since the DREQ travels on the CM's own socket and
+// the peer flushes its QP when it arrives. A real HCA has answered already: nothing to do.
+void qp_settle(ibv_qp* qp);
+
 // The RDMA Read depth an EP's attribute asks for, as a verbs value within the device's limit:
 // the provider may choose when the consumer leaves it 0 (dat_ep_connect, USAGE).
 uint8_t rdma_read_depth(DAT_COUNT requested, int device_max);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # check_symbols.sh OBJDUMP SYSTEM_LIB OUR_LIB: the drop-in exports exactly the system
 # library's name@version set (hidden "(VERSION)" entries included), plus our extension
-# (EMURDMA_1.0, EMURDMA_1.1: verbs_api/emurdma_verbs.h).
+# (EMURDMA_1.0 to EMURDMA_1.2: verbs_api/emurdma_verbs.h).
 set -eu
 objdump=$1 system=$2 ours=$3
 symbols() {
@@ -10,11 +10,12 @@ symbols() {
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 symbols "$system" > "$tmp/system"
-symbols "$ours" | grep -v '@EMURDMA_1\.[01]$' > "$tmp/ours"
+symbols "$ours" | grep -v '@EMURDMA_1\.[012]$' > "$tmp/ours"
 if ! diff -u "$tmp/system" "$tmp/ours"; then
   echo "FAIL: symbol sets differ (- system only, + drop-in only)"
   exit 1
 fi
 symbols "$ours" | grep -qx 'emu_query_srq_counts@EMURDMA_1.0' || { echo "FAIL: no emu_query_srq_counts@EMURDMA_1.0"; exit 1; }
 symbols "$ours" | grep -qx 'emu_query_counters@EMURDMA_1.1' || { echo "FAIL: no emu_query_counters@EMURDMA_1.1"; exit 1; }
+symbols "$ours" | grep -qx 'emu_settle_qp@EMURDMA_1.2' || { echo "FAIL: no emu_settle_qp@EMURDMA_1.2"; exit 1; }
 echo "OK: $(wc -l < "$tmp/system") symbols match"
