@@ -440,6 +440,11 @@ int Context::create_qp(Pd* pd, const QpInitAttr& init, Qp** out) {
 int Context::destroy_qp(Qp* qp) {
   if (qp == nullptr || &qp->context() != this) return EINVAL;
   node_.unregister_qp(qp->qpn());
+  // Its completions still queued go with it, as mlx4 and mlx5 clean their CQs at destroy: a
+  // program never reads a completion of a QP it freed (libfabric's rxm, closing a connection,
+  // reads the CQ once more and would repost a receive buffer into the freed endpoint).
+  qp->send_cq()->discard_qp(qp->qpn());
+  if (qp->recv_cq() != qp->send_cq()) qp->recv_cq()->discard_qp(qp->qpn());
   std::lock_guard lock(objects_mutex_);
   qp->pd()->use_count.fetch_sub(1);
   qp->send_cq()->use_count.fetch_sub(1);

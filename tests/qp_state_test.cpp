@@ -525,5 +525,33 @@ TEST_F(QpStateMachine, ResetDiscardsWorkRequestsWithoutCompletions) {
   for (char ch : old_rx) EXPECT_EQ(ch, 0x5a);
 }
 
+// Destroying a QP takes its completions still queued with it, as mlx4 and mlx5 clean their CQs
+// at destroy; the other QPs' completions stay, in order. (libfabric's rxm reads its CQ once more
+// after closing a connection and reposts a receive buffer into the freed endpoint for any
+// receive completion of it it finds.)
+TEST_F(QpStateMachine, DestroyTakesItsQueuedCompletionsWithIt) {
+  Cq* rcq = create_cq(16);
+  auto [a, b] = connected_pair(QpOptions{.recv_cq = rcq}, QpOptions{.recv_cq = rcq});
+  char src[16] = "message";
+  char rx[3][16] = {};
+  Mr* ms = reg(src, sizeof(src));
+  Mr* mr = reg(rx, sizeof(rx));
+  ASSERT_EQ(post_recv(b, 10, rx[0], sizeof(rx[0]), mr), 0);
+  ASSERT_EQ(post_recv(b, 11, rx[1], sizeof(rx[1]), mr), 0);
+  ASSERT_EQ(post_recv(a, 20, rx[2], sizeof(rx[2]), mr), 0);
+  ASSERT_EQ(post_send(a, 1, IBV_WR_SEND, src, 8, ms), 0);
+  ASSERT_EQ(post_send(a, 2, IBV_WR_SEND, src, 8, ms), 0);
+  ASSERT_EQ(post_send(b, 3, IBV_WR_SEND, src, 8, ms), 0);
+  // Each send acknowledged, so each receive completed before it: rcq holds all three.
+  ASSERT_EQ(poll_n(cq, 3).size(), 3u);
+
+  qps.erase(std::find(qps.begin(), qps.end(), b));
+  ASSERT_EQ(ctx->destroy_qp(b), 0);
+  const std::vector<ibv_wc> left = drain(rcq, milliseconds(20));
+  ASSERT_EQ(left.size(), 1u) << "b's two receive completions went with it";
+  EXPECT_TRUE(CompletionIs(left[0], {.wr_id = 20, .status = IBV_WC_SUCCESS}));
+  EXPECT_EQ(left[0].qp_num, a->qpn());
+}
+
 }  // namespace
 }  // namespace emu_test
