@@ -49,7 +49,8 @@
 #   sweep   latency (8 B .. 64 KiB) and bandwidth (8 B .. 4 MiB) by powers of 4, over shm and
 #           TCP, ours beside perftest over emu0, ucx_perftest, fi_pingpong and the floor:
 #           build/bench/sweep.csv and log-log plots build/bench/sweep_*.png (gnuplot-nox),
-#           bench lines for a few sizes (scripts/bench_sweep.sh).
+#           bench lines for a few sizes (scripts/bench_sweep.sh); EMURDMA_SWEEP_ROUNDS=3 makes
+#           each point the median of 3 runs.
 #   scale   1, 100, 1,000 and 10,000 QPs between two processes over shm, one SRQ: setup time
 #           per QP (median, p99), memory per QP, the message rate against one QP's
 #           (scripts/bench_scale.sh).

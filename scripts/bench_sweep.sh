@@ -2,8 +2,8 @@
 # The size sweep of scripts/bench.sh (sourced by it): latency from 8 B to 64 KiB and bandwidth
 # from 8 B to 4 MiB, by powers of 4, over shared memory and TCP, for ours (transport_bench),
 # perftest over emu0, UCX's ucx_perftest, libfabric's fi_pingpong (latency: it has no bandwidth
-# program here) and the machine's floor (floor_bench at the same size). One run per point (a
-# curve, not a median: `transports` gives the medians at 8 B and 1 MiB). Writes
+# program here) and the machine's floor (floor_bench at the same size). One run per point, or
+# the median of EMURDMA_SWEEP_ROUNDS runs (`transports` gives the medians at 8 B and 1 MiB). Writes
 # build/bench/sweep.csv (kind,transport,tool,size,value,unit) and, with gnuplot, a log-log plot
 # per kind and transport, build/bench/sweep_<lat|bw>_<shm|tcp>.png, one line per tool, the floor
 # dashed. Prints bench lines for a few sizes. About ten minutes on the 2-core machine.
@@ -100,6 +100,10 @@ bench_sweep() {
   trap bench_transports_cleanup EXIT
   trap 'exit 130' INT TERM
   local out=build/bench dir=build/bench/sweep
+  # EMURDMA_SWEEP_ROUNDS=N: each point the median of N runs (the plots docs/performance.md
+  # shows use 3: one run per point on a shared VM gives a curve with spikes of 2-3x).
+  local sweep_rounds=${EMURDMA_SWEEP_ROUNDS:-1}
+  [[ $sweep_rounds =~ ^[1-9][0-9]*$ ]] || { echo "EMURDMA_SWEEP_ROUNDS must be a count" >&2; exit 2; }
   mkdir -p "$dir"
   rm -f "$dir"/*.dat
   local csv=$out/sweep.csv kind transport tool size v unit sizes
@@ -112,7 +116,11 @@ bench_sweep() {
     for transport in shm tcp; do
       for size in "${sizes[@]}"; do
         for tool in "${kSweepTools[@]}"; do
-          v="$(sweep_point "$kind" "$transport" "$tool" "$size")"
+          local figures=() round
+          for ((round = 0; round < sweep_rounds; ++round)); do
+            figures+=("$(sweep_point "$kind" "$transport" "$tool" "$size")")
+          done
+          v="$(median_of "${figures[@]}")"
           echo "bench: sweep $kind $transport $tool $size B: $v" >&2
           echo "$kind,$transport,$tool,$size,$v,$unit" >>"$csv"
           at[$kind/$transport/$tool/$size]=$v
