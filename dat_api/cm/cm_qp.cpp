@@ -64,13 +64,12 @@ void qp_to_error(ibv_qp* qp) {
 }
 
 void qp_settle(ibv_qp* qp) {
-  using SendAnswers = decltype(&emu_settle_qp);
-  static const auto send_answers =
-      reinterpret_cast<SendAnswers>(verbs_extension_symbol("emu_settle_qp"));
-  if (qp == nullptr || send_answers == nullptr) return;
-  const int err = send_answers(qp->context, qp->qp_num);
+  using Settle = decltype(&emu_settle_qp);
+  static const auto settle = reinterpret_cast<Settle>(verbs_extension_symbol("emu_settle_qp"));
+  if (qp == nullptr || settle == nullptr) return;  // the system's libibverbs: a real HCA
+  const int err = settle(qp->context, qp->qp_num);
   if (err != 0 && err != EOPNOTSUPP) {
-    log_warn("CM: QP {}: its answers before the DREQ: {}", qp->qp_num, std::strerror(err));
+    log_warn("CM: QP {}: settling it before the DREQ failed: {}", qp->qp_num, std::strerror(err));
   }
 }
 
